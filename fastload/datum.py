@@ -1,0 +1,147 @@
+"""Caffe ``Datum`` protobuf codec, written by hand (no protobuf dependency, no pickle).
+
+The subset fastload writes, in field order::
+
+    message Datum {
+      optional int32 channels = 1;
+      optional int32 height   = 2;
+      optional int32 width    = 3;
+      optional bytes data     = 4;   // the encoded image file, untouched
+      optional int32 label    = 5;
+      optional bool  encoded  = 7;   // always true: ``data`` is a JPEG, not raw pixels
+    }
+
+DALI's ``fn.readers.caffe`` reads these records natively. :func:`decode_datum` also
+accepts Datums written by other tools: unknown fields are skipped by wire type.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+_VARINT = 0
+_FIXED64 = 1
+_LENGTH_DELIMITED = 2
+_FIXED32 = 5
+
+_FIELD_CHANNELS = 1
+_FIELD_HEIGHT = 2
+_FIELD_WIDTH = 3
+_FIELD_DATA = 4
+_FIELD_LABEL = 5
+_FIELD_ENCODED = 7
+
+
+@dataclass(frozen=True)
+class Datum:
+    """One record: encoded image bytes, integer label and the decoded image size."""
+
+    data: bytes
+    label: int
+    height: int = 0
+    width: int = 0
+    channels: int = 3
+    encoded: bool = True
+
+
+def _encode_varint(value: int) -> bytes:
+    if value < 0:  # int32 negatives are sign-extended to 64 bits, as protobuf does
+        value += 1 << 64
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def _tag(field: int, wire_type: int) -> bytes:
+    return _encode_varint((field << 3) | wire_type)
+
+
+def encode_datum(data: bytes, label: int, height: int = 0, width: int = 0, channels: int = 3) -> bytes:
+    """Serialize one encoded-image Datum. ``data`` is stored byte for byte."""
+    parts = [
+        _tag(_FIELD_CHANNELS, _VARINT), _encode_varint(channels),
+        _tag(_FIELD_HEIGHT, _VARINT), _encode_varint(height),
+        _tag(_FIELD_WIDTH, _VARINT), _encode_varint(width),
+        _tag(_FIELD_DATA, _LENGTH_DELIMITED), _encode_varint(len(data)), data,
+        _tag(_FIELD_LABEL, _VARINT), _encode_varint(label),
+        _tag(_FIELD_ENCODED, _VARINT), b"\x01",
+    ]
+    return b"".join(parts)
+
+
+def _decode_varint(buf: memoryview, pos: int) -> tuple[int, int]:
+    result = 0
+    shift = 0
+    while True:
+        if pos >= len(buf):
+            raise ValueError("truncated varint in Datum record")
+        byte = buf[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result, pos
+        shift += 7
+        if shift >= 70:
+            raise ValueError("varint longer than 10 bytes in Datum record")
+
+
+def _as_int32(value: int) -> int:
+    value &= 0xFFFFFFFF
+    return value - (1 << 32) if value & 0x80000000 else value
+
+
+def datum_fields(record: bytes | memoryview) -> tuple[memoryview, int, int, int, int, bool]:
+    """Parse a record into ``(data view, label, height, width, channels, encoded)``.
+
+    ``data`` is a zero-copy view into ``record``. Raises ``ValueError`` on a malformed record.
+    """
+    buf = memoryview(record)
+    pos = 0
+    data = memoryview(b"")
+    label = height = width = 0
+    channels = 3
+    encoded = False
+    while pos < len(buf):
+        key, pos = _decode_varint(buf, pos)
+        field, wire_type = key >> 3, key & 7
+        if wire_type == _VARINT:
+            value, pos = _decode_varint(buf, pos)
+            if field == _FIELD_LABEL:
+                label = _as_int32(value)
+            elif field == _FIELD_HEIGHT:
+                height = _as_int32(value)
+            elif field == _FIELD_WIDTH:
+                width = _as_int32(value)
+            elif field == _FIELD_CHANNELS:
+                channels = _as_int32(value)
+            elif field == _FIELD_ENCODED:
+                encoded = bool(value)
+        elif wire_type == _LENGTH_DELIMITED:
+            length, pos = _decode_varint(buf, pos)
+            end = pos + length
+            if end > len(buf):
+                raise ValueError(f"field {field} claims {length} bytes but the Datum record ends first")
+            if field == _FIELD_DATA:
+                data = buf[pos:end]
+            pos = end
+        elif wire_type == _FIXED64:
+            pos += 8
+        elif wire_type == _FIXED32:
+            pos += 4
+        else:
+            raise ValueError(f"unsupported protobuf wire type {wire_type} in Datum record")
+        if pos > len(buf):
+            raise ValueError("truncated Datum record")
+    return data, label, height, width, channels, encoded
+
+
+def decode_datum(record: bytes | memoryview) -> Datum:
+    """Parse a serialized Datum into a :class:`Datum` (copies ``data``)."""
+    data, label, height, width, channels, encoded = datum_fields(record)
+    return Datum(bytes(data), label, height, width, channels, encoded)

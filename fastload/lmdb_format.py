@@ -1,0 +1,35 @@
+"""The fastload LMDB format: named constants shared by the writer, reader and verifier.
+
+A fastload database is an LMDB *directory*::
+
+    DST/
+      data.mdb          records: key = zero-padded decimal index, value = Caffe Datum
+      lock.mdb          created by LMDB
+      fastload.json     sidecar metadata (see ``META_*`` keys), written last
+      checksums.crc32   one little-endian uint32 CRC-32 per record value, in key order
+      errors.json       files the conversion could not use, with the reason
+
+Records hold no pickle; any reader (DALI's ``fn.readers.caffe`` included) can parse them.
+A directory without ``fastload.json`` whose ``state`` is ``"complete"`` is a partial
+conversion, never a finished database.
+"""
+
+from __future__ import annotations
+
+FORMAT_NAME = "fastload-lmdb"
+FORMAT_VERSION = 1
+
+KEY_DIGITS = 8  # keys "00000000" .. "99999999"; LMDB sorts them in index order
+META_FILE = "fastload.json"
+CHECKSUM_FILE = "checksums.crc32"
+CHECKSUM_DTYPE = "<u4"  # little-endian uint32, numpy dtype string
+ERRORS_FILE = "errors.json"
+
+STATE_COMPLETE = "complete"
+
+
+def record_key(index: int) -> bytes:
+    """The LMDB key of record ``index``."""
+    if not 0 <= index < 10**KEY_DIGITS:
+        raise ValueError(f"record index must be in [0, {10**KEY_DIGITS}), but got index={index}")
+    return b"%0*d" % (KEY_DIGITS, index)

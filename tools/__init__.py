@@ -1,0 +1,1 @@
+"""The ``fastload`` command line. Installed as ``fastload.tools``."""
