@@ -13,3 +13,23 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip_gpu)
+
+
+@pytest.fixture(scope="session")
+def synth_root(tmp_path_factory):
+    """A small generated ImageFolder tree: 4 classes, 48 train / 16 val, 64-160 px sides."""
+    from fastload.synth import synthesize
+
+    root = tmp_path_factory.mktemp("synth_small")
+    return synthesize(
+        root, train=48, val=16, classes=4, seed=0, workers=1, min_side=64, max_side=160
+    )
+
+
+@pytest.fixture(scope="session")
+def synth_photos(tmp_path_factory):
+    """A tiny tree of full-size generated photos: 2 classes, 8 train / 4 val, 300-800 px."""
+    from fastload.synth import synthesize
+
+    root = tmp_path_factory.mktemp("synth_photos")
+    return synthesize(root, train=8, val=4, classes=2, seed=0, workers=1)
