@@ -4,4 +4,13 @@ from fastload.datum import Datum, decode_datum, encode_datum
 
 __version__ = "0.1.0"
 
-__all__ = ["Datum", "decode_datum", "encode_datum", "__version__"]
+__all__ = ["Datum", "LMDBDataset", "decode_datum", "encode_datum", "__version__"]
+
+
+def __getattr__(name: str):
+    # Lazy exports (PEP 562): `import fastload` stays free of torch until they are used.
+    if name == "LMDBDataset":
+        from fastload.lmdb_dataset import LMDBDataset
+
+        return LMDBDataset
+    raise AttributeError(f"module 'fastload' has no attribute {name!r}")

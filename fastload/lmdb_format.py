@@ -7,7 +7,10 @@ A fastload database is an LMDB *directory*::
       lock.mdb          created by LMDB
       fastload.json     sidecar metadata (see ``META_*`` keys), written last
       checksums.crc32   one little-endian uint32 CRC-32 per record value, in key order
+      labels.i32        one little-endian int32 label per record, in key order
       errors.json       files the conversion could not use, with the reason
+      fastload.partial.json  only while a conversion is unfinished: source fingerprint,
+                        options and progress (records committed, source files seen)
 
 Records hold no pickle; any reader (DALI's ``fn.readers.caffe`` included) can parse them.
 A directory without ``fastload.json`` whose ``state`` is ``"complete"`` is a partial
@@ -18,14 +21,26 @@ from __future__ import annotations
 
 FORMAT_NAME = "fastload-lmdb"
 FORMAT_VERSION = 1
+SUPPORTED_VERSIONS = (1,)  # versions this reader understands
 
 KEY_DIGITS = 8  # keys "00000000" .. "99999999"; LMDB sorts them in index order
 META_FILE = "fastload.json"
 CHECKSUM_FILE = "checksums.crc32"
 CHECKSUM_DTYPE = "<u4"  # little-endian uint32, numpy dtype string
+LABELS_FILE = "labels.i32"
+LABELS_DTYPE = "<i4"  # little-endian int32, numpy dtype string
 ERRORS_FILE = "errors.json"
+PARTIAL_FILE = "fastload.partial.json"
+DATA_FILE = "data.mdb"
+LOCK_FILE = "lock.mdb"
 
 STATE_COMPLETE = "complete"
+STATE_PARTIAL = "partial"
+
+# Every file a fastload database directory may hold (``--overwrite`` removes only these).
+OWNED_FILES = (
+    DATA_FILE, LOCK_FILE, META_FILE, CHECKSUM_FILE, LABELS_FILE, ERRORS_FILE, PARTIAL_FILE,
+)
 
 
 def record_key(index: int) -> bytes:

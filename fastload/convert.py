@@ -1,0 +1,182 @@
+"""``fastload convert``: an ImageFolder tree or ``path,label`` CSV into a fastload LMDB.
+
+Worker processes read and validate files (see :mod:`fastload.image_check`), in source
+order (``Pool.imap``), and the parent alone writes, in committed batches (see
+:mod:`fastload.lmdb_writer`). The order is fixed by the source, so a resumed or
+re-run conversion produces the same records whatever ``workers`` or ``commit_every``.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from fastload.convert_sources import list_source
+from fastload.datum import encode_datum
+from fastload.image_check import CHECKS, KEPT, check_file_task
+from fastload.lmdb_format import FORMAT_VERSION, META_FILE, STATE_COMPLETE
+from fastload.lmdb_writer import LMDBWriter, prepare_destination
+
+DEFAULT_COMMIT_EVERY = 512  # source files per LMDB write transaction
+
+
+class ConvertError(RuntimeError):
+    """A conversion stopped early (``strict=True`` and an unreadable file)."""
+
+
+@dataclass
+class ConvertReport:
+    """What a conversion did. ``stored + skipped == seen``."""
+
+    path: Path
+    stored: int
+    skipped: int
+    seen: int
+    errors: list[dict] = field(default_factory=list)  # {"index", "path", "reason"}
+    seconds: float = 0.0
+    kept: int = 0  # records holding the source file's bytes untouched
+    reencoded: int = 0  # records converted or resized to a new JPEG
+    resumed_from: int = 0  # source files already done by an earlier, interrupted run
+    classes: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        return f"stored {self.stored} + skipped {self.skipped} = seen {self.seen}"
+
+
+def _check_positive(name: str, value, allow_none: bool = True) -> None:
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{name} should be a positive integer, but got {name}={value!r}")
+
+
+def convert_folder(
+    src: str | os.PathLike,
+    dst: str | os.PathLike,
+    *,
+    workers: int | None = None,
+    max_side: int | None = None,
+    quality: int = 90,
+    strict: bool = False,
+    overwrite: bool = False,
+    progress: bool = True,
+    commit_every: int = DEFAULT_COMMIT_EVERY,
+    check: str = "markers",
+) -> ConvertReport:
+    """Convert ``src`` (ImageFolder directory or ``.csv``) into the LMDB directory ``dst``.
+
+    Args:
+        workers: processes that read and validate files (default: all CPU cores; 1 = in-process).
+        max_side: re-encode images whose long side exceeds this, resized to it.
+        quality: JPEG quality for every re-encoded image (1-100).
+        strict: stop with :class:`ConvertError` at the first unreadable file.
+        overwrite: replace a finished database (or a partial made with other options).
+        progress: show a tqdm bar (images/s and ETA) on stderr.
+        commit_every: source files per LMDB commit (the resume granularity).
+        check: ``"markers"`` keeps a JPEG after checking its markers and end-of-image;
+            ``"decode"`` also decodes it at reduced scale.
+
+    An interrupted conversion (even SIGKILL) is resumed by calling again with the same
+    source and options; the result equals an uninterrupted run. Unreadable files are
+    listed in ``dst/errors.json``.
+    """
+    _check_positive("workers", workers)
+    _check_positive("max_side", max_side)
+    _check_positive("commit_every", commit_every, allow_none=False)
+    if isinstance(quality, bool) or not isinstance(quality, int) or not 1 <= quality <= 100:
+        raise ValueError(f"quality should be an integer in [1, 100], but got quality={quality!r}")
+    if check not in CHECKS:
+        raise ValueError(f"check should be one of {CHECKS}, but got check={check!r}")
+    start = time.perf_counter()
+    src_path = Path(os.path.abspath(src))
+    dst_path = Path(os.path.abspath(dst))
+    if src_path.is_dir() and (dst_path == src_path or src_path in dst_path.parents):
+        raise ValueError(
+            f"destination {str(dst_path)!r} is inside the source folder {str(src_path)!r}; "
+            "write the database outside the source tree"
+        )
+    source = list_source(src_path)
+    digest, total_bytes = source.fingerprint()
+    identity = {
+        "format_version": FORMAT_VERSION,
+        "source": str(source.root if source.kind == "folder" else src_path),
+        "source_kind": source.kind,
+        "source_fingerprint": digest,
+        "classes": source.classes,
+        "options": {"max_side": max_side, "quality": quality, "check": check},
+    }
+    progress_state = prepare_destination(dst_path, identity, overwrite=overwrite)
+    writer = LMDBWriter(dst_path, identity, progress_state,
+                        map_size=total_bytes + total_bytes // 4 + (len(source.samples) << 10))
+    try:
+        _run(source.samples, writer, workers or os.cpu_count() or 1, max_side, quality, check,
+             strict, progress, commit_every)
+    except BaseException:
+        writer.close()
+        raise
+    writer.finish({"created": datetime.now(timezone.utc).isoformat(timespec="seconds")})
+    kept = writer.counts.get(KEPT, 0)
+    return ConvertReport(
+        path=dst_path, stored=writer.stored, skipped=len(writer.skipped), seen=writer.seen,
+        errors=writer.skipped, seconds=time.perf_counter() - start, kept=kept,
+        reencoded=writer.stored - kept, resumed_from=writer.resumed_from,
+        classes=source.classes,
+    )
+
+
+def _run(samples, writer: LMDBWriter, workers: int, max_side, quality, check, strict,
+         progress, commit_every) -> None:
+    from tqdm import tqdm
+
+    start = writer.seen
+    tasks = ((path, max_side, quality, check) for path, _ in samples[start:])
+    remaining = len(samples) - start
+    pool = None
+    if workers == 1 or remaining < 2:
+        results = map(check_file_task, tasks)
+    else:
+        pool = multiprocessing.get_context().Pool(min(workers, remaining))
+        chunk = max(1, min(32, remaining // (workers * 8)))
+        results = pool.imap(check_file_task, tasks, chunksize=chunk)
+    bar = tqdm(total=len(samples), initial=start, unit="img", disable=not progress,
+               dynamic_ncols=True, desc="convert")
+    try:
+        last_commit = start
+        for index, result in enumerate(results, start=start):
+            path, label = samples[index]
+            if result[0] == "ok":
+                _, data, height, width, how = result
+                writer.add(encode_datum(data, label, height, width, 3), label, how)
+            elif strict:
+                writer.commit(index)
+                raise ConvertError(
+                    f"unreadable image {path!r}: {result[1]} (--strict); fix or remove it and "
+                    "rerun with --overwrite, or run without --strict to skip such files"
+                )
+            else:
+                writer.skip(index, path, result[1])
+            if index + 1 - last_commit >= commit_every:
+                writer.commit(index + 1)
+                last_commit = index + 1
+            bar.update(1)
+        writer.commit(len(samples))
+    finally:
+        bar.close()
+        if pool is not None:
+            pool.terminate()
+            pool.join()
+
+
+def is_complete(path: str | os.PathLike) -> bool:
+    """True when ``path`` holds a finished fastload database."""
+    import json
+
+    try:
+        with open(Path(path) / META_FILE, encoding="utf-8") as handle:
+            return json.load(handle).get("state") == STATE_COMPLETE
+    except (OSError, ValueError, AttributeError):
+        return False

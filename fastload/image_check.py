@@ -1,0 +1,230 @@
+"""Per-file work of ``fastload convert``: validate one image, keep or re-encode its bytes.
+
+Runs in worker processes, so it imports nothing heavy and returns plain tuples.
+
+Keep-bytes rule: a file is stored byte for byte when its JPEG markers show a baseline,
+extended-sequential or progressive Huffman JPEG (SOF0/1/2) with 8-bit samples and three
+components, a plausible size, no more pixels than Pillow's ``MAX_IMAGE_PIXELS``, an
+end-of-image marker after the scan data, and (with ``max_side``) no side longer than
+``max_side``. That is decided from the markers alone (``check="markers"``, the default),
+without decoding; ``check="decode"`` also decodes the image at reduced scale with Pillow
+(catches broken entropy-coded data at about a third of the cost of a full decode).
+
+Everything else that Pillow can open (PNG, grayscale/CMYK/12-bit/arithmetic JPEG,
+palette, 16-bit, alpha, ...) is converted to an 8-bit RGB JPEG at ``quality``
+(transparent pixels composited on white), resized so its long side is ``max_side``
+when it is longer (Lanczos, after a DCT-domain reduction for JPEGs).
+"""
+
+from __future__ import annotations
+
+import io
+import warnings
+
+# Start-of-frame markers a DALI decoder (libjpeg-turbo / nvJPEG) takes as they are.
+_SOF_KEEP = {0xC0, 0xC1, 0xC2}
+# Every start-of-frame marker (C4 = DHT, C8 = JPG, CC = DAC are not frames).
+_SOF_ALL = {0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF}
+_STANDALONE = {0x01, 0xD0, 0xD1, 0xD2, 0xD3, 0xD4, 0xD5, 0xD6, 0xD7}
+
+KEPT = "kept"
+CONVERTED = "converted"
+RESIZED = "resized"
+CHECKS = ("markers", "decode")
+
+
+class Unreadable(Exception):
+    """The file cannot be used; ``str(exc)`` is the reason written to errors.json."""
+
+
+def parse_jpeg(data: bytes) -> tuple[int, int, int, int, int]:
+    """Walk the markers of a JPEG up to its first scan.
+
+    Returns ``(sof_marker, precision, height, width, components)``. Raises
+    :class:`Unreadable` when the marker structure is broken, the header is truncated or
+    there is no end-of-image marker after the scan data (a truncated file).
+    """
+    size = len(data)
+    pos = 2
+    frame = None
+    while True:
+        if pos >= size:
+            raise Unreadable("truncated JPEG: the file ends inside its header")
+        if data[pos] != 0xFF:
+            raise Unreadable(f"corrupt JPEG: expected a marker at byte {pos}")
+        while pos < size and data[pos] == 0xFF:  # fill bytes
+            pos += 1
+        if pos >= size:
+            raise Unreadable("truncated JPEG: the file ends inside its header")
+        marker = data[pos]
+        pos += 1
+        if marker in _STANDALONE:
+            continue
+        if marker == 0xD8:
+            raise Unreadable("corrupt JPEG: a second start-of-image marker in the header")
+        if marker == 0xD9:
+            raise Unreadable("corrupt JPEG: end-of-image marker before any image data")
+        if pos + 2 > size:
+            raise Unreadable("truncated JPEG: the file ends inside its header")
+        length = (data[pos] << 8) | data[pos + 1]
+        if length < 2 or pos + length > size:
+            raise Unreadable("truncated JPEG: a header segment runs past the end of the file")
+        if marker in _SOF_ALL:
+            if length < 8:
+                raise Unreadable("corrupt JPEG: start-of-frame segment too short")
+            precision = data[pos + 2]
+            height = (data[pos + 3] << 8) | data[pos + 4]
+            width = (data[pos + 5] << 8) | data[pos + 6]
+            components = data[pos + 7]
+            frame = (marker, precision, height, width, components)
+        elif marker == 0xDA:  # start of scan: the entropy-coded data follows
+            if frame is None:
+                raise Unreadable("corrupt JPEG: scan data before any start-of-frame marker")
+            if data.rfind(b"\xff\xd9", pos + length) < 0:
+                raise Unreadable("truncated JPEG: no end-of-image marker after the image data")
+            return frame
+        pos += length
+
+
+def _keepable(frame: tuple[int, int, int, int, int], max_side: int | None, max_pixels: int | None) -> bool:
+    marker, precision, height, width, components = frame
+    if marker not in _SOF_KEEP or precision != 8 or components != 3:
+        return False
+    if height == 0 or width == 0:  # height given later by a DNL marker: let Pillow decide
+        return False
+    if max_pixels is not None and height * width > max_pixels:
+        raise Unreadable(
+            f"decompression bomb: {width}x{height} = {width * height} pixels is more than "
+            f"Pillow's limit of {max_pixels}"
+        )
+    return max_side is None or max(height, width) <= max_side
+
+
+def _open_image(data: bytes):
+    from PIL import Image
+
+    max_pixels = Image.MAX_IMAGE_PIXELS
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            image = Image.open(io.BytesIO(data))
+            width, height = image.size
+    except (Image.DecompressionBombWarning, Image.DecompressionBombError) as exc:
+        raise Unreadable(f"decompression bomb: {exc}") from None
+    except Image.UnidentifiedImageError:
+        raise Unreadable("not an image Pillow can identify") from None
+    except (OSError, ValueError, SyntaxError) as exc:
+        raise Unreadable(f"cannot open image: {exc}") from None
+    if max_pixels is not None and width * height > max_pixels:
+        raise Unreadable(
+            f"decompression bomb: {width}x{height} = {width * height} pixels is more than "
+            f"Pillow's limit of {max_pixels}"
+        )
+    return image
+
+
+def _to_rgb(image):
+    """Any Pillow image as 8-bit RGB; alpha composited on white, 16-bit scaled down."""
+    from PIL import Image
+
+    mode = image.mode
+    if mode.startswith("I") or mode == "F":
+        import numpy as np
+
+        array = np.asarray(image)
+        if mode.startswith("I;16") or (mode == "I" and array.max(initial=0) > 255):
+            array = array.astype(np.float32) / 257.0  # 16-bit range -> 8-bit range
+        image = Image.fromarray(np.clip(np.rint(array), 0, 255).astype(np.uint8), "L")
+        mode = "L"
+    has_alpha = mode in ("RGBA", "LA", "PA", "La", "RGBa") or (
+        mode == "P" and "transparency" in image.info
+    )
+    if has_alpha:
+        rgba = image.convert("RGBA")
+        background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+        return Image.alpha_composite(background, rgba).convert("RGB")
+    if mode != "RGB":
+        return image.convert("RGB")
+    return image
+
+
+def _reencode(data: bytes, max_side: int | None, quality: int) -> tuple[bytes, int, int, str]:
+    from PIL import Image
+
+    image = _open_image(data)
+    how = CONVERTED
+    try:
+        width, height = image.size
+        if max_side is not None and max(width, height) > max_side:
+            scale = max_side / max(width, height)
+            target = (max(1, round(width * scale)), max(1, round(height * scale)))
+            if image.format == "JPEG":
+                image.draft(image.mode, target)  # DCT-domain reduction, never below target
+            image = _to_rgb(image)
+            image = image.resize(target, Image.Resampling.LANCZOS, reducing_gap=None)
+            how = RESIZED
+        else:
+            image = _to_rgb(image)
+            image.load()
+    except Unreadable:
+        raise
+    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
+        raise Unreadable(f"cannot decode image: {exc}") from None
+    out = io.BytesIO()
+    image.save(out, "JPEG", quality=quality)
+    return out.getvalue(), image.height, image.width, how
+
+
+def _decode_check(data: bytes) -> None:
+    """Reduced-scale decode of a JPEG (all entropy data read, 1/8 of the IDCT work)."""
+    image = _open_image(data)
+    try:
+        image.draft("RGB", (max(1, image.width // 8), max(1, image.height // 8)))
+        image.load()
+    except (OSError, ValueError, SyntaxError) as exc:
+        raise Unreadable(f"cannot decode image: {exc}") from None
+
+
+def process_bytes(
+    data: bytes, max_side: int | None = None, quality: int = 90, check: str = "markers"
+) -> tuple[bytes, int, int, str]:
+    """Validate ``data`` and return ``(jpeg bytes, height, width, how)``.
+
+    ``how`` is ``"kept"`` (the input bytes, untouched), ``"converted"`` or ``"resized"``.
+    Raises :class:`Unreadable` for a file that cannot be used.
+    """
+    if not data:
+        raise Unreadable("empty file (0 bytes)")
+    if data[:2] == b"\xff\xd8":
+        frame = parse_jpeg(data)
+        from PIL import Image
+
+        if _keepable(frame, max_side, Image.MAX_IMAGE_PIXELS):
+            if check == "decode":
+                _decode_check(data)
+            return data, frame[2], frame[3], KEPT
+    return _reencode(data, max_side, quality)
+
+
+def check_file(
+    path: str, max_side: int | None = None, quality: int = 90, check: str = "markers"
+) -> tuple:
+    """Worker entry: ``("ok", bytes, height, width, how)`` or ``("skip", reason)``."""
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except OSError as exc:
+        return ("skip", f"cannot read file: {exc.strerror or exc}")
+    try:
+        return ("ok", *process_bytes(data, max_side, quality, check))
+    except Unreadable as exc:
+        return ("skip", str(exc))
+    except Exception as exc:  # noqa: BLE001 - a decoder bug must not kill the conversion
+        return ("skip", f"unexpected error while reading the image: {type(exc).__name__}: {exc}")
+
+
+def check_file_task(task: tuple[str, int | None, int, str]) -> tuple:
+    """``check_file`` over one ``(path, max_side, quality, check)`` tuple (for Pool.imap)."""
+    return check_file(*task)
+
+

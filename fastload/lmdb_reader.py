@@ -1,0 +1,174 @@
+"""Read-only access to a finished fastload LMDB directory.
+
+The LMDB environment is opened lazily, once per process (checked by pid), read-only
+with ``lock=False`` and ``readahead=False``: LMDB handles do not survive ``fork``, and a
+reader pickled into a DataLoader worker reopens the file there. Labels come from the
+``labels.i32`` sidecar, so samplers get ``targets`` without a pass over the database.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from fastload.datum import datum_fields
+from fastload.lmdb_format import (
+    FORMAT_NAME,
+    LABELS_DTYPE,
+    LABELS_FILE,
+    META_FILE,
+    PARTIAL_FILE,
+    STATE_COMPLETE,
+    SUPPORTED_VERSIONS,
+    record_key,
+)
+
+MAX_READERS = 1024
+
+
+def load_meta(path: Path) -> dict:
+    """The parsed ``fastload.json`` of ``path``; one clear sentence when it is not usable."""
+    if not path.exists():
+        raise FileNotFoundError(
+            f"LMDB directory {str(path)!r} does not exist; run `fastload convert SRC {path}` first"
+        )
+    if not path.is_dir():
+        raise NotADirectoryError(
+            f"{str(path)!r} is a file, not a fastload LMDB directory; pass the folder that "
+            "`fastload convert` wrote"
+        )
+    meta_path = path / META_FILE
+    if not meta_path.exists():
+        if (path / PARTIAL_FILE).exists():
+            raise ValueError(
+                f"{str(path)!r} is a partial conversion; rerun the same `fastload convert` "
+                "command to finish it"
+            )
+        raise FileNotFoundError(
+            f"{str(path)!r} has no {META_FILE}, so it is not a fastload database; run "
+            f"`fastload convert SRC {path}` first"
+        )
+    try:
+        with open(meta_path, encoding="utf-8") as handle:
+            meta = json.load(handle)
+    except ValueError as exc:
+        raise ValueError(f"{str(meta_path)!r} is not valid JSON ({exc}); reconvert with --overwrite") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
+        raise ValueError(f"{str(meta_path)!r} does not describe a {FORMAT_NAME} database")
+    if meta.get("version") not in SUPPORTED_VERSIONS:
+        raise ValueError(
+            f"{str(path)!r} uses format version {meta.get('version')!r} but this fastload reads "
+            f"versions {SUPPORTED_VERSIONS}; upgrade fastload or reconvert with --overwrite"
+        )
+    if meta.get("state") != STATE_COMPLETE:
+        raise ValueError(
+            f"{str(path)!r} is a partial conversion (state {meta.get('state')!r}); rerun the "
+            "same `fastload convert` command to finish it"
+        )
+    return meta
+
+
+def load_labels(path: Path, meta: dict) -> list[int]:
+    """Per-record labels from the labels sidecar, checked against the record count."""
+    import numpy as np
+
+    labels_path = path / meta.get("labels_file", LABELS_FILE)
+    try:
+        labels = np.fromfile(labels_path, dtype=meta.get("labels_dtype", LABELS_DTYPE))
+    except FileNotFoundError:
+        raise FileNotFoundError(
+            f"{str(labels_path)!r} is missing; reconvert with `fastload convert --overwrite`"
+        ) from None
+    if len(labels) != meta["count"]:
+        raise ValueError(
+            f"{str(labels_path)!r} holds {len(labels)} labels for {meta['count']} records; "
+            "reconvert with `fastload convert --overwrite`"
+        )
+    return labels.astype(np.int64).tolist()
+
+
+class LMDBReader:
+    """Read-only view of a fastload LMDB directory (see the module docstring)."""
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = Path(os.path.abspath(path))
+        self.meta: dict = load_meta(self.path)
+        self.classes: list[str] = list(self.meta.get("classes", []))
+        self.class_to_idx: dict[str, int] = {name: i for i, name in enumerate(self.classes)}
+        self.targets: list[int] = load_labels(self.path, self.meta)
+        self._count = int(self.meta["count"])
+        self._env = None
+        self._txn = None
+        self._pid: int | None = None
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __repr__(self) -> str:
+        return f"LMDBReader({str(self.path)!r}, records={self._count}, classes={len(self.classes)})"
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state.update(_env=None, _txn=None, _pid=None)
+        return state
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
+    def close(self) -> None:
+        """Drop this process's LMDB handle (it is reopened on the next read)."""
+        if self._env is not None and self._pid == os.getpid():
+            if self._txn is not None:
+                self._txn.abort()
+            self._env.close()
+        self._env = self._txn = self._pid = None
+
+    def _transaction(self):
+        if self._pid != os.getpid():  # first use here, or inherited through fork
+            import lmdb
+
+            self._env = lmdb.open(
+                str(self.path), readonly=True, lock=False, readahead=False, subdir=True,
+                max_readers=MAX_READERS, meminit=False,
+            )
+            self._txn = self._env.begin(write=False, buffers=False)
+            self._pid = os.getpid()
+        return self._txn
+
+    def key(self, index: int) -> bytes:
+        """The LMDB key of record ``index`` (negative indices count from the end)."""
+        if not isinstance(index, int) or isinstance(index, bool):
+            raise TypeError(f"record index must be an int, but got {type(index).__name__}")
+        if index < 0:
+            index += self._count
+        if not 0 <= index < self._count:
+            raise IndexError(
+                f"record index {index} is out of range for {str(self.path)!r} ({self._count} records)"
+            )
+        return record_key(index)
+
+    def record(self, index: int) -> bytes:
+        """The raw Datum value of record ``index``."""
+        key = self.key(index)
+        value = self._transaction().get(key)
+        if value is None:
+            raise KeyError(
+                f"record {key.decode()} is missing from {str(self.path)!r}; the database is "
+                "damaged: run `fastload verify` and reconvert with --overwrite"
+            )
+        return value
+
+    def image_bytes(self, index: int) -> tuple[memoryview, int, tuple[int, int]]:
+        """``(encoded JPEG bytes, label, (height, width))`` of record ``index``."""
+        try:
+            data, label, height, width, _, _ = datum_fields(self.record(index))
+        except ValueError as exc:
+            raise ValueError(
+                f"record {self.key(index).decode()} of {str(self.path)!r} is corrupt ({exc}); "
+                "run `fastload verify` and reconvert with --overwrite"
+            ) from None
+        return data, label, (height, width)

@@ -1,0 +1,289 @@
+"""Writes a fastload LMDB directory: crash-safe, resumable, finished by an atomic sidecar.
+
+Durability protocol (one writer process):
+
+1. ``fastload.partial.json`` is written (atomically) before the LMDB environment exists:
+   it names the source, its fingerprint and the options, so a directory holding records
+   but no sidecar is always recognisable as a partial, never as a finished database.
+2. Records are put in batches, one LMDB write transaction per batch; the LMDB commit is
+   the durable point. After each commit the partial file is rewritten (atomically) with
+   the records committed (``stored``), the source files consumed (``seen``) and the files
+   skipped so far.
+3. On resume the partial file says where to continue. Records past ``stored`` (a commit
+   that landed before its progress record) are deleted and redone, so the finished
+   database is identical to an uninterrupted run. Checksums and labels of the kept prefix
+   are recomputed from the records.
+4. Finishing writes ``checksums.crc32``, ``labels.i32`` and ``errors.json``, then
+   ``fastload.json`` with ``state: complete`` (atomically, last), then removes the partial.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import zlib
+from array import array
+from pathlib import Path
+
+from fastload.datum import datum_fields
+from fastload.lmdb_format import (
+    CHECKSUM_DTYPE,
+    CHECKSUM_FILE,
+    DATA_FILE,
+    ERRORS_FILE,
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    KEY_DIGITS,
+    LABELS_DTYPE,
+    LABELS_FILE,
+    META_FILE,
+    OWNED_FILES,
+    PARTIAL_FILE,
+    STATE_COMPLETE,
+    STATE_PARTIAL,
+    record_key,
+)
+
+MIN_MAP_SIZE = 64 << 20  # 64 MiB; LMDB's data.mdb is sparse, the map only reserves addresses
+CRASH_ENV = "FASTLOAD_TEST_CRASH"  # test hook: "<point>:<n>" SIGKILLs at the n-th <point>
+CRASH_POINTS = ("mid_txn", "after_commit", "after_progress")
+
+
+def write_bytes_atomic(path: Path, payload: bytes) -> None:
+    """Write ``payload`` to ``path`` via a temporary file, fsync and ``os.replace``."""
+    tmp = path.parent / f".{path.name}.{os.getpid()}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)  # honours the umask
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(payload)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def write_json_atomic(path: Path, obj: dict) -> None:
+    write_bytes_atomic(path, json.dumps(obj, indent=1, sort_keys=True).encode() + b"\n")
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            value = json.load(handle)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _remove_owned(dst: Path) -> None:
+    """Delete the fastload files in ``dst``: the completion marker first, the partial last."""
+    order = [META_FILE] + [n for n in OWNED_FILES if n not in (META_FILE, PARTIAL_FILE)]
+    for name in [*order, PARTIAL_FILE]:
+        (dst / name).unlink(missing_ok=True)
+
+
+def prepare_destination(dst: Path, identity: dict, *, overwrite: bool) -> dict:
+    """Make ``dst`` ready for writing and return the progress to resume from.
+
+    ``identity`` (source, fingerprint, options) must equal a partial's to resume it.
+    A finished database is replaced only with ``overwrite``; a folder holding anything
+    that is not a fastload file is never touched.
+    """
+    fresh = {"stored": 0, "seen": 0, "skipped": [], "counts": {}}
+    if dst.exists() and not dst.is_dir():
+        raise FileExistsError(f"destination {str(dst)!r} is a file; pass a new or empty folder")
+    dst.mkdir(parents=True, exist_ok=True)
+    names = {entry.name for entry in os.scandir(dst)}
+    foreign = sorted(n for n in names if n not in OWNED_FILES and not n.startswith("."))
+    meta = _read_json(dst / META_FILE)
+    partial = _read_json(dst / PARTIAL_FILE)
+    if foreign:
+        raise FileExistsError(
+            f"destination {str(dst)!r} holds files that are not part of a fastload database "
+            f"({', '.join(foreign[:3])}{', ...' if len(foreign) > 3 else ''}); choose a new "
+            "or empty folder"
+        )
+    if meta and meta.get("state") == STATE_COMPLETE:
+        if not overwrite:
+            raise FileExistsError(
+                f"destination {str(dst)!r} already holds a finished fastload database "
+                f"({meta.get('count')} records); pass --overwrite (overwrite=True) to replace it"
+            )
+        _remove_owned(dst)
+    elif partial is not None:
+        ours = {k: partial.get(k) for k in identity}
+        if ours == identity and partial.get("state") == STATE_PARTIAL:
+            return {**fresh, **{k: partial[k] for k in fresh if k in partial}}
+        if not overwrite:
+            differs = [k for k in identity if partial.get(k) != identity[k]] or ["state"]
+            detail = "; ".join(
+                f"{k}: partial has {partial.get(k)!r}, now {identity[k]!r}"
+                for k in differs if k in identity
+            ) or "the partial's progress file is unreadable"
+            raise ValueError(
+                f"destination {str(dst)!r} holds a partial conversion made from a different "
+                f"source or with different options ({detail}); rerun the original command to "
+                "finish it, or pass --overwrite to start over"
+            )
+        _remove_owned(dst)
+    elif names & set(OWNED_FILES):
+        _remove_owned(dst)  # leftovers of an interrupted overwrite: nothing to keep
+    write_json_atomic(dst / PARTIAL_FILE, {"state": STATE_PARTIAL, **identity, **fresh})
+    return fresh
+
+
+class LMDBWriter:
+    """Appends Datum records to ``dst`` in committed batches, from a prepared progress."""
+
+    def __init__(self, dst: Path, identity: dict, progress: dict, *, map_size: int) -> None:
+        import lmdb
+
+        self.dst = dst
+        self.identity = identity
+        self.stored = int(progress["stored"])
+        self.seen = int(progress["seen"])
+        self.skipped: list[dict] = list(progress["skipped"])
+        self.counts: dict[str, int] = dict(progress["counts"])
+        self.resumed_from = self.seen
+        self._pending: list[bytes] = []
+        self._pending_labels: list[int] = []
+        self._checksums = array("I")
+        self._labels = array("i")
+        self._crash_point, self._crash_at = _crash_hook()
+        self._crash_seen = 0
+        existing = (dst / DATA_FILE).stat().st_size if (dst / DATA_FILE).exists() else 0
+        self._map_size = max(MIN_MAP_SIZE, int(map_size), 2 * existing)
+        self._lmdb = lmdb
+        self.env = lmdb.open(
+            str(dst), map_size=self._map_size, subdir=True, readahead=False,
+            meminit=False, max_dbs=0, lock=True,
+        )
+        self._reconcile()
+
+    def _reconcile(self) -> None:
+        """Drop records past ``stored``; recompute checksums and labels of the rest."""
+        with self.env.begin(write=True) as txn:
+            cursor = txn.cursor()
+            index = 0
+            for key, value in cursor.iternext(keys=True, values=True):
+                if index >= self.stored:
+                    break
+                if key != record_key(index):
+                    raise ValueError(
+                        f"partial conversion in {str(self.dst)!r} has record key {key!r} where "
+                        f"{record_key(index)!r} was expected; pass --overwrite to start over"
+                    )
+                self._checksums.append(zlib.crc32(value))
+                self._labels.append(datum_fields(value)[1])
+                index += 1
+            if index < self.stored:
+                raise ValueError(
+                    f"partial conversion in {str(self.dst)!r} claims {self.stored} records but "
+                    f"holds {index}; pass --overwrite to start over"
+                )
+            if cursor.set_range(record_key(self.stored)):
+                while cursor.delete():
+                    pass
+
+    def add(self, value: bytes, label: int, how: str) -> None:
+        """Queue one serialized Datum (committed by the next :meth:`commit`)."""
+        self._pending.append(value)
+        self._pending_labels.append(label)
+        self.counts[how] = self.counts.get(how, 0) + 1
+
+    def skip(self, index: int, path: str, reason: str) -> None:
+        self.skipped.append({"index": index, "path": path, "reason": reason})
+
+    def commit(self, seen: int) -> None:
+        """Commit queued records, then record that ``seen`` source files are done."""
+        while True:
+            try:
+                with self.env.begin(write=True) as txn:
+                    for offset, value in enumerate(self._pending):
+                        txn.put(record_key(self.stored + offset), value, append=True)
+                        if offset == len(self._pending) // 2:
+                            self._maybe_crash("mid_txn")
+                break
+            except self._lmdb.MapFullError:
+                self._map_size *= 2
+                self.env.set_mapsize(self._map_size)
+        self._maybe_crash("after_commit")
+        self._checksums.extend(zlib.crc32(value) for value in self._pending)
+        self._labels.extend(self._pending_labels)
+        self.stored += len(self._pending)
+        self.seen = seen
+        self._pending.clear()
+        self._pending_labels.clear()
+        write_json_atomic(self.dst / PARTIAL_FILE, {
+            "state": STATE_PARTIAL, **self.identity, "stored": self.stored, "seen": self.seen,
+            "skipped": self.skipped, "counts": self.counts,
+        })
+        self._maybe_crash("after_progress")
+
+    def finish(self, meta: dict) -> dict:
+        """Write the sidecars and ``fastload.json`` (last); returns the metadata written."""
+        if self._pending:
+            raise RuntimeError("finish() called with uncommitted records; call commit() first")
+        self.env.sync(True)
+        self.env.close()
+        write_bytes_atomic(self.dst / CHECKSUM_FILE, self._checksums.tobytes()
+                           if _little_endian() else _swapped(self._checksums))
+        write_bytes_atomic(self.dst / LABELS_FILE, self._labels.tobytes()
+                           if _little_endian() else _swapped(self._labels))
+        write_json_atomic(self.dst / ERRORS_FILE, {
+            "seen": self.seen, "stored": self.stored, "skipped_count": len(self.skipped),
+            "skipped": self.skipped,
+        })
+        full = {
+            "format": FORMAT_NAME, "version": FORMAT_VERSION, "state": STATE_COMPLETE,
+            "count": self.stored, "seen": self.seen, "skipped": len(self.skipped),
+            "key_digits": KEY_DIGITS, "record": "caffe.Datum (encoded=true, channels=3)",
+            "checksum_file": CHECKSUM_FILE, "checksum_dtype": CHECKSUM_DTYPE,
+            "checksum_algorithm": "crc32 (zlib) of each record value",
+            "labels_file": LABELS_FILE, "labels_dtype": LABELS_DTYPE,
+            "errors_file": ERRORS_FILE, "counts": self.counts, **self.identity, **meta,
+        }
+        write_json_atomic(self.dst / META_FILE, full)
+        (self.dst / PARTIAL_FILE).unlink(missing_ok=True)
+        return full
+
+    def close(self) -> None:
+        self.env.close()
+
+    def _maybe_crash(self, point: str) -> None:
+        if point == self._crash_point:
+            self._crash_seen += 1
+            if self._crash_seen == self._crash_at:
+                os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _crash_hook() -> tuple[str | None, int]:
+    spec = os.environ.get(CRASH_ENV, "")
+    if not spec:
+        return None, 0
+    point, _, count = spec.partition(":")
+    if point not in CRASH_POINTS or not count.isdigit():
+        raise ValueError(f"{CRASH_ENV}={spec!r} must be '<point>:<n>' with point in {CRASH_POINTS}")
+    return point, int(count)
+
+
+def _little_endian() -> bool:
+    import sys
+
+    return sys.byteorder == "little"
+
+
+def _swapped(values: array) -> bytes:
+    copy = array(values.typecode, values)
+    copy.byteswap()
+    return copy.tobytes()

@@ -1,0 +1,65 @@
+"""``fastload convert SRC DST``: an ImageFolder tree or ``path,label`` CSV into an LMDB."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "convert",
+        help="convert an image folder or CSV into a fastload LMDB (resumable)",
+        description=(
+            "Convert SRC (an ImageFolder tree SRC/<class>/<images>, or a CSV of `path,label` "
+            "rows) into the LMDB directory DST. JPEGs are stored byte for byte; other formats "
+            "become 8-bit RGB JPEGs. Unreadable files are skipped and listed in DST/errors.json. "
+            "An interrupted run is resumed by rerunning the same command."
+        ),
+    )
+    parser.add_argument("src", metavar="SRC", help="ImageFolder directory or .csv of path,label")
+    parser.add_argument("dst", metavar="DST", help="LMDB directory to write")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="worker processes that read and validate images (default: all cores)")
+    parser.add_argument("--max-side", type=int, default=None, metavar="N",
+                        help="re-encode images whose long side exceeds N pixels, resized to N")
+    parser.add_argument("--quality", type=int, default=90,
+                        help="JPEG quality of re-encoded images (default: 90)")
+    parser.add_argument("--check", choices=("markers", "decode"), default="markers",
+                        help="how JPEGs kept as they are get validated: their markers and "
+                             "end-of-image (default, fast) or also a reduced-scale decode")
+    parser.add_argument("--strict", action="store_true",
+                        help="stop at the first unreadable file instead of skipping it")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace a finished database at DST")
+    parser.add_argument("--commit-every", type=int, default=None, metavar="N",
+                        help="source files per LMDB commit, i.e. resume granularity (default: 512)")
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    parser.set_defaults(run=run)
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    from fastload.convert import DEFAULT_COMMIT_EVERY, ConvertError, convert_folder
+
+    try:
+        report = convert_folder(
+            args.src, args.dst, workers=args.workers, max_side=args.max_side,
+            quality=args.quality, strict=args.strict, overwrite=args.overwrite,
+            progress=not args.no_progress, check=args.check,
+            commit_every=args.commit_every or DEFAULT_COMMIT_EVERY,
+        )
+    except (ConvertError, FileNotFoundError, FileExistsError, NotADirectoryError,
+            ValueError) as exc:
+        print(f"fastload convert: error: {exc}", file=sys.stderr)
+        return 1
+    resumed = f" (resumed after {report.resumed_from} files)" if report.resumed_from else ""
+    print(f"{report.summary()} in {report.seconds:.1f} s{resumed}; "
+          f"{report.kept} kept as they were, {report.reencoded} re-encoded -> {report.path}")
+    if report.skipped:
+        print(f"skipped files and reasons: {report.path / 'errors.json'}")
+        for error in report.errors[:5]:
+            print(f"  {error['path']}: {error['reason']}")
+        if report.skipped > 5:
+            print(f"  ... and {report.skipped - 5} more")
+    return 0
