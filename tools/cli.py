@@ -16,6 +16,7 @@ COMMANDS: dict[str, str] = {
     "synth": "synth",
     "convert": "convert",
     "verify": "verify",
+    "demo": "demo",
 }
 
 

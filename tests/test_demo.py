@@ -1,0 +1,51 @@
+"""``fastload demo``: generate, convert and verify end to end, and resume by skipping."""
+
+from __future__ import annotations
+
+import json
+
+from fastload.tools.cli import main
+
+from fastload.convert import is_complete
+from fastload.lmdb_dataset import LMDBDataset
+
+
+def test_demo_generates_converts_and_verifies_then_skips_on_rerun(tmp_path, capsys):
+    workdir = tmp_path / "demo"
+    assert main(["demo", "--workdir", str(workdir), "--tiny", "--workers", "1"]) == 0
+    first = capsys.readouterr().out.strip().splitlines()
+    assert [line.split(":")[0] for line in first] == [
+        "[1/5] synth", "[2/5] convert train", "[3/5] convert val",
+        "[4/5] verify train", "[5/5] verify val",
+    ]
+    assert "stored 48 + skipped 0 = seen 48" in first[1]
+    assert "OK: 16/16 records" in first[4]
+    for split, count in (("train", 48), ("val", 16)):
+        assert is_complete(workdir / "lmdb" / split)
+        dataset = LMDBDataset(workdir / "lmdb" / split)
+        assert len(dataset) == count
+        assert dataset.classes == ["class_00", "class_01", "class_02", "class_03"]
+
+    assert main(["demo", "--workdir", str(workdir), "--tiny", "--workers", "1"]) == 0
+    second = capsys.readouterr().out.strip().splitlines()
+    assert "skipped" in second[0] and "skipped" in second[1] and "skipped" in second[2]
+    assert "OK" in second[3] and "OK" in second[4]
+
+
+def test_demo_refuses_a_workdir_made_with_other_arguments(tmp_path, capsys):
+    workdir = tmp_path / "demo"
+    workdir.mkdir()
+    (workdir / "synth.json").write_text(json.dumps({"classes": 3}), encoding="utf-8")
+    assert main(["demo", "--workdir", str(workdir), "--tiny"]) == 1
+    assert "other arguments" in capsys.readouterr().err
+
+
+def test_demo_finishes_a_conversion_left_unfinished(tmp_path, capsys):
+    workdir = tmp_path / "demo"
+    assert main(["demo", "--workdir", str(workdir), "--tiny", "--workers", "1"]) == 0
+    capsys.readouterr()
+    meta = workdir / "lmdb" / "val" / "fastload.json"
+    meta.unlink()  # the completion marker goes first when a conversion is cut short
+    assert main(["demo", "--workdir", str(workdir), "--tiny", "--workers", "1"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert "skipped" in lines[1] and "seen 16" in lines[2] and "OK: 16/16" in lines[4]
