@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import argparse
 import io
 import pathlib
 
 import numpy as np
 import pytest
+from fastload.tools.cli import main
 from PIL import Image
 
 from fastload.synth import class_names, image_size, synth_image, synthesize, tree_stats
@@ -122,20 +122,9 @@ def test_class_names_sort_in_label_order():
     assert names == sorted(names) and names[0] == "class_000" and len(set(names)) == 120
 
 
-def _cli(argv: list[str]) -> int:
-    # The synth subcommand as the dispatcher wires it (fastload.tools.cli.main builds the
-    # same parser, plus the other subcommands).
-    from fastload.tools import synth as synth_command
-
-    parser = argparse.ArgumentParser(prog="fastload")
-    synth_command.add_parser(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    return int(args.run(args) or 0)
-
-
 def test_synth_cli_writes_tree_and_prints_summary(tmp_path, capsys):
     out = tmp_path / "cli"
-    status = _cli(
+    status = main(
         ["synth", str(out), "--train", "6", "--val", "3", "--classes", "3", "--seed", "5",
          "--quality", "85", "--workers", "1", "--min-side", "64", "--max-side", "96",
          "--no-progress"]
