@@ -1,0 +1,281 @@
+"""BatchDecoder: batches of encoded images in, torch tensors out, through one DALI graph.
+
+The caller decides which samples form a batch; the decoder draws each sample's random
+parameters (torchvision's distributions, from the caller's ``torch.Generator``), feeds the
+batch to DALI and returns without waiting. Up to ``queue_depth`` batches are in flight; they
+come back from :meth:`BatchDecoder.fetch` in submission order as fresh tensors (one copy out
+of DALI's reused buffers).
+
+Queue handling: the pipeline is driven one iteration per fed batch (``feed_input`` then the
+backend's ``Run``; ``Outputs`` to collect). DALI's Python ``schedule_run``/``run`` would, on
+the first call, run ``prefetch_queue_depth`` iterations at once and fail with "Attempted to
+peek the data batch that doesn't exist" when fewer batches have been fed.
+"""
+
+from __future__ import annotations
+
+import collections
+import io
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from . import geometry, graph
+from .translate import TransformPlan
+
+__all__ = ["BatchDecodeError", "BatchDecoder"]
+
+
+class BatchDecodeError(RuntimeError):
+    """DALI failed on a batch; ``.message`` holds DALI's text. The decoder stays usable.
+
+    ``sample_indices``: positions in the batch that Pillow cannot decode either (a best-effort
+    hint for naming the bad file; empty when none could be singled out).
+    """
+
+    def __init__(self, message: str, sample_indices: Sequence[int] = ()):
+        self.message = message
+        self.sample_indices = list(sample_indices)
+        hint = (
+            f" (samples {self.sample_indices} of the batch are unreadable)"
+            if self.sample_indices
+            else ""
+        )
+        super().__init__(f"DALI could not decode a batch{hint}: {message}")
+
+
+def _as_array(data) -> np.ndarray:
+    if isinstance(data, np.ndarray):
+        if data.dtype != np.uint8 or data.ndim != 1:
+            data = data.reshape(-1).view(np.uint8)
+        return data
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        return np.frombuffer(data, dtype=np.uint8)
+    raise TypeError(
+        f"encoded images should be bytes, memoryview or numpy arrays, but got {type(data).__name__}"
+    )
+
+
+def _unreadable(encoded: Sequence[np.ndarray]) -> list[int]:
+    from PIL import Image
+
+    bad = []
+    for i, data in enumerate(encoded):
+        try:
+            with Image.open(io.BytesIO(data.tobytes())) as im:
+                im.load()
+        except Exception:  # any failure marks the sample as the suspect
+            bad.append(i)
+    return bad
+
+
+class BatchDecoder:
+    """Decode and transform batches with the DALI graph of ``plan``.
+
+    ``device="cpu"``: CPU-only DALI, CPU tensors. ``device="gpu"``: nvJPEG decode
+    (``device="mixed"``, ``hw_decoder_load`` of the work on the hardware decoder), tensors on
+    ``cuda:device_id``. ``queue_depth``: batches that may be in flight at once.
+    Buffers passed to :meth:`submit` must stay valid until the batch has been fetched.
+    """
+
+    def __init__(
+        self,
+        plan: TransformPlan,
+        *,
+        max_batch_size: int,
+        num_threads: int = 2,
+        device: str = "cpu",
+        device_id: int | None = None,
+        queue_depth: int = 2,
+        hw_decoder_load: float = 0.65,
+    ):
+        if not isinstance(plan, TransformPlan):
+            raise TypeError(
+                f"plan should be a TransformPlan from translate(), but got {type(plan).__name__}"
+            )
+        for name, value in (
+            ("max_batch_size", max_batch_size),
+            ("num_threads", num_threads),
+            ("queue_depth", queue_depth),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} should be a positive integer, but got {name}={value!r}")
+        if device not in ("cpu", "gpu"):
+            raise ValueError(f"device should be 'cpu' or 'gpu', but got device={device!r}")
+        if device == "gpu" and device_id is None:
+            device_id = torch.cuda.current_device()
+        self.plan = plan
+        self.max_batch_size = max_batch_size
+        self.num_threads = num_threads
+        self.device = device
+        self.device_id = device_id
+        self.queue_depth = queue_depth
+        self.hw_decoder_load = hw_decoder_load
+        self._names = graph.input_names(plan)
+        self._pending: collections.deque = collections.deque()  # (feeds, encoded) per batch
+        self._pipe = None
+        self._closed = False
+        self._pipe = self._build()
+
+    # ------------------------------------------------------------------ public
+    def submit(
+        self,
+        encoded: Sequence[bytes | memoryview | np.ndarray],
+        sizes: Sequence[tuple[int, int]],
+        generator: torch.Generator,
+    ) -> None:
+        """Draw the batch's parameters from ``generator`` (in sample order) and enqueue it."""
+        self._check_open()
+        n = len(encoded)
+        if n == 0 or n > self.max_batch_size:
+            raise ValueError(
+                f"a batch should hold 1 to max_batch_size={self.max_batch_size} images, but got {n}"
+            )
+        if len(sizes) != n:
+            raise ValueError(
+                f"sizes should have one (height, width) per image: {len(sizes)} sizes for {n} images"
+            )
+        if len(self._pending) >= self.queue_depth:
+            raise RuntimeError(
+                f"{self.queue_depth} batches are already in flight (queue_depth); call fetch() first"
+            )
+        arrays = [_as_array(e) for e in encoded]
+        params = [
+            geometry.draw_sample(self.plan.steps, int(h), int(w), generator) for h, w in sizes
+        ]
+        feeds = self._feeds(arrays, params)
+        self._pending.append((feeds, arrays))
+        self._run(feeds)
+
+    def fetch(self) -> torch.Tensor:
+        """The oldest submitted batch as an N x C x H x W tensor (fresh memory)."""
+        self._check_open()
+        if not self._pending:
+            raise RuntimeError("fetch() called with no batch in flight; call submit() first")
+        try:
+            (out,) = self._pipe._pipe.Outputs()
+        except RuntimeError as exc:
+            _, arrays = self._pending.popleft()
+            self._recover()
+            raise BatchDecodeError(str(exc), _unreadable(arrays)) from None
+        self._pending.popleft()
+        return self._to_torch(out)
+
+    @property
+    def outstanding(self) -> int:
+        """Batches submitted and not yet fetched."""
+        return len(self._pending)
+
+    def reset(self) -> None:
+        """Drop the batches in flight (early break, new epoch)."""
+        if self._closed:
+            return
+        while self._pending:
+            self._pending.popleft()
+            try:
+                self._pipe._pipe.Outputs()
+            except RuntimeError:
+                self._pending.clear()
+                self._pipe = self._build()
+
+    def close(self) -> None:
+        """Release the DALI pipeline; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._pending.clear()
+        pipe, self._pipe = self._pipe, None
+        del pipe
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # ------------------------------------------------------------------ internals
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("this BatchDecoder is closed")
+
+    def _build(self):
+        return graph.build_pipeline(
+            self.plan,
+            max_batch_size=self.max_batch_size,
+            num_threads=self.num_threads,
+            device=self.device,
+            device_id=self.device_id,
+            queue_depth=self.queue_depth,
+            hw_decoder_load=self.hw_decoder_load,
+        )
+
+    def _run(self, feeds: dict) -> None:
+        for name in self._names:
+            self._pipe.feed_input(name, feeds[name])
+        self._pipe._pipe.Run()
+
+    def _recover(self) -> None:
+        """After a failed batch: a fresh pipeline, re-fed with the batches still in flight."""
+        self._pipe = self._build()
+        for feeds, _ in self._pending:
+            self._run(feeds)
+
+    def _feeds(self, arrays: list[np.ndarray], params: list[geometry.SampleParams]) -> dict:
+        names = set(self._names)
+        feeds: dict[str, list] = {"encoded": arrays}
+        if "decode_anchor" in names:
+            feeds["decode_anchor"] = [np.array(p.decode[:2], np.int32) for p in params]
+            feeds["decode_shape"] = [np.array(p.decode[2:], np.int32) for p in params]
+        if "resize_size" in names:
+            sizes, starts, ends = [], [], []
+            for p in params:
+                if p.resize is None:  # cannot happen when the plan resamples
+                    raise ValueError("a resampling plan produced a sample without a resize")
+                sizes.append(np.array(p.resize, np.float32))
+                starts.append(np.array(p.resize_roi[0], np.float32))
+                ends.append(np.array(p.resize_roi[1], np.float32))
+            feeds.update(resize_size=sizes, roi_start=starts, roi_end=ends)
+        if "crop_anchor" in names:
+            anchors, shapes = [], []
+            for p in params:
+                crop = p.crop if p.crop is not None else (0, 0, *p.output_size)
+                anchors.append(np.array(crop[:2], np.int32))
+                shapes.append(np.array(crop[2:], np.int32))
+            feeds.update(crop_anchor=anchors, crop_shape=shapes)
+        if "brightness" in names:
+            for k, key in enumerate(("brightness", "contrast", "saturation", "hue")):
+                values = [1.0 if p.jitter is None else p.jitter[k] for p in params]
+                if key == "hue":
+                    values = [v * 360.0 for v in values]  # DALI takes degrees
+                feeds[key] = [np.array(v, np.float32) for v in values]
+        if "vflip" in names:
+            feeds["vflip"] = [np.array(int(p.vflip), np.int32) for p in params]
+        feeds["hflip"] = [np.array(int(p.hflip), np.int32) for p in params]
+        return feeds
+
+    def _to_torch(self, out) -> torch.Tensor:
+        shapes = {tuple(out[i].shape()) for i in range(len(out))}
+        if len(shapes) != 1:
+            raise ValueError(
+                f"the images of a batch have different sizes {sorted(shapes)}; "
+                "add a crop (e.g. CenterCrop) so they can be stacked"
+            )
+        if self.device == "gpu":
+            return _gpu_copy(out, self.plan.output_dtype, self.device_id)
+        return torch.from_numpy(np.array(out.as_tensor()))
+
+
+def _gpu_copy(out, dtype: torch.dtype, device_id: int) -> torch.Tensor:
+    from nvidia.dali.plugin.pytorch import feed_ndarray
+
+    dense = out.as_tensor()
+    result = torch.empty(dense.shape(), dtype=dtype, device=torch.device("cuda", device_id))
+    feed_ndarray(dense, result, cuda_stream=torch.cuda.current_stream(device_id))
+    return result

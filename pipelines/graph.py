@@ -1,0 +1,186 @@
+"""The DALI graph for a :class:`~fastload.pipelines.translate.TransformPlan`.
+
+Every per-sample number (decode region, output size, resample region, crop, flips, colour
+factors) comes from Python through ``external_source`` inputs, so the graph draws nothing
+itself and reproduces torchvision's integer arithmetic. Stages, each present only when the
+plan needs it::
+
+    encoded -> decode (full, or region of interest) -> resize (only the kept region)
+            -> padded crop -> colour jitter -> vertical flip
+            -> crop_mirror_normalize (horizontal flip, mean/std, dtype, CHW)
+
+``device="cpu"`` builds a CPU-only pipeline (``device_id=None``); ``device="gpu"`` decodes
+with ``device="mixed"`` (nvJPEG, hardware decoder share ``hw_decoder_load``) and runs the
+rest on the GPU.
+"""
+
+from __future__ import annotations
+
+from .translate import TransformPlan
+
+__all__ = ["INPUT_NAMES", "build_pipeline"]
+
+INPUT_NAMES = (
+    "encoded",
+    "decode_anchor",
+    "decode_shape",
+    "resize_size",
+    "roi_start",
+    "roi_end",
+    "crop_anchor",
+    "crop_shape",
+    "hflip",
+    "vflip",
+    "brightness",
+    "contrast",
+    "saturation",
+    "hue",
+)
+
+
+def _interp_type(name: str):
+    from nvidia.dali import types
+
+    return {
+        "nearest": types.INTERP_NN,
+        "linear": types.INTERP_LINEAR,
+        "cubic": types.INTERP_CUBIC,
+        "lanczos": types.INTERP_LANCZOS3,
+    }[name]
+
+
+def _dali_dtype(dtype):
+    import torch
+    from nvidia.dali import types
+
+    return {torch.float32: types.FLOAT, torch.float16: types.FLOAT16, torch.uint8: types.UINT8}[
+        dtype
+    ]
+
+
+def input_names(plan: TransformPlan) -> tuple[str, ...]:
+    """The external_source names the graph of ``plan`` reads, in feeding order."""
+    names = ["encoded"]
+    if plan.decode_roi:
+        names += ["decode_anchor", "decode_shape"]
+    if plan.has_resize:
+        names += ["resize_size", "roi_start", "roi_end"]
+    if plan.pad_crop:
+        names += ["crop_anchor", "crop_shape"]
+    if plan.jitter is not None:
+        names += ["brightness", "contrast", "saturation", "hue"]
+    if plan.has_vflip:
+        names.append("vflip")
+    names.append("hflip")
+    return tuple(names)
+
+
+def _jitter(img, inputs):
+    """Brightness (scale), contrast (blend with the grey mean), saturation (blend with grey),
+    hue (chroma rotation, degrees), in that order, on uint8 HWC."""
+    from nvidia.dali import fn, types
+
+    img = fn.brightness(img, brightness=inputs["brightness"])
+    grey = fn.color_space_conversion(img, image_type=types.RGB, output_type=types.GRAY)
+    mean = fn.reductions.mean(fn.cast(grey, dtype=types.FLOAT), keep_dims=True)
+    contrast = fn.reshape(inputs["contrast"], shape=[1, 1, 1])
+    blended = mean + (fn.cast(img, dtype=types.FLOAT) - mean) * contrast
+    img = fn.cast(fn.math.clamp(blended, 0.0, 255.0) + 0.5, dtype=types.UINT8)
+    img = fn.saturation(img, saturation=inputs["saturation"])
+    return fn.hue(img, hue=inputs["hue"])
+
+
+def build_pipeline(
+    plan: TransformPlan,
+    *,
+    max_batch_size: int,
+    num_threads: int,
+    device: str = "cpu",
+    device_id: int | None = None,
+    queue_depth: int = 2,
+    hw_decoder_load: float = 0.65,
+    seed: int | None = None,
+):
+    """A built DALI ``Pipeline`` for ``plan`` whose inputs are :func:`input_names` (plan)."""
+    import nvidia.dali as dali
+    from nvidia.dali import fn, types
+
+    if device not in ("cpu", "gpu"):
+        raise ValueError(f"device should be 'cpu' or 'gpu', but got device={device!r}")
+    gpu = device == "gpu"
+    pipe = dali.Pipeline(
+        batch_size=max_batch_size,
+        num_threads=num_threads,
+        device_id=device_id if gpu else None,
+        prefetch_queue_depth=queue_depth,
+        exec_async=True,
+        exec_pipelined=True,
+        seed=seed,
+    )
+    names = input_names(plan)
+    with pipe:
+        inputs = {}
+        for name in names:
+            if name == "encoded":
+                inputs[name] = fn.external_source(name=name, dtype=types.UINT8, ndim=1)
+            elif name in ("decode_anchor", "decode_shape", "crop_anchor", "crop_shape"):
+                inputs[name] = fn.external_source(name=name, dtype=types.INT32, ndim=1)
+            elif name in ("hflip", "vflip"):
+                inputs[name] = fn.external_source(name=name, dtype=types.INT32, ndim=0)
+            elif name in ("resize_size", "roi_start", "roi_end"):
+                inputs[name] = fn.external_source(name=name, dtype=types.FLOAT, ndim=1)
+            else:
+                inputs[name] = fn.external_source(name=name, dtype=types.FLOAT, ndim=0)
+        decode_kw = dict(
+            device="mixed" if gpu else "cpu", output_type=types.RGB, adjust_orientation=False
+        )
+        if gpu:
+            decode_kw.update(hw_decoder_load=hw_decoder_load, jpeg_fancy_upsampling=True)
+        if plan.decode_roi:
+            img = fn.decoders.image_slice(
+                inputs["encoded"],
+                inputs["decode_anchor"],
+                inputs["decode_shape"],
+                axis_names="HW",
+                normalized_anchor=False,
+                normalized_shape=False,
+                **decode_kw,
+            )
+        else:
+            img = fn.decoders.image(inputs["encoded"], **decode_kw)
+        if plan.has_resize:
+            img = fn.resize(
+                img,
+                size=inputs["resize_size"],
+                roi_start=inputs["roi_start"],
+                roi_end=inputs["roi_end"],
+                roi_relative=False,
+                interp_type=_interp_type(plan.interpolation),
+                antialias=plan.antialias,
+            )
+        if plan.pad_crop:
+            img = fn.slice(
+                img,
+                inputs["crop_anchor"],
+                inputs["crop_shape"],
+                axis_names="HW",
+                normalized_anchor=False,
+                normalized_shape=False,
+                out_of_bounds_policy="pad",
+                fill_values=list(plan.fill),
+            )
+        if plan.jitter is not None:
+            img = _jitter(img, inputs)
+        if plan.has_vflip:
+            img = fn.flip(img, horizontal=0, vertical=inputs["vflip"])
+        out = fn.crop_mirror_normalize(
+            img,
+            mirror=inputs["hflip"],
+            mean=list(plan.mean),
+            std=list(plan.std),
+            dtype=_dali_dtype(plan.output_dtype),
+            output_layout="CHW",
+        )
+        pipe.set_outputs(out)
+    pipe.build()
+    return pipe

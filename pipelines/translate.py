@@ -1,0 +1,353 @@
+"""torchvision transforms (v1 and ``transforms.v2``) -> a :class:`TransformPlan` for one DALI graph.
+
+Supported, with the same parameters: ``Compose``, ``RandomResizedCrop``, ``Resize`` (int or
+``(h, w)``, ``max_size``; NEAREST/BILINEAR/BICUBIC/LANCZOS), ``CenterCrop``, ``RandomCrop``
+(constant padding, ``pad_if_needed``), ``RandomHorizontalFlip``, ``RandomVerticalFlip``,
+``ColorJitter``, ``ToTensor``, ``PILToTensor``, ``ConvertImageDtype``, ``Normalize`` and the v2
+forms (``ToImage``, ``ToDtype(dtype, scale=...)``, ``ToPureTensor``). At most one resampling
+step (``Resize`` or ``RandomResizedCrop``) and one ``ColorJitter`` per plan.
+
+``ColorJitter``: torchvision applies its four adjustments in a random order; the graph applies
+them in the fixed order brightness, contrast, saturation, hue, with factors drawn from the
+same distributions (and the same random calls). Hue is a rotation of the chroma plane
+(DALI ``fn.hue``) rather than PIL's HSV shift.
+
+Anything else raises :class:`UnsupportedTransform` naming the transform or argument.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from . import geometry as g
+
+__all__ = ["UnsupportedTransform", "TransformPlan", "translate"]
+
+
+class UnsupportedTransform(ValueError):
+    """Raised with a message naming the transform that cannot be translated and why."""
+
+    def __init__(self, transform_name: str, reason: str):
+        self.transform_name = transform_name
+        super().__init__(f"{transform_name} cannot be translated to a DALI graph: {reason}")
+
+
+@dataclass(frozen=True)
+class TransformPlan:
+    """What the DALI graph does: geometry/colour ``steps`` then one fused normalisation.
+
+    Output value = ``(pixel - mean) / std`` per channel on 0..255 pixels, cast to
+    ``output_dtype``, CHW. ``decode_roi``: decode a region of each image (a crop comes first);
+    ``pad_crop``: a crop of the resampled image may reach past its edges (filled with ``fill``).
+    """
+
+    steps: tuple[g.Step, ...]
+    output_dtype: torch.dtype
+    mean: tuple[float, float, float]
+    std: tuple[float, float, float]
+    interpolation: str
+    antialias: bool
+    has_resize: bool
+    decode_roi: bool
+    pad_crop: bool
+    fill: tuple[int, ...]
+    source: str
+
+    @property
+    def has_vflip(self) -> bool:
+        return any(isinstance(s, g.Flip) and s.vertical for s in self.steps)
+
+    @property
+    def jitter(self) -> g.ColorJitter | None:
+        return next((s for s in self.steps if isinstance(s, g.ColorJitter)), None)
+
+    def describe(self) -> str:
+        """One line, for logs."""
+        return f"TransformPlan({self.source} -> {str(self.output_dtype).replace('torch.', '')} CHW)"
+
+
+_INTERP = {
+    "nearest": "nearest",
+    "nearest-exact": "nearest",
+    "bilinear": "linear",
+    "bicubic": "cubic",
+    "lanczos": "lanczos",
+}
+
+
+def _modules():
+    import torchvision.transforms as v1
+    import torchvision.transforms.v2 as v2
+
+    return v1, v2
+
+
+def _is(t, name: str) -> bool:
+    """``t`` is exactly torchvision's class ``name`` from v1 or v2 (no user subclasses)."""
+    v1, v2 = _modules()
+    return any(type(t) is getattr(mod, name, None) for mod in (v1, v2))
+
+
+def _is_v2(t) -> bool:
+    return type(t).__module__.startswith("torchvision.transforms.v2")
+
+
+def _pair(name: str, size) -> tuple[int, int]:
+    if isinstance(size, int):
+        return size, size
+    size = tuple(int(s) for s in size)
+    if len(size) == 1:
+        return size[0], size[0]
+    if len(size) != 2:
+        raise UnsupportedTransform(name, f"size={size!r} should have one or two values")
+    return size  # type: ignore[return-value]
+
+
+def _interp(name: str, mode) -> str:
+    from torchvision.transforms import InterpolationMode
+    from torchvision.transforms.functional import _interpolation_modes_from_int
+
+    if isinstance(mode, int):
+        mode = _interpolation_modes_from_int(mode)
+    value = mode.value if isinstance(mode, InterpolationMode) else str(mode)
+    if value not in _INTERP:
+        raise UnsupportedTransform(name, f"interpolation={value!r} has no DALI equivalent")
+    return _INTERP[value]
+
+
+def _padding(name: str, padding) -> tuple[int, int, int, int]:
+    if padding is None:
+        return 0, 0, 0, 0
+    if isinstance(padding, int):
+        return padding, padding, padding, padding
+    padding = [int(p) for p in padding]
+    if len(padding) == 1:
+        return (padding[0],) * 4  # type: ignore[return-value]
+    if len(padding) == 2:
+        return padding[0], padding[1], padding[0], padding[1]
+    if len(padding) == 4:
+        return tuple(padding)  # type: ignore[return-value]
+    raise UnsupportedTransform(name, f"padding={padding!r} should have 1, 2 or 4 values")
+
+
+def _fill(name: str, fill) -> tuple[int, ...]:
+    if isinstance(fill, dict):
+        raise UnsupportedTransform(name, "fill given per type (a dict) is not supported")
+    if fill is None:
+        return (0,)
+    if isinstance(fill, (int, float)):
+        return (int(fill),)
+    return tuple(int(f) for f in fill)
+
+
+def _flatten(transform) -> list:
+    if _is(transform, "Compose"):
+        out = []
+        for t in transform.transforms:
+            out.extend(_flatten(t))
+        return out
+    return [transform]
+
+
+def translate(transform) -> TransformPlan:
+    """Translate a torchvision transform (or ``Compose``) to a plan, or raise UnsupportedTransform."""
+    if transform is None:
+        raise UnsupportedTransform(
+            "transform=None", "the dataset would yield PIL images, not tensors; add ToTensor()"
+        )
+    steps: list[g.Step] = []
+    state = "pil"  # pil -> uint8 (tensor) -> float -> normalized
+    scale = 1.0  # output = pixel * scale (before Normalize), pixel in 0..255
+    mean, std = (0.0, 0.0, 0.0), (1.0, 1.0, 1.0)
+    dtype = torch.uint8
+    interpolation, antialias, fill = "linear", True, (0,)
+    resamples = jitters = 0
+    names: list[str] = []
+    for t in _flatten(transform):
+        name = type(t).__name__
+        names.append(name)
+        geometric = any(
+            _is(t, n) for n in ("Resize", "CenterCrop", "RandomCrop", "RandomResizedCrop")
+        )
+        if geometric and state == "normalized":
+            raise UnsupportedTransform(name, "a crop or resize after Normalize is not supported")
+        if _is(t, "Resize") or _is(t, "RandomResizedCrop"):
+            resamples += 1
+            if resamples > 1:
+                raise UnsupportedTransform(
+                    name, "only one resampling step (Resize or RandomResizedCrop) is supported"
+                )
+            interpolation = _interp(name, t.interpolation)
+            aa = t.antialias
+            antialias = True if state == "pil" else bool(aa)
+            if _is(t, "Resize"):
+                size = t.size
+                if isinstance(size, int):
+                    size = (size,)
+                elif size is not None:
+                    size = tuple(int(s) for s in size)
+                if (
+                    t.max_size is not None
+                    and size is not None
+                    and len(size) == 1
+                    and t.max_size <= size[0]
+                ):
+                    raise UnsupportedTransform(
+                        name, f"max_size={t.max_size} should be larger than size={size[0]}"
+                    )
+                steps.append(g.Resize(size, t.max_size, interpolation, antialias))
+            else:
+                steps.append(
+                    g.RandomResizedCrop(
+                        _pair(name, t.size),
+                        tuple(float(s) for s in t.scale),
+                        tuple(float(r) for r in t.ratio),
+                        interpolation,
+                        antialias,
+                    )
+                )
+        elif _is(t, "CenterCrop"):
+            steps.append(g.CenterCrop(_pair(name, t.size)))
+        elif _is(t, "RandomCrop"):
+            if t.padding_mode != "constant":
+                raise UnsupportedTransform(
+                    name, f"padding_mode={t.padding_mode!r} (only 'constant' is supported)"
+                )
+            fill = _fill(name, t.fill)
+            steps.append(
+                g.RandomCrop(
+                    _pair(name, t.size), _padding(name, t.padding), bool(t.pad_if_needed), fill
+                )
+            )
+        elif _is(t, "RandomHorizontalFlip") or _is(t, "RandomVerticalFlip"):
+            steps.append(g.Flip(float(t.p), vertical=_is(t, "RandomVerticalFlip")))
+        elif _is(t, "ColorJitter"):
+            if state != "pil":
+                raise UnsupportedTransform(
+                    name, "ColorJitter on tensors is not supported; put it before ToTensor"
+                )
+            jitters += 1
+            if jitters > 1:
+                raise UnsupportedTransform(name, "only one ColorJitter is supported")
+            ranges = [
+                None if r is None else (float(r[0]), float(r[1]))
+                for r in (t.brightness, t.contrast, t.saturation, t.hue)
+            ]
+            steps.append(g.ColorJitter(*ranges))
+        elif _is(t, "ToTensor"):
+            if state != "pil":
+                raise UnsupportedTransform(
+                    name, "ToTensor expects a PIL image, but it follows a tensor conversion"
+                )
+            state, dtype, scale = "float", torch.float32, 1.0 / 255.0
+        elif _is(t, "PILToTensor") or _is(t, "ToImage"):
+            if state != "pil":
+                raise UnsupportedTransform(name, "it follows a tensor conversion")
+            state, dtype = "uint8", torch.uint8
+        elif _is(t, "ToPureTensor"):
+            if state == "pil":
+                raise UnsupportedTransform(name, "it would return a PIL image; add ToImage() first")
+        elif _is(t, "ConvertImageDtype") or _is(t, "ToDtype"):
+            state, dtype, scale = _dtype_step(t, name, state, dtype, scale)
+        elif _is(t, "Normalize"):
+            if state not in ("float", "normalized"):
+                raise UnsupportedTransform(
+                    name, "Normalize needs a float tensor; add ToTensor() before it"
+                )
+            m = [float(v) for v in t.mean]
+            s = [float(v) for v in t.std]
+            m, s = (m * 3 if len(m) == 1 else m), (s * 3 if len(s) == 1 else s)
+            if len(m) != 3 or len(s) != 3 or any(v == 0 for v in s):
+                raise UnsupportedTransform(
+                    name, f"mean={t.mean} and std={t.std} should have 1 or 3 values, std non-zero"
+                )
+            # (x*scale - mean')/std' ... composed with an earlier Normalize
+            mean = tuple(mo + so * mi for mo, so, mi in zip(mean, std, m, strict=True))
+            std = tuple(so * si for so, si in zip(std, s, strict=True))
+            state = "normalized"
+        else:
+            raise UnsupportedTransform(name, "no DALI translation for this transform")
+    if state == "pil":
+        raise UnsupportedTransform(
+            " -> ".join(names) or "Compose([])", "it yields PIL images, not tensors; add ToTensor()"
+        )
+    # output = ((pixel*scale) - mean)/std = (pixel - mean/scale) / (std/scale)
+    plan_mean = tuple(m / scale for m in mean)
+    plan_std = tuple(s / scale for s in std)
+    return TransformPlan(
+        steps=tuple(steps),
+        output_dtype=dtype,
+        mean=plan_mean,  # type: ignore[arg-type]
+        std=plan_std,  # type: ignore[arg-type]
+        interpolation=interpolation,
+        antialias=antialias,
+        has_resize=resamples > 0,
+        decode_roi=_decode_roi(steps),
+        pad_crop=_pad_crop(steps),
+        fill=fill,
+        source=" -> ".join(names),
+    )
+
+
+def _dtype_step(t, name: str, state: str, dtype: torch.dtype, scale: float):
+    target = t.dtype
+    do_scale = getattr(t, "scale", True)
+    if isinstance(target, dict):
+        raise UnsupportedTransform(name, "dtype given per type (a dict) is not supported")
+    if state == "pil":
+        if _is_v2(t):  # v2 dtype conversions pass PIL images through unchanged
+            raise UnsupportedTransform(name, "it receives a PIL image; add ToImage() first")
+        raise UnsupportedTransform(name, "it needs a tensor; add PILToTensor() first")
+    if target == torch.uint8:
+        if dtype != torch.uint8:
+            raise UnsupportedTransform(
+                name, "converting float images back to uint8 is not supported"
+            )
+        return state, dtype, scale
+    if target not in (torch.float32, torch.float16):
+        raise UnsupportedTransform(
+            name, f"dtype={target} (only float32, float16 and uint8 are supported)"
+        )
+    if dtype == torch.uint8:
+        return "float", target, (1.0 / 255.0 if do_scale else 1.0)
+    if state == "normalized" and target != dtype:
+        raise UnsupportedTransform(
+            name, "changing the float dtype after Normalize is not supported"
+        )
+    return state, target, scale
+
+
+def _decode_roi(steps: list[g.Step]) -> bool:
+    """A crop precedes the resample (or there is no resample): decode only that region."""
+    for s in steps:
+        if isinstance(s, (g.Resize,)):
+            return False
+        if isinstance(s, (g.CenterCrop, g.RandomCrop, g.RandomResizedCrop)):
+            return True
+    return False
+
+
+def _pad_crop(steps: list[g.Step]) -> bool:
+    """Whether some crop may reach past the image (so the graph needs a padding slice)."""
+    known: tuple[int, int] | None = None  # guaranteed minimum (h, w) of the current image
+    for s in steps:
+        if isinstance(s, g.Resize):
+            if s.size is not None and len(s.size) == 2:
+                known = (s.size[0], s.size[1])
+            elif s.size is not None and s.max_size is None:
+                known = (s.size[0], s.size[0])
+            else:
+                known = None
+        elif isinstance(s, g.RandomResizedCrop):
+            known = s.size
+        elif isinstance(s, g.CenterCrop):
+            if known is None or s.size[0] > known[0] or s.size[1] > known[1]:
+                return True
+            known = s.size
+        elif isinstance(s, g.RandomCrop):
+            if any(s.padding) or s.pad_if_needed:
+                return True
+            known = s.size
+    return False
