@@ -1,0 +1,212 @@
+"""Mixed precision: autocast dtype, the fp16 GradScaler, and the non-finite step guard.
+
+``--amp bf16`` runs matmuls in bfloat16 (fast on CPUs with AMX-BF16 and on Ampere+ GPUs) and
+needs no loss scaling; ``--amp fp16`` needs a :class:`torch.amp.GradScaler`. The loss is
+always computed on ``logits.float()`` so softmax and cross-entropy stay in fp32.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+__all__ = [
+    "AMP_MODES",
+    "ScalerConfig",
+    "autocast_dtype",
+    "autocast",
+    "make_scaler",
+    "NanGuard",
+    "NonFiniteTrainingError",
+    "grad_norm",
+]
+
+AMP_MODES = ("off", "fp16", "bf16")
+_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+log = logging.getLogger("fastload.finetune")
+
+
+@dataclass(frozen=True)
+class ScalerConfig:
+    """fp16 loss-scaler settings (``torch.amp.GradScaler`` arguments)."""
+
+    init_scale: float = 65536.0  # first loss scale, 2**16
+    growth_factor: float = 2.0  # scale multiplier after growth_interval clean steps
+    backoff_factor: float = 0.5  # scale multiplier after a step with inf/NaN gradients
+    growth_interval: int = 2000  # clean steps between growths
+
+
+def autocast_dtype(mode: str, device_type: str) -> torch.dtype | None:
+    """The autocast dtype for ``--amp mode`` on ``device_type`` (None for ``off``)."""
+    if mode not in AMP_MODES:
+        raise ValueError(f"--amp should be one of {', '.join(AMP_MODES)}, but got {mode!r}")
+    if mode == "off":
+        return None
+    if device_type == "cuda" and mode == "bf16" and not torch.cuda.is_bf16_supported():
+        raise ValueError("--amp bf16 needs a GPU with bfloat16 support; use --amp fp16")
+    if device_type == "cpu" and mode == "fp16":
+        warnings.warn(
+            "--amp fp16 on CPU: float16 matmuls have no fast CPU kernels on most machines and "
+            "run slower than fp32; --amp bf16 is the CPU choice (AMX-BF16/AVX512-BF16)",
+            stacklevel=2,
+        )
+    return _DTYPES[mode]
+
+
+def autocast(mode: str, device_type: str) -> contextlib.AbstractContextManager:
+    """``torch.autocast`` for ``--amp mode``; a null context for ``off``."""
+    dtype = autocast_dtype(mode, device_type)
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device_type, dtype=dtype)
+
+
+def make_scaler(mode: str, device_type: str, config: ScalerConfig | None = None) -> torch.amp.GradScaler:
+    """A GradScaler, enabled only for ``fp16`` (a disabled scaler passes calls through)."""
+    config = config or ScalerConfig()
+    if config.init_scale <= 0 or config.growth_factor <= 1.0 or not 0 < config.backoff_factor < 1:
+        raise ValueError(
+            "scaler settings need init_scale > 0, growth_factor > 1 and 0 < backoff_factor < 1, "
+            f"but got {config}"
+        )
+    if config.growth_interval < 1:
+        raise ValueError(f"--growth-interval should be >= 1, but got {config.growth_interval}")
+    return torch.amp.GradScaler(
+        device_type,
+        init_scale=config.init_scale,
+        growth_factor=config.growth_factor,
+        backoff_factor=config.backoff_factor,
+        growth_interval=config.growth_interval,
+        enabled=mode == "fp16",
+    )
+
+
+class NonFiniteTrainingError(RuntimeError):
+    """Training stopped after too many consecutive non-finite steps; ``diagnosis`` says why."""
+
+    def __init__(self, diagnosis: str, skipped_total: int, events: list[dict]) -> None:
+        super().__init__(diagnosis)
+        self.diagnosis = diagnosis
+        self.skipped_total = skipped_total
+        self.events = events
+
+
+@dataclass
+class NanGuard:
+    """Skips optimizer steps whose loss or gradients are not finite.
+
+    Each skip is counted and reported through ``emit`` with the loss scale; after
+    ``max_consecutive`` skips in a row :meth:`record_skip` raises
+    :class:`NonFiniteTrainingError` with a diagnosis instead of training on garbage.
+    """
+
+    max_consecutive: int = 25
+    amp: str = "off"
+    init_scale: float = 65536.0
+    emit: Callable[[dict], None] | None = None
+    skipped_total: int = 0
+    consecutive: int = 0
+    events: list[dict] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.max_consecutive < 1:
+            raise ValueError(f"--max-skips should be at least 1, but got {self.max_consecutive}")
+
+    def record_ok(self) -> None:
+        self.consecutive = 0
+
+    def record_skip(
+        self,
+        *,
+        step: int,
+        epoch: int,
+        loss: float,
+        grad_norm: float,
+        loss_scale: float | None,
+        lr: float,
+        inputs_finite: bool,
+        model: torch.nn.Module,
+    ) -> None:
+        """Count one skipped step; raise after ``max_consecutive`` in a row."""
+        self.skipped_total += 1
+        self.consecutive += 1
+        if not inputs_finite:
+            reason = "non-finite input batch"
+        elif not math.isfinite(loss):
+            reason = "non-finite loss"
+        else:
+            reason = "non-finite gradients"
+        event = {
+            "event": "skip",
+            "step": step,
+            "epoch": epoch,
+            "reason": reason,
+            "loss": loss,
+            "grad_norm": grad_norm,
+            "loss_scale": loss_scale,
+            "lr": lr,
+            "consecutive": self.consecutive,
+            "skipped_total": self.skipped_total,
+        }
+        self.events.append(event)
+        log.warning(
+            "step %d skipped (%s): loss=%s grad_norm=%s loss_scale=%s [%d in a row, %d total]",
+            step, reason, loss, grad_norm, loss_scale, self.consecutive, self.skipped_total,
+        )
+        if self.emit is not None:
+            self.emit(event)
+        if self.consecutive >= self.max_consecutive:
+            diagnosis = self.diagnose(model, lr, loss_scale)
+            if self.emit is not None:
+                self.emit({"event": "stopped", "step": step, "epoch": epoch, "diagnosis": diagnosis})
+            raise NonFiniteTrainingError(diagnosis, self.skipped_total, list(self.events))
+
+    def diagnose(self, model: torch.nn.Module, lr: float, loss_scale: float | None) -> str:
+        """One paragraph naming the most likely cause of the run of skipped steps."""
+        recent = self.events[-self.max_consecutive :]
+        head = (
+            f"training stopped: {len(recent)} consecutive optimizer steps had non-finite "
+            f"loss or gradients (steps {recent[0]['step']}-{recent[-1]['step']}). "
+        )
+        if any(e["reason"] == "non-finite input batch" for e in recent):
+            return head + (
+                "Cause: the input batches hold NaN/Inf values; check the data files and the "
+                "transform (e.g. a Normalize std of 0)."
+            )
+        if self.amp == "fp16" and loss_scale is not None and loss_scale < 1.0:
+            return head + (
+                f"Cause: the fp16 loss scale collapsed from {self.init_scale:g} to "
+                f"{loss_scale:g}: values overflow float16 even unscaled. Use --amp bf16 or "
+                f"--amp off, or lower --lr (now {lr:g})."
+            )
+        weights_finite = all(torch.isfinite(p).all() for p in model.parameters())
+        if not weights_finite:
+            return head + (
+                f"Cause: the model weights are no longer finite, so training diverged; lower "
+                f"--lr (now {lr:g}) or lengthen the warm-up."
+            )
+        if any(e["reason"] == "non-finite loss" for e in recent):
+            return head + (
+                f"Cause: the loss is non-finite although inputs and weights are finite: the "
+                f"forward pass overflows (learning rate {lr:g}, --amp {self.amp}); try --amp "
+                "bf16/off or a lower --lr."
+            )
+        return head + (
+            f"Cause: gradients overflow while the loss is finite; lower --lr (now {lr:g}), "
+            "lengthen the warm-up, or use --amp bf16/off."
+        )
+
+
+def grad_norm(parameters) -> float:
+    """The global L2 norm of the gradients (inf or NaN if any gradient is)."""
+    grads = [p.grad for p in parameters if p.grad is not None]
+    if not grads:
+        return 0.0
+    norms = torch._foreach_norm(grads, 2.0)
+    return float(torch.linalg.vector_norm(torch.stack([n.float() for n in norms]), 2.0))

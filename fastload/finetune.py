@@ -1,0 +1,447 @@
+"""The reference ViT fine-tuning loop: ``finetune(FinetuneConfig(...)) -> FinetuneResult``.
+
+Data (``FinetuneConfig.data``) is either a folder made by ``fastload synth`` — ``DATA/train``
+and ``DATA/val`` ImageFolder trees — or LMDB directories made by ``fastload convert``:
+``DATA/train.lmdb`` and ``DATA/val.lmdb`` (or ``train_lmdb=``/``val_lmdb=``). When both exist,
+``data_format="auto"`` takes the LMDBs. ``loader="torch"`` reads them with
+``torch.utils.data.DataLoader``, ``loader="fastload"`` with ``fastload.DataLoader``; the loop is
+the same for both (same sampler, same arguments).
+
+Resume is exact in fp32 on CPU: the sampler permutes with ``seed + epoch`` and starts
+mid-epoch at the checkpointed position, and with the torch loader each sample's random
+augmentation is drawn from a generator seeded by ``(seed, epoch, index)``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+import math
+import os
+import pathlib
+import time
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch.utils.data import Dataset
+
+from fastload.amp import NanGuard, ScalerConfig, autocast, grad_norm, make_scaler
+from fastload.finetune_data import ResumableSampler, SeededDataset
+from fastload.metrics import EpochStats, MemoryMonitor, StepTimer, to_mib
+
+__all__ = ["FinetuneConfig", "FinetuneResult", "finetune", "resolve_data"]
+
+LOADERS = ("torch", "fastload")
+DATA_FORMATS = ("auto", "folder", "lmdb")
+log = logging.getLogger("fastload.finetune")
+
+
+@dataclass
+class FinetuneConfig:
+    """Every setting of one fine-tuning run (the CLI maps its switches one to one)."""
+
+    data: str | None = None  # DATA folder: train/ + val/ trees, or train.lmdb/ + val.lmdb/
+    train_lmdb: str | None = None  # explicit LMDB directories (override DATA)
+    val_lmdb: str | None = None
+    data_format: str = "auto"  # auto | folder | lmdb
+    model: str = "vit_tiny_patch16_224"  # any timm model name
+    weights: str | None = None  # local safetensors / torch state dict; None = random init
+    img_size: int = 224  # training and evaluation resolution
+    loader: str = "fastload"  # torch | fastload
+    num_workers: int = 2  # torch: worker processes; fastload: DALI threads
+    amp: str = "off"  # off | fp16 | bf16
+    scaler: ScalerConfig = field(default_factory=ScalerConfig)
+    grad_checkpointing: bool = False
+    accum_steps: int = 1  # micro-batches per optimizer step
+    freeze: tuple[str, ...] = ()  # fnmatch patterns of parameter names to freeze
+    optimizer: str = "adamw"  # adamw | lamb
+    lr: float | None = None  # None: 2e-5 with weights, 1e-3 from scratch
+    weight_decay: float = 0.01
+    warmup_epochs: float = 0.0
+    warmup_steps: int | None = None  # overrides warmup_epochs
+    epochs: int = 2
+    batch_size: int = 64  # per process, per micro-batch
+    compile: bool = False
+    channels_last: bool = False
+    seed: int = 0
+    max_steps: int | None = None  # stop after this many optimizer steps (schedule unchanged)
+    max_skips: int = 25  # consecutive non-finite steps before stopping
+    checkpoint: str | None = None  # file written at each epoch end and at a stop
+    checkpoint_every: int = 0  # also every N optimizer steps (0 = off)
+    resume: str | None = None  # checkpoint file to continue from
+    log: str | None = None  # JSON lines log file
+    progress: bool = True  # tqdm bar on rank 0
+    device: str | None = None  # None: cuda when available, else cpu
+
+
+@dataclass
+class FinetuneResult:
+    """What a run measured. ``losses`` holds every micro-batch loss of this process."""
+
+    epochs: list[EpochStats]
+    losses: list[float]
+    steps: int
+    skipped_steps: int
+    trainable_params: int
+    total_params: int
+    classes: list[str]
+    val_top1: float | None
+    checkpoint: str | None
+
+
+def resolve_data(config: FinetuneConfig) -> tuple[str, pathlib.Path, pathlib.Path | None]:
+    """``(format, train_path, val_path)`` from the config's data convention (see module doc)."""
+    if config.data_format not in DATA_FORMATS:
+        raise ValueError(f"--data-format should be one of {DATA_FORMATS}, got {config.data_format!r}")
+    if config.train_lmdb is not None:
+        val = pathlib.Path(config.val_lmdb) if config.val_lmdb else None
+        return "lmdb", pathlib.Path(config.train_lmdb), val
+    if config.data is None:
+        raise ValueError("give DATA (a folder with train/ and val/) or --train-lmdb")
+    root = pathlib.Path(config.data)
+    if not root.is_dir():
+        raise FileNotFoundError(f"DATA folder {str(root)!r} does not exist")
+    lmdb = (root / "train.lmdb").is_dir()
+    folder = (root / "train").is_dir()
+    fmt = config.data_format
+    if fmt == "auto":
+        fmt = "lmdb" if lmdb else "folder" if folder else None
+    if fmt is None or (fmt == "lmdb" and not lmdb) or (fmt == "folder" and not folder):
+        raise FileNotFoundError(
+            f"DATA folder {str(root)!r} holds neither train/ (ImageFolder, from `fastload synth`)"
+            " nor train.lmdb/ (from `fastload convert DATA/train DATA/train.lmdb`)"
+            if fmt is None else f"DATA folder {str(root)!r} has no {'train.lmdb' if fmt == 'lmdb' else 'train'}/"
+        )
+    train = root / ("train.lmdb" if fmt == "lmdb" else "train")
+    val = root / ("val.lmdb" if fmt == "lmdb" else "val")
+    return fmt, train, val if val.is_dir() else None
+
+
+def _transforms(img_size: int):
+    from torchvision import transforms as T
+
+    norm = T.Normalize(mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))
+    train = T.Compose([T.RandomResizedCrop(img_size), T.RandomHorizontalFlip(), T.ToTensor(), norm])
+    val = T.Compose([T.Resize(int(img_size / 0.875)), T.CenterCrop(img_size), T.ToTensor(), norm])
+    return train, val
+
+
+def _dataset(fmt: str, path: pathlib.Path, transform) -> Dataset:
+    if fmt == "lmdb":
+        from fastload.lmdb_dataset import LMDBDataset
+
+        return LMDBDataset(path, transform=transform)
+    from torchvision.datasets import ImageFolder
+
+    return ImageFolder(str(path), transform=transform)
+
+
+def _loader(kind: str, dataset, batch_size: int, sampler, workers: int, device: torch.device):
+    kwargs = dict(batch_size=batch_size, sampler=sampler, num_workers=workers,
+                  pin_memory=device.type == "cuda", drop_last=False)
+    if kind == "torch":
+        return torch.utils.data.DataLoader(dataset, **kwargs)
+    from fastload.loader import DataLoader
+
+    return DataLoader(dataset, **kwargs)
+
+
+class _JsonLog:
+    def __init__(self, path: str | None, enabled: bool) -> None:
+        self.handle = None
+        if path and enabled:
+            pathlib.Path(path).parent.mkdir(parents=True, exist_ok=True)
+            self.handle = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+
+    def __call__(self, record: dict) -> None:
+        if self.handle is not None:
+            self.handle.write(json.dumps({"time": round(time.time(), 3), **record}) + "\n")
+            self.handle.flush()
+
+    def close(self) -> None:
+        if self.handle is not None:
+            self.handle.close()
+
+
+def _validate(config: FinetuneConfig) -> None:
+    from fastload.amp import AMP_MODES
+    from fastload.optim import OPTIMIZERS
+
+    if config.loader not in LOADERS:
+        raise ValueError(f"--loader should be one of {LOADERS}, but got {config.loader!r}")
+    if config.amp not in AMP_MODES:
+        raise ValueError(f"--amp should be one of {AMP_MODES}, but got {config.amp!r}")
+    if config.optimizer not in OPTIMIZERS:
+        raise ValueError(f"--optimizer should be one of {OPTIMIZERS}, but got {config.optimizer!r}")
+    for name in ("epochs", "batch_size", "accum_steps", "img_size"):
+        value = getattr(config, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} should be a positive integer, but got {name}={value!r}")
+    if config.num_workers < 0:
+        raise ValueError(f"num_workers should be >= 0, but got num_workers={config.num_workers}")
+    if config.max_steps is not None and config.max_steps < 1:
+        raise ValueError(f"max_steps should be >= 1, but got max_steps={config.max_steps}")
+
+
+def _init_distributed(device_arg: str | None) -> tuple[int, int, torch.device, bool]:
+    """``(rank, world_size, device, we_initialized)``; starts the process group under torchrun."""
+    import torch.distributed as dist
+
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    use_cuda = torch.cuda.is_available() if device_arg is None else device_arg.startswith("cuda")
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    device = torch.device(f"cuda:{local_rank}" if use_cuda else "cpu")
+    if device_arg is not None and not use_cuda:
+        device = torch.device(device_arg)
+    if use_cuda:
+        torch.cuda.set_device(device)
+    started = False
+    if world > 1 and not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if use_cuda else "gloo")
+        started = True
+    if dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size(), device, started
+    return 0, 1, device, started
+
+
+def _all_reduce(values: list[float], op: str, world: int) -> list[float]:
+    if world == 1:
+        return values
+    import torch.distributed as dist
+
+    tensor = torch.tensor(values, dtype=torch.float64)
+    reduce_op = dist.ReduceOp.SUM if op == "sum" else dist.ReduceOp.MAX
+    if dist.get_backend() == "nccl":
+        tensor = tensor.cuda()
+    dist.all_reduce(tensor, op=reduce_op)
+    return tensor.cpu().tolist()
+
+
+@torch.no_grad()
+def evaluate(model, loader, device: torch.device, amp: str, channels_last: bool) -> tuple[int, int, float]:
+    """``(correct, total, loss_sum)`` of ``model`` over ``loader`` (this process's shard)."""
+    model.eval()
+    correct = total = 0
+    loss_sum = 0.0
+    for images, labels in loader:
+        images = images.to(device, non_blocking=True)
+        labels = labels.to(device, non_blocking=True)
+        if channels_last:
+            images = images.contiguous(memory_format=torch.channels_last)
+        with autocast(amp, device.type):
+            logits = model(images)
+        loss_sum += float(F.cross_entropy(logits.float(), labels, reduction="sum"))
+        correct += int((logits.argmax(dim=1) == labels).sum())
+        total += int(labels.numel())
+    return correct, total, loss_sum
+
+
+def finetune(config: FinetuneConfig, *, loss_hook=None) -> FinetuneResult:
+    """Train ``config.model`` on ``config.data``; return per-epoch figures and every loss.
+
+    ``loss_hook(step, loss) -> loss``, for tests, may replace the loss of a micro-batch
+    (e.g. with NaN) before backward. Raises :class:`fastload.amp.NonFiniteTrainingError`
+    when ``max_skips`` consecutive steps were non-finite.
+    """
+    from fastload.checkpoint import load_checkpoint, save_checkpoint
+    from fastload.model import create_model, enable_grad_checkpointing, freeze_parameters
+    from fastload.optim import cosine_schedule, create_optimizer, default_lr
+
+    _validate(config)
+    fmt, train_path, val_path = resolve_data(config)
+    rank, world, device, own_group = _init_distributed(config.device)
+    jlog = _JsonLog(config.log, rank == 0)
+    try:
+        torch.manual_seed(config.seed)
+        train_tf, val_tf = _transforms(config.img_size)
+        train_ds = _dataset(fmt, train_path, train_tf)
+        val_ds = _dataset(fmt, val_path, val_tf) if val_path is not None else None
+        classes = list(train_ds.classes)
+        if val_ds is not None and list(val_ds.classes) != classes:
+            raise ValueError(f"{val_path} has classes {val_ds.classes}, but {train_path} has {classes}")
+        model = create_model(config.model, len(classes), config.img_size, config.weights)
+        trainable, total = freeze_parameters(model, config.freeze)
+        if config.grad_checkpointing:
+            enable_grad_checkpointing(model)
+        model.to(device)
+        if config.channels_last:
+            model.to(memory_format=torch.channels_last)
+        lr = config.lr if config.lr is not None else default_lr(config.weights is not None)
+        optimizer = create_optimizer(model, config.optimizer, lr, config.weight_decay)
+
+        sampler = ResumableSampler(len(train_ds), shuffle=True, seed=config.seed, rank=rank, world_size=world)
+        fed_train = SeededDataset(train_ds, config.seed) if config.loader == "torch" else train_ds
+        train_loader = _loader(config.loader, fed_train, config.batch_size, sampler, config.num_workers, device)
+        val_loader = None
+        if val_ds is not None:
+            val_sampler = ResumableSampler(len(val_ds), shuffle=False, rank=rank, world_size=world, pad=False)
+            val_loader = _loader(config.loader, val_ds, config.batch_size, val_sampler, config.num_workers, device)
+
+        micro_per_epoch = math.ceil(sampler.shard_size / config.batch_size)
+        steps_per_epoch = math.ceil(micro_per_epoch / config.accum_steps)
+        warmup = config.warmup_steps
+        if warmup is None:
+            warmup = round(config.warmup_epochs * steps_per_epoch)
+        total_steps = config.epochs * steps_per_epoch
+        scheduler = cosine_schedule(optimizer, total_steps, min(warmup, total_steps))
+        scaler = make_scaler(config.amp, device.type, config.scaler)
+        guard = NanGuard(config.max_skips, config.amp, config.scaler.init_scale, emit=jlog)
+
+        start_epoch, step, micro_done = 0, 0, 0
+        if config.resume:
+            state = load_checkpoint(config.resume)
+            model.load_state_dict(state["model"])
+            optimizer.load_state_dict(state["optimizer"])
+            scaler.load_state_dict(state["scaler"])
+            scheduler.load_state_dict(state["scheduler"])
+            start_epoch, step = int(state["loader"]["epoch"]), int(state["step"])
+            micro_done = int(state["loader"]["micro_step"])
+            guard.skipped_total = int(state.get("skipped_total", 0))
+            torch.set_rng_state(state["rng"])
+
+        train_model = model
+        if world > 1:
+            from torch.nn.parallel import DistributedDataParallel
+
+            train_model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+        forward = torch.compile(train_model) if config.compile else train_model
+        params = [p for p in model.parameters() if p.requires_grad]
+        jlog({"event": "start", "rank_count": world, "device": str(device), "data_format": fmt,
+              "trainable_params": trainable, "total_params": total, "lr": lr,
+              "config": dataclasses.asdict(config)})
+        log.info("trainable parameters: %d of %d", trainable, total)
+
+        def save(epoch: int, micro: int) -> None:
+            if config.checkpoint and rank == 0:
+                save_checkpoint(config.checkpoint, {
+                    "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                    "scaler": scaler.state_dict(), "scheduler": scheduler.state_dict(),
+                    "loader": {"epoch": epoch, "micro_step": micro,
+                               "consumed": micro * config.batch_size, "seed": config.seed},
+                    "epoch": epoch, "step": step, "skipped_total": guard.skipped_total,
+                    "rng": torch.get_rng_state(), "classes": classes,
+                    "config": json.dumps(dataclasses.asdict(config))})
+            if world > 1:
+                torch.distributed.barrier()
+
+        monitor = MemoryMonitor(device)
+        monitor.set_baseline()
+        timer = StepTimer(device)
+        epochs: list[EpochStats] = []
+        losses: list[float] = []
+        stopped = False
+        for epoch in range(start_epoch, config.epochs):
+            first = micro_done if epoch == start_epoch else 0
+            sampler.set_epoch(epoch)
+            sampler.set_start(first * config.batch_size)
+            if isinstance(fed_train, SeededDataset):
+                fed_train.epoch = epoch
+            model.train()
+            from tqdm import tqdm
+
+            bar = tqdm(total=micro_per_epoch, initial=first, desc=f"epoch {epoch + 1}/{config.epochs}",
+                       unit="batch", disable=not (config.progress and rank == 0), leave=False)
+            monitor.start()
+            started = time.perf_counter()
+            timer.reset()
+            images_seen, loss_sum, loss_count, window_ok, steps_before = 0, 0.0, 0, True, step
+            micro = first
+            for images, labels in train_loader:
+                timer.batch_ready()
+                images = images.to(device, non_blocking=True)
+                labels = labels.to(device, non_blocking=True)
+                if config.channels_last:
+                    images = images.contiguous(memory_format=torch.channels_last)
+                window_ok &= bool(torch.isfinite(images).all())
+                inputs_ok = window_ok
+                window_start = (micro // config.accum_steps) * config.accum_steps
+                window = min(config.accum_steps, micro_per_epoch - window_start)
+                last = micro + 1 == window_start + window
+                sync = train_model.no_sync() if world > 1 and not last else contextlib.nullcontext()
+                with sync:
+                    with autocast(config.amp, device.type):
+                        logits = forward(images)
+                    loss = F.cross_entropy(logits.float(), labels)
+                    if loss_hook is not None:
+                        loss = loss_hook(step, loss)
+                    scaler.scale(loss / window).backward()
+                value = float(loss.detach())
+                window_ok &= math.isfinite(value)
+                losses.append(value)
+                if math.isfinite(value):
+                    loss_sum += value * labels.numel()
+                    loss_count += labels.numel()
+                images_seen += labels.numel()
+                micro += 1
+                bar.update(1)
+                if last:
+                    if scaler.is_enabled():
+                        scaler.unscale_(optimizer)
+                    norm = grad_norm(params)
+                    ok = window_ok and math.isfinite(norm)
+                    ok = _all_reduce([0.0 if ok else 1.0], "max", world)[0] == 0.0
+                    scale = scaler.get_scale() if scaler.is_enabled() else None
+                    if ok:
+                        scaler.step(optimizer)
+                    scaler.update()
+                    optimizer.zero_grad(set_to_none=True)
+                    current_lr = optimizer.param_groups[0]["lr"]
+                    scheduler.step()
+                    step += 1
+                    timer.step_done()
+                    jlog({"event": "step", "epoch": epoch, "step": step, "loss": value, "lr": current_lr,
+                          "grad_norm": norm, "loss_scale": scale, "skipped": not ok})
+                    if ok:
+                        guard.record_ok()
+                    else:
+                        guard.record_skip(step=step, epoch=epoch, loss=value, grad_norm=norm, loss_scale=scale,
+                                          lr=current_lr, inputs_finite=inputs_ok, model=model)
+                    window_ok = True
+                    bar.set_postfix(loss=f"{value:.3f}", refresh=False)
+                    if config.checkpoint_every and step % config.checkpoint_every == 0:
+                        save(epoch, micro)
+                    if config.max_steps is not None and step >= config.max_steps:
+                        stopped = True
+                        break
+                else:
+                    timer.step_done()
+            train_time = time.perf_counter() - started
+            peak, peak_above = monitor.stop()
+            bar.close()
+            if stopped and micro < micro_per_epoch:
+                save(epoch, micro)
+            else:
+                save(epoch + 1, 0)
+            val = (0, 0, 0.0)
+            if val_loader is not None:
+                val = evaluate(model, val_loader, device, config.amp, config.channels_last)
+            sums = _all_reduce([images_seen, loss_sum, loss_count, *val], "sum", world)
+            maxes = _all_reduce([train_time, timer.data_wait, timer.compute, peak_above, peak], "max", world)
+            stats = EpochStats(
+                epoch=epoch, images=int(sums[0]), epoch_time_s=maxes[0], data_wait_s=maxes[1],
+                compute_s=maxes[2], train_loss=sums[1] / sums[2] if sums[2] else float("nan"),
+                peak_mem_mb=to_mib(maxes[3]), peak_rss_mb=to_mib(maxes[4]),
+                val_top1=sums[3] / sums[4] if sums[4] else None,
+                val_loss=sums[5] / sums[4] if sums[4] else None,
+                lr=optimizer.param_groups[0]["lr"], steps=step - steps_before,
+                skipped_steps=guard.skipped_total)
+            epochs.append(stats)
+            jlog(stats.as_dict())
+            if rank == 0:
+                log.info("epoch %d: %s", epoch + 1, json.dumps(stats.as_dict()))
+            if stopped:
+                break
+        result = FinetuneResult(
+            epochs=epochs, losses=losses, steps=step, skipped_steps=guard.skipped_total,
+            trainable_params=trainable, total_params=total, classes=classes,
+            val_top1=epochs[-1].val_top1 if epochs else None, checkpoint=config.checkpoint)
+        jlog({"event": "end", "steps": step, "skipped_steps": guard.skipped_total,
+              "val_top1": result.val_top1})
+        return result
+    finally:
+        jlog.close()
+        if own_group:
+            torch.distributed.destroy_process_group()

@@ -1,0 +1,103 @@
+"""Resumable sample order and reproducible augmentation for the fine-tuning loop.
+
+:class:`ResumableSampler` is a ``torch.utils.data.Sampler`` (so both ``torch`` and
+``fastload`` DataLoaders take it unchanged): a permutation drawn from ``seed + epoch``,
+sharded over ranks like ``DistributedSampler`` (padded by wrapping round to the start so
+every rank gets the same count), that can start part-way through an epoch after a resume.
+
+:class:`SeededDataset` makes each sample's random augmentation a pure function of
+``(seed, epoch, index)``, whatever the worker count or resume point, by running the wrapped
+dataset's ``__getitem__`` under a forked torch RNG seeded for that sample.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+import torch
+from torch.utils.data import Dataset, Sampler
+
+__all__ = ["ResumableSampler", "SeededDataset"]
+
+
+class ResumableSampler(Sampler[int]):
+    """This rank's indices of one epoch, shuffled from ``seed + epoch`` or in order.
+
+    ``pad=True`` (training) wraps the order round to its start until it divides by
+    ``world_size``, as ``DistributedSampler(drop_last=False)`` does; ``pad=False``
+    (evaluation) gives rank ``r`` exactly ``order[r::world_size]``, so no sample counts twice.
+    ``set_start(k)`` skips the first ``k`` indices of the current epoch's shard once resumed.
+    """
+
+    def __init__(self, size: int, *, shuffle: bool, seed: int = 0, rank: int = 0,
+                 world_size: int = 1, pad: bool = True) -> None:
+        if size < 1:
+            raise ValueError(f"the dataset is empty (size={size}); nothing to train on")
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank should be in [0, {world_size}), but got rank={rank}")
+        self.size, self.shuffle, self.seed = size, shuffle, seed
+        self.rank, self.world_size, self.pad = rank, world_size, pad
+        self.epoch = 0
+        self.start = 0
+
+    @property
+    def shard_size(self) -> int:
+        """Indices of a full epoch on this rank."""
+        if self.pad:
+            return math.ceil(self.size / self.world_size)
+        return len(range(self.rank, self.size, self.world_size))
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+        self.start = 0
+
+    def set_start(self, start: int) -> None:
+        if not 0 <= start <= self.shard_size:
+            raise ValueError(f"start should be in [0, {self.shard_size}], but got {start}")
+        self.start = start
+
+    def indices(self) -> list[int]:
+        """The full shard of the current epoch."""
+        if self.shuffle:
+            generator = torch.Generator().manual_seed(self.seed + self.epoch)
+            order = torch.randperm(self.size, generator=generator).tolist()
+        else:
+            order = list(range(self.size))
+        if self.pad:
+            total = self.shard_size * self.world_size
+            while len(order) < total:
+                order += order[: total - len(order)]
+        return order[self.rank :: self.world_size]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.indices()[self.start :])
+
+    def __len__(self) -> int:
+        return self.shard_size - self.start
+
+    def state_dict(self) -> dict[str, int]:
+        return {"sampler_epoch": self.epoch, "sampler_start": self.start, "seed": self.seed}
+
+
+class SeededDataset(Dataset):
+    """Wraps a map-style dataset so sample ``i`` of epoch ``e`` draws its random transform
+    from ``torch.manual_seed(f(seed, e, i))`` — the global RNG is restored afterwards.
+
+    Set ``epoch`` before each ``iter(loader)``; torch re-creates (non-persistent) workers
+    per epoch, so they see the new value.
+    """
+
+    def __init__(self, dataset: Dataset, seed: int) -> None:
+        self.dataset = dataset
+        self.seed = seed
+        self.epoch = 0
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: int):
+        sample_seed = (self.seed * 1_000_003 + self.epoch) * 100_000_007 + int(index)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(sample_seed % (1 << 63))
+            return self.dataset[index]
