@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import sys
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -139,7 +140,7 @@ def _run(samples, writer: LMDBWriter, workers: int, max_side, quality, check, st
     if workers == 1 or remaining < 2:
         results = map(check_file_task, tasks)
     else:
-        pool = multiprocessing.get_context().Pool(min(workers, remaining))
+        pool = multiprocessing.get_context().Pool(min(workers, remaining), initializer=_worker_init)
         chunk = max(1, min(32, remaining // (workers * 8)))
         results = pool.imap(check_file_task, tasks, chunksize=chunk)
     bar = tqdm(total=len(samples), initial=start, unit="img", disable=not progress,
@@ -169,6 +170,20 @@ def _run(samples, writer: LMDBWriter, workers: int, max_side, quality, check, st
         if pool is not None:
             pool.terminate()
             pool.join()
+
+
+def _worker_init() -> None:
+    """Workers ignore Ctrl-C (the parent stops them) and die with the parent, even on SIGKILL."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
 
 
 def is_complete(path: str | os.PathLike) -> bool:

@@ -26,6 +26,49 @@ from fastload.lmdb_format import (
 
 MAX_READERS = 1024
 
+# py-lmdb refuses to open one environment twice in a process, and a forked child inherits
+# the parent's handle (unusable there by LMDB's rules). So read-only environments are
+# shared per process: path -> [owner pid, environment, users].
+_ENVS: dict[str, list] = {}
+
+
+def acquire_env(path: Path):
+    """This process's read-only environment for ``path`` (opened on first use)."""
+    import lmdb
+
+    key = os.path.realpath(path)
+    pid = os.getpid()
+    entry = _ENVS.get(key)
+    if entry is not None and entry[0] != pid:  # inherited through fork: drop our copy only
+        del _ENVS[key]
+        try:
+            entry[1].close()
+        except lmdb.Error:
+            pass
+        entry = None
+    if entry is None:
+        try:
+            env = lmdb.open(
+                key, readonly=True, lock=False, readahead=False, subdir=True,
+                max_readers=MAX_READERS, meminit=False,
+            )
+        except lmdb.Error as exc:
+            raise OSError(f"cannot open the LMDB database in {str(path)!r}: {exc}") from None
+        entry = _ENVS[key] = [pid, env, 0]
+    entry[2] += 1
+    return entry[1]
+
+
+def release_env(path: Path) -> None:
+    """Give back :func:`acquire_env`'s environment; the last user closes it."""
+    key = os.path.realpath(path)
+    entry = _ENVS.get(key)
+    if entry is not None and entry[0] == os.getpid():
+        entry[2] -= 1
+        if entry[2] <= 0:
+            del _ENVS[key]
+            entry[1].close()
+
 
 def load_meta(path: Path) -> dict:
     """The parsed ``fastload.json`` of ``path``; one clear sentence when it is not usable."""
@@ -122,21 +165,18 @@ class LMDBReader:
     def close(self) -> None:
         """Drop this process's LMDB handle (it is reopened on the next read)."""
         if self._env is not None and self._pid == os.getpid():
-            if self._txn is not None:
-                self._txn.abort()
-            self._env.close()
+            txn, self._txn = self._txn, None
+            if txn is not None:
+                txn.abort()
+            release_env(self.path)
         self._env = self._txn = self._pid = None
 
     def _transaction(self):
         if self._pid != os.getpid():  # first use here, or inherited through fork
-            import lmdb
-
-            self._env = lmdb.open(
-                str(self.path), readonly=True, lock=False, readahead=False, subdir=True,
-                max_readers=MAX_READERS, meminit=False,
-            )
-            self._txn = self._env.begin(write=False, buffers=False)
+            self._env = self._txn = None
+            self._env = acquire_env(self.path)
             self._pid = os.getpid()
+            self._txn = self._env.begin(write=False, buffers=False)
         return self._txn
 
     def key(self, index: int) -> bytes:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from fastload.datum import datum_fields
 from fastload.lmdb_format import CHECKSUM_DTYPE, CHECKSUM_FILE, record_key
-from fastload.lmdb_reader import load_labels, load_meta
+from fastload.lmdb_reader import acquire_env, load_labels, load_meta, release_env
 
 
 @dataclass
@@ -61,7 +61,6 @@ def _decode_problem(data: memoryview, height: int, width: int, channels: int) ->
 def verify_lmdb(path: str | os.PathLike, full: bool = False, sample: int = 64,
                 seed: int = 0) -> VerifyReport:
     """Verify the database at ``path``; see the module docstring for what is checked."""
-    import lmdb
     import numpy as np
 
     if isinstance(sample, bool) or not isinstance(sample, int) or sample < 0:
@@ -89,7 +88,7 @@ def verify_lmdb(path: str | os.PathLike, full: bool = False, sample: int = 64,
     else:
         to_decode = set(random.Random(seed).sample(range(expected), min(sample, expected)))
 
-    env = lmdb.open(str(root), readonly=True, lock=False, readahead=False, subdir=True)
+    env = acquire_env(root)
     try:
         with env.begin(buffers=True) as txn:
             index = 0
@@ -106,7 +105,7 @@ def verify_lmdb(path: str | os.PathLike, full: bool = False, sample: int = 64,
                 index += 1
             report.found = index
     finally:
-        env.close()
+        release_env(root)
     if report.found < expected:
         report.bad.append(("count", f"database holds {report.found} records; metadata says {expected}"))
     return report

@@ -33,3 +33,13 @@ def synth_photos(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("synth_photos")
     return synthesize(root, train=8, val=4, classes=2, seed=0, workers=1)
+
+
+@pytest.fixture(scope="session")
+def synth_lmdb(synth_root, tmp_path_factory):
+    """``synth_root/train`` converted by ``fastload.convert.convert_folder`` (do not modify)."""
+    from fastload.convert import convert_folder
+
+    dst = tmp_path_factory.mktemp("synth_lmdb") / "train.lmdb"
+    convert_folder(synth_root / "train", dst, workers=1, progress=False)
+    return dst
