@@ -4,11 +4,15 @@ from fastload.datum import Datum, decode_datum, encode_datum
 
 __version__ = "0.1.0"
 
-__all__ = ["Datum", "LMDBDataset", "decode_datum", "encode_datum", "__version__"]
+__all__ = ["DataLoader", "Datum", "LMDBDataset", "decode_datum", "encode_datum", "__version__"]
 
 
 def __getattr__(name: str):
     # Lazy exports (PEP 562): `import fastload` stays free of torch until they are used.
+    if name == "DataLoader":
+        from fastload.loader import DataLoader
+
+        return DataLoader
     if name == "LMDBDataset":
         from fastload.lmdb_dataset import LMDBDataset
 

@@ -1,0 +1,435 @@
+"""``fastload.DataLoader``: torch's DataLoader contract, batches decoded by a DALI graph.
+
+The loader decides *which* samples form each batch (order, sampling, sharding, resume,
+labels, errors); ``fastload.pipelines`` turns the encoded images of a batch into a tensor.
+Whatever cannot run on that path falls back to a real ``torch.utils.data.DataLoader``.
+"""
+
+from __future__ import annotations
+
+import warnings
+import weakref
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.utils.data import BatchSampler, Dataset, default_collate
+from torch.utils.data import DataLoader as TorchDataLoader
+
+from fastload.sampling import BatchOrder, EpochSampler, distributed_settings, mix_seed
+from fastload.sources import NotASource, SampleError, make_source, resolve_dataset
+
+__all__ = ["DataLoader", "FallbackWarning", "SampleError"]
+
+_FROZEN = ("batch_size", "batch_sampler", "sampler", "drop_last", "dataset", "persistent_workers")
+_COPIED = ("num_workers", "prefetch_factor", "pin_memory", "pin_memory_device", "timeout",
+           "worker_init_fn", "multiprocessing_context", "in_order", "generator", "collate_fn",
+           "persistent_workers", "batch_size", "drop_last", "sampler", "batch_sampler")
+
+
+class FallbackWarning(UserWarning):
+    """fastload runs torch's DataLoader for this dataset; the message names the reason."""
+
+
+def _resolve_device(device: Any) -> torch.device:
+    if device is None:
+        if torch.cuda.is_available():
+            return torch.device("cuda", torch.cuda.current_device())
+        return torch.device("cpu")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        dev = None
+    if dev is None or dev.type not in ("cpu", "cuda"):
+        raise ValueError(f"device should be None, 'cpu', 'cuda' or 'cuda:N', but got device={device!r}")
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device={device!r} needs CUDA, but torch.cuda.is_available() is "
+                             "False; use device='cpu' or leave device=None")
+        return torch.device("cuda", torch.cuda.current_device() if dev.index is None else dev.index)
+    return dev
+
+
+def _name(obj: Any) -> str:
+    return getattr(obj, "__qualname__", None) or type(obj).__name__
+
+
+class DataLoader:
+    """Drop-in for ``torch.utils.data.DataLoader`` over image datasets, decoded by DALI.
+
+    Takes torch's arguments with torch's meaning and validation, plus:
+
+    * ``device``: where batches are made: None -> ``"cuda"`` when CUDA is available (nvJPEG
+      decode, batches on the GPU) else ``"cpu"`` (CPU-only DALI graph); or ``"cpu"``,
+      ``"cuda"``, ``"cuda:N"``, a ``torch.device``.
+    * ``seed``: base seed of the shuffle order and the augmentation (instead of ``generator``).
+    * ``strict``: raise instead of falling back to torch's DataLoader.
+    * ``on_error``: ``"raise"`` (an unreadable sample raises naming its path or LMDB key) or
+      ``"skip"`` (drop it from its batch, warn once; names in ``skipped``).
+    * ``transform`` / ``target_transform``: when ``dataset`` is a path (an image folder, read
+      with ImageFolder semantics, or a fastload LMDB directory).
+
+    Datasets: torchvision ``ImageFolder``/``DatasetFolder`` with the default PIL loader,
+    ``fastload.LMDBDataset``, a ``Subset`` of either, or a path. ``num_workers`` sets the DALI
+    CPU threads (0 -> 1) and ``prefetch_factor`` the batches decoded ahead (default 2).
+    Batches are ``[images, labels]`` as torch's ``default_collate`` makes them: fresh tensors
+    (``labels`` int64 after ``target_transform``), on ``device``, pinned when ``pin_memory``
+    and the images are on the CPU of a CUDA machine.
+
+    Order: ``shuffle=True`` gives a full permutation per epoch drawn from ``(seed, epoch)``;
+    the seed is ``seed``, else one draw from ``generator``, else one from torch's default
+    generator at construction. Each ``iter()`` is the next epoch; ``set_epoch(e)`` picks one
+    (and is forwarded to a sampler that has ``set_epoch``). ``sampler``/``batch_sampler`` are
+    iterated exactly as torch does. Under ``torch.distributed`` with neither given, each rank
+    reads its shard as with DistributedSampler: padded by wrapping to a multiple of the world
+    size (``drop_last=False``) or cut to one (``drop_last=True``), rank ``r`` taking
+    ``order[r::world_size]``. Each batch's augmentation draws from a generator seeded by
+    ``(seed, epoch, rank, batch position)``, so a resumed run makes the same crops.
+
+    Falls back to a real ``torch.utils.data.DataLoader`` with the same arguments (one
+    ``FallbackWarning`` naming the reason; same batches, no speed-up) for other datasets,
+    transforms the graph cannot translate, a custom ``collate_fn``, ``batch_size=None``, and
+    ``worker_init_fn``/``multiprocessing_context`` with workers. ``fallback_reason`` says why.
+    ``timeout``, ``persistent_workers``, ``in_order`` and ``pin_memory_device`` have nothing
+    to control on the DALI path (no worker processes, batches always in order).
+    """
+
+    def __init__(self, dataset: Dataset | str, batch_size: int | None = 1,
+                 shuffle: bool | None = None, sampler: Any = None, batch_sampler: Any = None,
+                 num_workers: int = 0, collate_fn: Any = None, pin_memory: bool = False,
+                 drop_last: bool = False, timeout: float = 0, worker_init_fn: Any = None,
+                 multiprocessing_context: Any = None, generator: torch.Generator | None = None,
+                 *, prefetch_factor: int | None = None, persistent_workers: bool = False,
+                 pin_memory_device: str = "", in_order: bool = True, device: Any = None,
+                 seed: int | None = None, strict: bool = False, on_error: str = "raise",
+                 transform: Any = None, target_transform: Any = None) -> None:
+        if on_error not in ("raise", "skip"):
+            raise ValueError(f"on_error should be 'raise' or 'skip', but got on_error={on_error!r}")
+        if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
+            raise TypeError(f"seed should be an int or None, but got seed={seed!r}")
+        if seed is not None and generator is not None:
+            raise ValueError("seed option is mutually exclusive with generator; pass one of them")
+        dataset = resolve_dataset(dataset, transform, target_transform)
+        torch_generator = generator
+        if seed is not None:
+            torch_generator = torch.Generator()
+            torch_generator.manual_seed(seed)
+        # torch's own constructor validates the arguments, with torch's messages.
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="This DataLoader will create")
+            torch_loader = TorchDataLoader(
+                dataset, batch_size, shuffle, sampler, batch_sampler, num_workers, collate_fn,
+                pin_memory, drop_last, timeout, worker_init_fn, multiprocessing_context,
+                torch_generator, prefetch_factor=prefetch_factor,
+                persistent_workers=persistent_workers, pin_memory_device=pin_memory_device,
+                in_order=in_order)
+        self.device = _resolve_device(device)
+        self.on_error = on_error
+        self.strict = strict
+        self.dataset = dataset
+        for name in _COPIED:
+            setattr(self, name, getattr(torch_loader, name))
+        self.skipped: list[str] = []
+        self.last_batch_indices: list[int] = []
+        self._decoder: Any = None
+        self._decoder_size = 0
+        self._live: weakref.ref | None = None
+        reason, self._source, self._plan = self._fast_path(dataset, collate_fn, worker_init_fn,
+                                                           multiprocessing_context)
+        self.fallback_reason = reason
+        if reason is not None:
+            if strict:
+                raise ValueError(f"fastload.DataLoader cannot run this on DALI: {reason} "
+                                 "(strict=True forbids the torch fallback)")
+            warnings.warn(f"fastload.DataLoader: {reason}; running torch.utils.data.DataLoader "
+                          "instead (same batches, no speed-up; strict=True makes this an error)",
+                          FallbackWarning, stacklevel=2)
+            torch_loader.check_worker_number_rationality()
+            self._torch = torch_loader
+            self._order = None
+        else:
+            self._torch = None
+            self._fast_init(shuffle, sampler, batch_sampler, generator, seed)
+        self._initialized = True
+
+    def _fast_path(self, dataset: Any, collate_fn: Any, worker_init_fn: Any,
+                   mp_context: Any) -> tuple[str | None, Any, Any]:
+        """``(None, source, plan)`` when DALI can make the batches, else ``(reason, None, None)``."""
+        if self.batch_sampler is None:
+            return "batch_size=None (no automatic batching) yields single samples", None, None
+        if collate_fn is not None and collate_fn is not default_collate:
+            return f"a custom collate_fn={_name(collate_fn)} cannot apply to DALI batches", None, None
+        if self.num_workers > 0 and worker_init_fn is not None:
+            return f"worker_init_fn={_name(worker_init_fn)} needs worker processes", None, None
+        if self.num_workers > 0 and mp_context is not None:
+            return "multiprocessing_context= needs worker processes", None, None
+        try:
+            source = make_source(dataset)
+        except NotASource as err:
+            return str(err), None, None
+        try:
+            from fastload.pipelines.translate import translate
+        except ImportError as err:  # DALI or the graph package unavailable
+            return f"the DALI graph package cannot be imported ({err})", None, None
+        try:
+            plan = translate(source.transform)
+        except ValueError as err:  # UnsupportedTransform is a ValueError
+            return str(err), None, None
+        return None, source, plan
+
+    def _fast_init(self, shuffle: Any, sampler: Any, batch_sampler: Any,
+                   generator: torch.Generator | None, seed: int | None) -> None:
+        from fastload.sampling import shared_base_seed
+
+        base_seed = shared_base_seed(seed, generator)
+        self.generator = generator
+        own = None
+        if sampler is None and batch_sampler is None:
+            world_size, rank = distributed_settings()
+            own = EpochSampler(len(self._source), shuffle=bool(shuffle), seed=base_seed,
+                               num_replicas=world_size, rank=rank, drop_last=self.drop_last)
+            self.sampler = own
+            self.batch_sampler = BatchSampler(own, self.batch_size, self.drop_last)
+        self._rank = distributed_settings()[1]
+        self._order = BatchOrder(self.batch_sampler, own, self.batch_size, self.drop_last,
+                                 base_seed, len(self._source))
+
+    def __setattr__(self, attr: str, val: Any) -> None:
+        if self.__dict__.get("_initialized") and attr in _FROZEN:
+            raise ValueError(
+                f"{attr} attribute should not be set after {type(self).__name__} is initialized")
+        super().__setattr__(attr, val)
+
+    def __len__(self) -> int:
+        if self._torch is not None:
+            return len(self._torch)
+        return len(self.batch_sampler)
+
+    def __iter__(self) -> Any:
+        if self._torch is not None:
+            return iter(self._torch)
+        old = self._live() if self._live is not None else None
+        if old is not None:
+            old._active = False
+        iterator = _EpochIterator(self)
+        self._live = weakref.ref(iterator)
+        return iterator
+
+    def set_epoch(self, epoch: int) -> None:
+        """Make the next ``iter()`` epoch ``epoch`` (shuffle order and augmentation seeds),
+        forwarded to a sampler that has ``set_epoch`` (e.g. DistributedSampler)."""
+        if self._order is not None:
+            self._order.set_epoch(epoch)
+        if not isinstance(self.sampler, EpochSampler) and hasattr(self.sampler, "set_epoch"):
+            self.sampler.set_epoch(epoch)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Position to resume from: epoch, batches yielded, seed (and, for a user's sampler or
+        batch_sampler, the remaining batches' indices). Holds tensors and plain values only."""
+        if self._order is None:
+            raise ValueError(f"state_dict() needs the DALI path, but this loader runs torch's "
+                             f"DataLoader because {self.fallback_reason}")
+        return self._order.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from ``state``: the next ``iter()`` yields exactly the batches the saved
+        run had not yet yielded, with the same samples in the same order."""
+        if self._order is None:
+            raise ValueError(f"load_state_dict() needs the DALI path, but this loader runs "
+                             f"torch's DataLoader because {self.fallback_reason}")
+        self._order.load_state_dict(state)
+
+    def _decoder_for(self, max_batch: int) -> Any:
+        if self._decoder is not None and self._decoder_size >= max_batch:
+            return self._decoder
+        from fastload.pipelines.batch_decoder import BatchDecoder
+
+        if self._decoder is not None:
+            self._decoder.close()
+        cuda = self.device.type == "cuda"
+        self._decoder = BatchDecoder(
+            self._plan, max_batch_size=max_batch, num_threads=max(1, self.num_workers),
+            device="gpu" if cuda else "cpu", device_id=self.device.index if cuda else None,
+            queue_depth=max(1, self.prefetch_factor or 2))
+        self._decoder_size = max_batch
+        return self._decoder
+
+    def _note_skip(self, names: list[str], why: str) -> None:
+        if not self.skipped:
+            warnings.warn(f"fastload.DataLoader skipped {', '.join(names)} ({why}); further "
+                          "unreadable samples are skipped silently and listed in "
+                          "loader.skipped", RuntimeWarning, stacklevel=4)
+        self.skipped.extend(names)
+
+    def __del__(self) -> None:
+        decoder = self.__dict__.get("_decoder")
+        if decoder is not None:
+            decoder.close()
+
+
+@dataclass
+class _Batch:
+    position: int
+    indices: list[int]
+    encoded: list[Any]
+    sizes: list[tuple[int, int]]
+    seed: int
+    error: BaseException | None = None
+    submitted: bool = False
+
+
+class _EpochIterator:
+    """One epoch of a DataLoader on the DALI path, keeping ``prefetch_factor`` batches in
+    the decoder while the caller works. A newer ``iter()`` on the loader supersedes it."""
+
+    def __init__(self, loader: DataLoader) -> None:
+        self._loader = loader
+        self._source = loader._source
+        self._epoch = loader._order.start_epoch()
+        if loader._order.own is not None:
+            max_batch = loader.batch_size
+        elif loader.batch_size is not None:
+            max_batch = loader.batch_size
+        else:  # a user's batch_sampler: batch sizes are known only after running it
+            max_batch = max((len(b) for b in self._epoch.remaining()), default=1)
+        self._decoder = loader._decoder_for(max(1, max_batch))
+        self._decoder.reset()
+        self._depth = max(1, loader.prefetch_factor or 2)
+        self._queue: deque[_Batch] = deque()
+        self._exhausted = False
+        self._active = True
+
+    def __iter__(self) -> _EpochIterator:
+        return self
+
+    def __len__(self) -> int:
+        return len(self._loader)
+
+    def __next__(self) -> list[Any]:
+        if not self._active:
+            raise RuntimeError("this DataLoader iterator was superseded by a newer iter() on "
+                               "the same loader (one epoch runs at a time per loader)")
+        while True:
+            self._fill()
+            if not self._queue:
+                self._finish()
+                raise StopIteration
+            head = self._queue[0]
+            images = None
+            if head.error is None and head.indices:
+                try:
+                    images = self._decoder.fetch()
+                except Exception as err:
+                    if type(err).__name__ != "BatchDecodeError":
+                        raise
+                    try:
+                        images = self._recover(head, err)
+                    except BaseException:
+                        self._queue.popleft()  # the batch is consumed, as in torch
+                        self._epoch.mark_yielded()
+                        raise
+            self._queue.popleft()
+            self._epoch.mark_yielded()
+            if head.error is not None:
+                raise head.error
+            if images is None:  # every sample of the batch was skipped
+                continue
+            self._fill()
+            return self._deliver(head, images)
+
+    def _deliver(self, batch: _Batch, images: torch.Tensor) -> list[Any]:
+        loader = self._loader
+        labels = self._source.labels(batch.indices)
+        if images.device.type == "cuda" and isinstance(labels, torch.Tensor):
+            labels = labels.to(images.device, non_blocking=True)
+        elif loader.pin_memory and torch.cuda.is_available():
+            images = images.pin_memory()
+            labels = labels.pin_memory() if isinstance(labels, torch.Tensor) else labels
+        loader.last_batch_indices = list(batch.indices)
+        return [images, labels]
+
+    def _fill(self) -> None:
+        """Submit batches that wait (after an error) and pull new ones up to the depth."""
+        for batch in self._queue:
+            if not batch.submitted and batch.error is None and batch.indices:
+                self._submit(batch)
+        while len(self._queue) < self._depth and not self._exhausted:
+            pulled = self._epoch.next()
+            if pulled is None:
+                self._exhausted = True
+                break
+            batch = self._read(*pulled)
+            self._queue.append(batch)
+            if batch.error is None and batch.indices:
+                self._submit(batch)
+
+    def _submit(self, batch: _Batch) -> None:
+        gen = torch.Generator()
+        gen.manual_seed(batch.seed)
+        self._decoder.submit(batch.encoded, batch.sizes, gen)
+        batch.submitted = True
+
+    def _read(self, position: int, indices: list[int]) -> _Batch:
+        loader = self._loader
+        seed = mix_seed(loader._order.seed, self._epoch.epoch, loader._rank, position)
+        batch = _Batch(position, [], [], [], seed)
+        for i in indices:
+            try:
+                data, size = self._source.read(i)
+            except Exception as err:
+                if not isinstance(err, OSError | SampleError):
+                    name = self._source.name(i)
+                    err = SampleError(f"sample {i}: cannot read {name}: {err}", [name])
+                if loader.on_error == "raise":
+                    batch.error = err
+                    return batch
+                loader._note_skip([self._source.name(i)], str(err))
+                continue
+            batch.indices.append(i)
+            batch.encoded.append(data)
+            batch.sizes.append(size)
+        return batch
+
+    def _recover(self, head: _Batch, err: BaseException) -> torch.Tensor | None:
+        """The decoder failed on ``head``: find the culprit samples by decoding each alone,
+        then raise naming them or (on_error="skip") decode the batch without them."""
+        self._decoder.reset()
+        for batch in self._queue:
+            batch.submitted = False
+        bad = []
+        for j in range(len(head.indices)):
+            single = _Batch(-1, [head.indices[j]], [head.encoded[j]], [head.sizes[j]], head.seed)
+            try:
+                self._submit(single)
+                self._decoder.fetch()
+            except Exception as single_err:
+                if type(single_err).__name__ != "BatchDecodeError":
+                    raise
+                bad.append(j)
+        names = [self._source.name(head.indices[j]) for j in bad]
+        message = getattr(err, "message", str(err))
+        if not bad or self._loader.on_error == "raise":
+            if not bad:
+                names = [self._source.name(i) for i in head.indices]
+                raise SampleError(f"decoding failed for a batch of {', '.join(names)}, though "
+                                  f"each decodes alone: {message}", names) from err
+            raise SampleError(f"cannot decode {', '.join(names)}: {message}", names) from err
+        self._loader._note_skip(names, "cannot be decoded")
+        keep = [j for j in range(len(head.indices)) if j not in set(bad)]
+        head.indices = [head.indices[j] for j in keep]
+        head.encoded = [head.encoded[j] for j in keep]
+        head.sizes = [head.sizes[j] for j in keep]
+        if not head.indices:
+            return None
+        self._submit(head)
+        for batch in list(self._queue)[1:]:
+            if batch.error is None and batch.indices:
+                self._submit(batch)
+        return self._decoder.fetch()
+
+    def _finish(self) -> None:
+        self._active = False
+        order = self._loader._order
+        if order.current is self._epoch:
+            order.finish_epoch()

@@ -1,0 +1,246 @@
+"""Which samples form each batch, epoch by epoch, and how to resume mid-epoch.
+
+Random order is a pure function of ``(seed, epoch)``: the loader's own sampler draws
+``torch.randperm`` from a generator seeded by mixing the two (numpy ``SeedSequence``), so a
+run, a rerun and a resumed run see the same order. Under ``torch.distributed`` the loader
+shards that order exactly like ``torch.utils.data.DistributedSampler``:
+
+* ``drop_last=False``: the epoch's order is padded by wrapping round to its start until its
+  length divides evenly by ``world_size`` (so up to ``world_size - 1`` indices appear twice
+  in an epoch); with ``N=10``, 4 ranks: order ``[0..9, 0, 1]``.
+* ``drop_last=True``: the order is cut to the largest multiple of ``world_size`` (up to
+  ``world_size - 1`` indices are skipped this epoch).
+* rank ``r`` takes every ``world_size``-th index starting at ``r`` (``order[r::world_size]``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import Sampler
+
+__all__ = ["BatchOrder", "EpochSampler", "mix_seed", "distributed_settings", "shared_base_seed"]
+
+_MASK64 = (1 << 64) - 1
+STATE_VERSION = 1
+
+
+def mix_seed(*parts: int) -> int:
+    """A well-mixed 64-bit seed from integers (any sign), e.g. ``(base, epoch, rank, batch)``."""
+    seq = np.random.SeedSequence([int(p) & _MASK64 for p in parts])
+    return int(seq.generate_state(1, dtype=np.uint64)[0])
+
+
+def distributed_settings() -> tuple[int, int]:
+    """``(world_size, rank)`` of the default process group, ``(1, 0)`` when there is none."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_world_size(), dist.get_rank()
+    return 1, 0
+
+
+def shared_base_seed(seed: int | None, generator: torch.Generator | None) -> int:
+    """The loader's base seed: ``seed`` when given, else one int64 drawn from ``generator``
+    (or from torch's default generator when that is None, as torch's DataLoader draws its
+    base seed). Under torch.distributed rank 0's value is broadcast, so all ranks agree."""
+    if seed is not None:
+        return int(seed)
+    value = int(torch.empty((), dtype=torch.int64).random_(generator=generator).item())
+    world_size, _ = distributed_settings()
+    if world_size > 1:
+        import torch.distributed as dist
+
+        device = "cuda" if dist.get_backend() == "nccl" else "cpu"
+        tensor = torch.tensor([value], dtype=torch.int64, device=device)
+        dist.broadcast(tensor, src=0)
+        value = int(tensor.item())
+    return value
+
+
+class EpochSampler(Sampler[int]):
+    """The loader's own order: ``range(N)`` or a permutation from ``(seed, epoch)``, sharded
+    like DistributedSampler when ``num_replicas > 1`` (padding rule in the module docstring).
+    """
+
+    def __init__(self, num_items: int, *, shuffle: bool, seed: int, num_replicas: int = 1,
+                 rank: int = 0, drop_last: bool = False) -> None:
+        if not 0 <= rank < num_replicas:
+            raise ValueError(f"rank should be in [0, {num_replicas}), but got rank={rank}")
+        self.num_items = num_items
+        self.shuffle = shuffle
+        self.seed = seed
+        self.num_replicas = num_replicas
+        self.rank = rank
+        self.drop_last = drop_last
+        self.epoch = 0
+        if drop_last and num_items % num_replicas:
+            self.num_samples = math.ceil((num_items - num_replicas) / num_replicas)
+        else:
+            self.num_samples = math.ceil(num_items / num_replicas)
+        self.total_size = self.num_samples * num_replicas
+
+    def set_epoch(self, epoch: int) -> None:
+        """Use ``epoch``'s order on the next iteration."""
+        self.epoch = epoch
+
+    def indices(self) -> np.ndarray:
+        """This rank's indices for the current epoch (int64)."""
+        if self.shuffle:
+            gen = torch.Generator()
+            gen.manual_seed(mix_seed(self.seed, self.epoch))
+            order = torch.randperm(self.num_items, generator=gen).numpy()
+        else:
+            order = np.arange(self.num_items, dtype=np.int64)
+        if self.total_size > len(order):
+            if len(order) == 0:
+                return order
+            reps = math.ceil((self.total_size - len(order)) / len(order))
+            order = np.concatenate([order, *[order] * reps])[: self.total_size]
+        else:
+            order = order[: self.total_size]
+        return order[self.rank :: self.num_replicas]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.indices().tolist())
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+
+class _Epoch:
+    """The batches of one epoch still to yield: ``next()`` pulls ``(position, indices)``."""
+
+    def __init__(self, epoch: int, batches: Iterator[list[int]], start: int) -> None:
+        self.epoch = epoch
+        self._batches = batches
+        self.position = start  # next position to pull
+        self.yielded = start  # batches handed to the caller
+        self._materialized: list[list[int]] | None = None
+        self._pulled: deque[list[int]] = deque()  # pulled, not yet yielded
+
+    def next(self) -> tuple[int, list[int]] | None:
+        batch = next(self._batches, None)
+        if batch is None:
+            return None
+        batch = [int(i) for i in batch]
+        self._pulled.append(batch)
+        self.position += 1
+        return self.position - 1, batch
+
+    def mark_yielded(self) -> None:
+        """The oldest pulled batch reached the caller (or was consumed by an error)."""
+        self._pulled.popleft()
+        self.yielded += 1
+
+    def remaining(self) -> list[list[int]]:
+        """Every batch not yet yielded, in order. Consumes the underlying sampler iterator."""
+        rest = list(self._batches)
+        self._batches = iter(rest)
+        return [*self._pulled, *rest]
+
+
+class BatchOrder:
+    """The loader's position: epoch, batches yielded and base seed, with save and resume.
+
+    With the loader's own sampler a state is ``(epoch, batches yielded, seed)`` and the epoch
+    is replayed and skipped to the position on resume. With a user's ``sampler`` or
+    ``batch_sampler`` (which fastload cannot replay), ``state_dict`` runs that sampler to the
+    end of the epoch and stores the remaining batches' indices; the resumed epoch yields
+    exactly those. A user sampler's own random state is not saved (as with torch).
+    """
+
+    def __init__(self, batch_sampler: Iterable[list[int]], own: EpochSampler | None,
+                 batch_size: int | None, drop_last: bool, seed: int, num_items: int) -> None:
+        self.batch_sampler = batch_sampler
+        self.own = own
+        self.batch_size = batch_size
+        self.drop_last = drop_last
+        self.seed = seed
+        self.num_items = num_items
+        self.next_epoch = 0
+        self.current: _Epoch | None = None
+        self._resume: dict[str, Any] | None = None
+
+    def set_epoch(self, epoch: int) -> None:
+        """Make the next ``iter()`` epoch ``epoch``; a pending resume of another epoch is
+        dropped (a resume of this very epoch is kept)."""
+        if self._resume is not None and self._resume["epoch"] != epoch:
+            self._resume = None
+        self.next_epoch = epoch
+
+    def start_epoch(self) -> _Epoch:
+        """Begin the next epoch (or the resumed one) and return its batch stream."""
+        resume, self._resume = self._resume, None
+        epoch = resume["epoch"] if resume else self.next_epoch
+        self.next_epoch = epoch + 1
+        start = resume["batches_yielded"] if resume else 0
+        if resume and resume["remaining"] is not None:
+            sizes = resume["remaining"]["batch_sizes"].tolist()
+            flat = resume["remaining"]["indices"].tolist()
+            bounds = np.cumsum([0, *sizes]).tolist()
+            batches: Iterator[list[int]] = iter(
+                [flat[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)])
+        elif self.own is not None:
+            self.own.set_epoch(epoch)
+            batches = self._own_batches(start)
+        else:
+            batches = iter(self.batch_sampler)
+            if start:  # a resume without stored batches: replay and skip
+                for _ in range(start):
+                    next(batches, None)
+        self.current = _Epoch(epoch, batches, start)
+        return self.current
+
+    def _own_batches(self, start: int) -> Iterator[list[int]]:
+        order = self.own.indices()
+        size = self.batch_size
+        stop = len(order) - len(order) % size if self.drop_last else len(order)
+        for begin in range(start * size, stop, size):
+            yield order[begin : begin + size].tolist()
+
+    def finish_epoch(self) -> None:
+        """The current epoch ran to its end."""
+        self.current = None
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where the loader stands; see the class docstring."""
+        if self._resume is not None:
+            return dict(self._resume)
+        cur = self.current
+        state: dict[str, Any] = {
+            "version": STATE_VERSION, "seed": self.seed, "num_items": self.num_items,
+            "epoch": self.next_epoch, "batches_yielded": 0, "remaining": None,
+        }
+        if cur is not None:
+            state["epoch"] = cur.epoch
+            state["batches_yielded"] = cur.yielded
+            if self.own is None:
+                rest = cur.remaining()
+                state["remaining"] = {
+                    "indices": torch.tensor([i for b in rest for i in b], dtype=torch.int64),
+                    "batch_sizes": torch.tensor([len(b) for b in rest], dtype=torch.int64),
+                }
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume from ``state`` at the next ``iter()``."""
+        if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
+            raise ValueError("state is not a fastload DataLoader state_dict (version "
+                             f"{STATE_VERSION}); pass what DataLoader.state_dict() returned")
+        if state["num_items"] != self.num_items:
+            raise ValueError(f"state was saved for a dataset of {state['num_items']} samples, "
+                             f"but this loader's dataset has {self.num_items}")
+        self.seed = int(state["seed"])
+        if self.own is not None:
+            self.own.seed = self.seed
+        self.current = None
+        self.next_epoch = int(state["epoch"])
+        resumable = state["batches_yielded"] > 0 or state["remaining"] is not None
+        self._resume = dict(state) if resumable else None
+

@@ -1,0 +1,272 @@
+"""Sample sources: what the DataLoader reads for sample ``i`` of a dataset.
+
+A source turns a dataset into encoded image bytes, the image's ``(height, width)``, a label
+and a name for error messages (the file path or the LMDB key), without decoding anything in
+Python. ``make_source`` accepts torchvision ``ImageFolder``/``DatasetFolder`` (its
+``.samples``, ``.targets``, ``.transform``, ``.target_transform``), ``fastload.LMDBDataset``
+(its ``.reader``) and ``torch.utils.data.Subset`` of either. Anything else raises
+``NotASource`` with the reason, which the loader turns into its torch fallback.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import pathlib
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = [
+    "FileSource",
+    "SampleError",
+    "LMDBSource",
+    "NotASource",
+    "SubsetSource",
+    "image_size",
+    "jpeg_size",
+    "make_source",
+    "resolve_dataset",
+]
+
+
+class SampleError(ValueError):
+    """A sample cannot be read or decoded; the message names its file path or LMDB key and
+    ``names`` lists them."""
+
+    def __init__(self, message: str, names: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.names = list(names)
+
+
+class NotASource(ValueError):
+    """The dataset cannot be read without running its own ``__getitem__``; ``str()`` says why."""
+
+
+# JPEG start-of-frame markers that carry the image size (all SOFn but DHT/JPG/DAC).
+_SOF_MARKERS = frozenset({0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF})
+
+
+def jpeg_size(data: bytes | memoryview | np.ndarray) -> tuple[int, int] | None:
+    """``(height, width)`` from a JPEG's start-of-frame header, or None if ``data`` is not a
+    JPEG or its header is cut short. Reads only the markers before the first frame."""
+    buf = memoryview(data).cast("B") if not isinstance(data, np.ndarray) else memoryview(data)
+    n = len(buf)
+    if n < 4 or buf[0] != 0xFF or buf[1] != 0xD8:
+        return None
+    pos = 2
+    while pos + 4 <= n:
+        if buf[pos] != 0xFF:
+            return None
+        marker = buf[pos + 1]
+        if marker == 0xFF:  # fill byte
+            pos += 1
+            continue
+        if marker in (0x01, 0xD8) or 0xD0 <= marker <= 0xD7:  # markers without a length
+            pos += 2
+            continue
+        length = (buf[pos + 2] << 8) | buf[pos + 3]
+        if marker in _SOF_MARKERS:
+            if pos + 9 > n:
+                return None
+            height = (buf[pos + 5] << 8) | buf[pos + 6]
+            width = (buf[pos + 7] << 8) | buf[pos + 8]
+            return (height, width) if height and width else None
+        if marker == 0xD9 or length < 2:
+            return None
+        pos += 2 + length
+    return None
+
+
+def image_size(data: bytes | memoryview | np.ndarray) -> tuple[int, int] | None:
+    """``(height, width)`` of an encoded image: the JPEG header when it is one, else Pillow's
+    header parse (PNG, BMP, ...); None when neither can read it."""
+    size = jpeg_size(data)
+    if size is not None:
+        return size
+    from PIL import Image
+
+    try:
+        with Image.open(io.BytesIO(bytes(data))) as img:
+            width, height = img.size
+    except Exception:  # noqa: BLE001 - any parse failure means "unreadable"
+        return None
+    return (height, width)
+
+
+class _Source:
+    """Common part: labels (after ``target_transform``) and the transform to translate."""
+
+    transform: Any
+    target_transform: Callable[[Any], Any] | None
+    targets: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.targets)
+
+    def labels(self, indices: Sequence[int]) -> Any:
+        """The label batch torch's ``default_collate`` would build for these samples."""
+        idx = np.asarray(indices, dtype=np.int64)
+        if self.target_transform is None:
+            return torch.from_numpy(self.targets[idx])
+        from torch.utils.data import default_collate
+
+        return default_collate([self.target_transform(int(t)) for t in self.targets[idx]])
+
+
+class FileSource(_Source):
+    """Image files on disk (a torchvision ``DatasetFolder``'s ``samples``).
+
+    Image sizes are parsed from the file headers on first read and cached per source.
+    """
+
+    def __init__(self, paths: Sequence[str], targets: Sequence[int], transform: Any,
+                 target_transform: Callable[[Any], Any] | None = None) -> None:
+        self.paths = [os.fspath(p) for p in paths]
+        self.targets = np.asarray(targets, dtype=np.int64)
+        self.transform = transform
+        self.target_transform = target_transform
+        self._sizes = np.full((len(self.paths), 2), -1, dtype=np.int32)
+
+    def name(self, i: int) -> str:
+        """How error messages refer to sample ``i``."""
+        return f"file '{self.paths[i]}'"
+
+    def read(self, i: int) -> tuple[np.ndarray, tuple[int, int]]:
+        """The encoded bytes of sample ``i`` and its ``(height, width)``.
+
+        Raises FileNotFoundError/OSError naming the path when the file cannot be read and
+        SampleError when it is not an image Pillow or the JPEG header parser recognises.
+        """
+        path = self.paths[i]
+        try:
+            data = np.fromfile(path, dtype=np.uint8)
+        except FileNotFoundError:
+            raise FileNotFoundError(
+                f"sample {i}: file '{path}' does not exist; rebuild the dataset's file list "
+                "or restore the file"
+            ) from None
+        except OSError as err:
+            raise OSError(f"sample {i}: cannot read file '{path}': {err}") from err
+        if self._sizes[i, 0] < 0:
+            size = image_size(data)
+            if size is None:
+                raise SampleError(
+                    f"sample {i}: file '{path}' is not a readable image (empty, truncated "
+                    "or unknown format); remove or replace it",
+                    [self.name(i)],
+                )
+            self._sizes[i] = size
+        return data, (int(self._sizes[i, 0]), int(self._sizes[i, 1]))
+
+
+class LMDBSource(_Source):
+    """Records of a fastload LMDB database, read from the memory map without copying."""
+
+    def __init__(self, reader: Any, transform: Any,
+                 target_transform: Callable[[Any], Any] | None = None) -> None:
+        self.reader = reader
+        self.targets = np.asarray(reader.targets, dtype=np.int64)
+        self.transform = transform
+        self.target_transform = target_transform
+
+    def name(self, i: int) -> str:
+        key = self.reader.key(i)
+        key = key.decode("ascii", "replace") if isinstance(key, bytes) else str(key)
+        where = getattr(self.reader, "path", None)
+        return f"LMDB key '{key}'" + (f" in '{where}'" if where is not None else "")
+
+    def read(self, i: int) -> tuple[Any, tuple[int, int]]:
+        data, _label, size = self.reader.image_bytes(i)
+        return data, (int(size[0]), int(size[1]))
+
+
+class SubsetSource(_Source):
+    """``torch.utils.data.Subset`` of a supported dataset: sample ``i`` is ``base[indices[i]]``."""
+
+    def __init__(self, base: _Source, indices: Sequence[int]) -> None:
+        self.base = base
+        self.index_map = np.asarray(indices, dtype=np.int64)
+        self.targets = base.targets[self.index_map]
+        self.transform = base.transform
+        self.target_transform = base.target_transform
+
+    def name(self, i: int) -> str:
+        return self.base.name(int(self.index_map[i]))
+
+    def read(self, i: int) -> tuple[Any, tuple[int, int]]:
+        return self.base.read(int(self.index_map[i]))
+
+
+def _folder_source(dataset: Any) -> FileSource:
+    from torchvision.datasets.folder import DatasetFolder, default_loader, pil_loader
+
+    cls = type(dataset)
+    for method in ("__getitem__", "__len__"):
+        if getattr(cls, method) is not getattr(DatasetFolder, method):
+            raise NotASource(f"{cls.__name__} overrides {method}, so its samples are not the "
+                             "plain (loader(path), target) pairs fastload can read")
+    if dataset.loader not in (default_loader, pil_loader):
+        name = getattr(dataset.loader, "__name__", type(dataset.loader).__name__)
+        raise NotASource(f"{cls.__name__} uses a custom loader={name}, not torchvision's "
+                         "default PIL loader")
+    from torchvision import get_image_backend
+
+    if get_image_backend() != "PIL":
+        raise NotASource(f"torchvision's image backend is {get_image_backend()!r}, not 'PIL'")
+    transforms = getattr(dataset, "transforms", None)
+    if transforms is not None and type(transforms).__name__ != "StandardTransform":
+        raise NotASource(f"{cls.__name__} has a joint transforms={type(transforms).__name__}")
+    paths = [path for path, _ in dataset.samples]
+    targets = [target for _, target in dataset.samples]
+    return FileSource(paths, targets, dataset.transform, dataset.target_transform)
+
+
+def make_source(dataset: Any) -> _Source:
+    """The source for ``dataset``, or NotASource naming why the torch path must read it."""
+    from torch.utils.data import Subset
+    from torchvision.datasets import DatasetFolder
+
+    if isinstance(dataset, Subset):
+        return SubsetSource(make_source(dataset.dataset), dataset.indices)
+    if isinstance(dataset, DatasetFolder):
+        return _folder_source(dataset)
+    from fastload.lmdb_dataset import LMDBDataset
+
+    if isinstance(dataset, LMDBDataset):
+        if type(dataset).__getitem__ is not LMDBDataset.__getitem__:
+            raise NotASource(f"{type(dataset).__name__} overrides __getitem__")
+        return LMDBSource(dataset.reader, dataset.transform, dataset.target_transform)
+    raise NotASource(f"dataset type {type(dataset).__name__} is not an ImageFolder, "
+                     "DatasetFolder, fastload.LMDBDataset or a Subset of one")
+
+
+def resolve_dataset(dataset: Any, transform: Any, target_transform: Any) -> Any:
+    """A dataset object for ``dataset``: a str/Path to an LMDB directory becomes
+    ``fastload.LMDBDataset``, to any other folder an ``ImageFolder``; dataset objects pass
+    through (then ``transform``/``target_transform`` must be None)."""
+    if not isinstance(dataset, str | os.PathLike):
+        if transform is not None or target_transform is not None:
+            raise ValueError(
+                "transform= and target_transform= apply only when dataset is a path; "
+                f"set them on the {type(dataset).__name__} itself"
+            )
+        return dataset
+    root = pathlib.Path(dataset)
+    if not root.is_dir():
+        raise FileNotFoundError(
+            f"dataset path '{root}' is not a directory; pass an image folder (one "
+            "subfolder per class) or a fastload LMDB directory"
+        )
+    from fastload.lmdb_format import META_FILE
+
+    if (root / META_FILE).exists() or (root / "data.mdb").exists():
+        from fastload import lmdb_dataset
+
+        return lmdb_dataset.LMDBDataset(root, transform=transform,
+                                        target_transform=target_transform)
+    from torchvision.datasets import ImageFolder
+
+    return ImageFolder(root, transform=transform, target_transform=target_transform)
