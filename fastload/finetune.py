@@ -312,7 +312,8 @@ def finetune(config: FinetuneConfig, *, loss_hook=None) -> FinetuneResult:
         jlog({"event": "start", "rank_count": world, "device": str(device), "data_format": fmt,
               "trainable_params": trainable, "total_params": total, "lr": lr,
               "config": dataclasses.asdict(config)})
-        log.info("trainable parameters: %d of %d", trainable, total)
+        if rank == 0:
+            log.info("trainable parameters: %d of %d", trainable, total)
 
         def save(epoch: int, micro: int) -> None:
             if config.checkpoint and rank == 0:
@@ -431,7 +432,9 @@ def finetune(config: FinetuneConfig, *, loss_hook=None) -> FinetuneResult:
             epochs.append(stats)
             jlog(stats.as_dict())
             if rank == 0:
-                log.info("epoch %d: %s", epoch + 1, json.dumps(stats.as_dict()))
+                log.info("epoch %d/%d: %.1f img/s, data stall %.0f%%, loss %.4f, val top-1 %s",
+                         epoch + 1, config.epochs, stats.images_per_s, 100 * stats.data_stall_share,
+                         stats.train_loss, "n/a" if stats.val_top1 is None else f"{stats.val_top1:.3f}")
             if stopped:
                 break
         result = FinetuneResult(

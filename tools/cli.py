@@ -16,6 +16,8 @@ COMMANDS: dict[str, str] = {
     "synth": "synth",
     "convert": "convert",
     "verify": "verify",
+    "finetune": "finetune",
+    "export": "export",
     "demo": "demo",
 }
 

@@ -1,0 +1,182 @@
+"""The A/B table: one baseline run, then the speed techniques added one at a time.
+
+Rows (cumulative, in this order unless ``rows=`` picks a subset, which stays cumulative)::
+
+    baseline   fp32, torchvision ImageFolder + torch.utils.data.DataLoader
+    fastload   + fastload.DataLoader reading DATA/train.lmdb (converted if missing)
+    amp        + autocast bf16 (fp16 on a GPU without bf16)
+    gc         + gradient checkpointing
+    accum      + gradient accumulation: half the micro-batch, 2 micro-batches per step
+               (same effective batch)
+    freeze     + patch embedding, position embedding and the first half of the blocks frozen
+
+Each row runs in its own fresh Python process (``python -m fastload.compare``), so its peak
+memory is its own: ``ru_maxrss`` and RSS never go down within a process.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+
+from fastload.amp import ScalerConfig
+from fastload.finetune import FinetuneConfig
+
+__all__ = ["ROWS", "row_configs", "run_compare", "format_table"]
+
+ROWS = {
+    "baseline": "baseline: fp32, torchvision ImageFolder + torch DataLoader",
+    "fastload": "+ fastload.DataLoader from LMDB",
+    "amp": "+ AMP",
+    "gc": "+ gradient checkpointing",
+    "accum": "+ accumulation (batch/2 x 2)",
+    "freeze": "+ freeze embeddings and first half of blocks",
+}
+
+
+def _amp_mode() -> str:
+    import torch
+
+    if torch.cuda.is_available() and not torch.cuda.is_bf16_supported():
+        return "fp16"
+    return "bf16"
+
+
+def _freeze_patterns(model_name: str, img_size: int) -> tuple[str, ...]:
+    from fastload.model import create_model
+
+    model = create_model(model_name, 2, img_size)
+    depth = len(getattr(model, "blocks", []))
+    if depth == 0:
+        raise ValueError(f"--compare freeze row needs a ViT with .blocks; {model_name} has none")
+    names = {n for n, _ in model.named_parameters()}
+    patterns = ["patch_embed.*"] + [p for p in ("cls_token", "pos_embed", "reg_token") if p in names]
+    return tuple(patterns + [f"blocks.{i}.*" for i in range(depth // 2)])
+
+
+def row_configs(base: FinetuneConfig, rows: list[str]) -> list[tuple[str, FinetuneConfig]]:
+    """The config of each row: ``base`` with the techniques of this row and the ones before."""
+    unknown = [r for r in rows if r not in ROWS]
+    if unknown:
+        raise ValueError(f"--compare rows should be among {', '.join(ROWS)}, but got {unknown}")
+    ordered = [r for r in ROWS if r in rows]
+    config = dataclasses.replace(
+        base, loader="torch", data_format="folder", amp="off", grad_checkpointing=False,
+        accum_steps=1, freeze=(), train_lmdb=None, val_lmdb=None, resume=None, checkpoint=None,
+        progress=False,
+    )
+    out = []
+    for row in ordered:
+        if row == "fastload":
+            config = dataclasses.replace(config, loader="fastload", data_format="lmdb")
+        elif row == "amp":
+            config = dataclasses.replace(config, amp=_amp_mode())
+        elif row == "gc":
+            config = dataclasses.replace(config, grad_checkpointing=True)
+        elif row == "accum":
+            config = dataclasses.replace(
+                config, batch_size=max(1, base.batch_size // 2), accum_steps=2 * base.accum_steps
+            )
+        elif row == "freeze":
+            config = dataclasses.replace(config, freeze=_freeze_patterns(base.model, base.img_size))
+        out.append((row, config))
+    return out
+
+
+def _ensure_lmdb(data: pathlib.Path, progress: bool) -> None:
+    from fastload.convert import convert_folder, is_complete
+
+    for split in ("train", "val"):
+        dst = data / f"{split}.lmdb"
+        if (data / split).is_dir() and not is_complete(dst):
+            convert_folder(data / split, dst, progress=progress)
+
+
+def _summarise(row: str, config: FinetuneConfig, record: dict) -> dict:
+    epochs = record["epochs"]
+    timed = epochs[1:] if len(epochs) > 1 else epochs  # the first epoch pays start-up costs
+    mean = lambda key: sum(e[key] for e in timed) / len(timed)  # noqa: E731
+    return {
+        "row": row,
+        "label": ROWS[row] + (f" {config.amp}" if row == "amp" else ""),
+        "time_per_epoch_s": mean("epoch_time_s"),
+        "images_per_s": mean("images_per_s"),
+        "data_stall_share": mean("data_stall_share"),
+        "peak_mem_mb": max(e["peak_mem_mb"] for e in epochs),
+        "peak_rss_mb": max(e["peak_rss_mb"] for e in epochs),
+        "val_top1": epochs[-1]["val_top1"],
+        "config": dataclasses.asdict(config),
+    }
+
+
+def run_compare(base: FinetuneConfig, rows: list[str] | None = None, out: str | None = None,
+                progress: bool = True) -> list[dict]:
+    """Run every row in a fresh process on ``base.data``; return one summary dict per row.
+
+    ``base.data`` must hold ``train/`` and ``val/`` folders; ``train.lmdb``/``val.lmdb`` are
+    converted from them when absent. ``out`` (optional) receives the rows as JSON.
+    """
+    if base.data is None or not (pathlib.Path(base.data) / "train").is_dir():
+        raise ValueError("--compare needs DATA with train/ and val/ folders (from `fastload synth`)")
+    data = pathlib.Path(base.data)
+    configs = row_configs(base, rows or list(ROWS))
+    if any(c.loader == "fastload" for _, c in configs):
+        _ensure_lmdb(data, progress)
+    results = []
+    with tempfile.TemporaryDirectory(prefix="fastload-compare-") as tmp:
+        for row, config in configs:
+            if progress:
+                print(f"[compare] {row}: {ROWS[row]}", file=sys.stderr, flush=True)
+            cfg_path = pathlib.Path(tmp, f"{row}.json")
+            res_path = pathlib.Path(tmp, f"{row}.result.json")
+            cfg_path.write_text(json.dumps(dataclasses.asdict(config)))
+            subprocess.run([sys.executable, "-m", "fastload.compare", str(cfg_path), str(res_path)],
+                           check=True, env=dict(os.environ))
+            results.append(_summarise(row, config, json.loads(res_path.read_text())))
+    if out:
+        pathlib.Path(out).write_text(json.dumps(results, indent=2))
+    return results
+
+
+def format_table(results: list[dict]) -> str:
+    """A Markdown table of :func:`run_compare` rows, speed relative to the first row."""
+    lines = [
+        "| configuration | time/epoch (s) | images/s | speed-up | data stall | peak mem (MiB) | val top-1 |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    base = results[0]["images_per_s"] if results else 0.0
+    for r in results:
+        top1 = "n/a" if r["val_top1"] is None else f"{100 * r['val_top1']:.1f}%"
+        speed = r["images_per_s"] / base if base else 0.0
+        lines.append(
+            f"| {r['label']} | {r['time_per_epoch_s']:.2f} | {r['images_per_s']:.1f} | "
+            f"{speed:.2f}x | {100 * r['data_stall_share']:.0f}% | {r['peak_mem_mb']:.0f} | {top1} |"
+        )
+    return "\n".join(lines)
+
+
+def _config_from_json(data: dict) -> FinetuneConfig:
+    data = dict(data)
+    data["scaler"] = ScalerConfig(**data["scaler"])
+    data["freeze"] = tuple(data["freeze"])
+    return FinetuneConfig(**data)
+
+
+def _main(argv: list[str]) -> int:
+    """Child process: run one row's config, write its epochs as JSON."""
+    from fastload.finetune import finetune
+
+    config = _config_from_json(json.loads(pathlib.Path(argv[0]).read_text()))
+    result = finetune(config)
+    record = {"epochs": [e.as_dict() for e in result.epochs], "steps": result.steps}
+    pathlib.Path(argv[1]).write_text(json.dumps(record))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))

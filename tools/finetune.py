@@ -1,0 +1,134 @@
+"""``fastload finetune DATA``: the reference ViT fine-tuning loop, or ``--compare`` for the A/B table."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+_DATA_HELP = (
+    "folder with train/ and val/ ImageFolder trees (fastload synth) or train.lmdb/ and "
+    "val.lmdb/ (fastload convert); LMDBs win when both exist unless --data-format folder"
+)
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(
+        "finetune", help="fine-tune a timm ViT and measure the input pipeline's effect",
+        description="Fine-tune a timm model on DATA with each speed technique switchable.",
+    )
+    p.add_argument("data", nargs="?", metavar="DATA", help=_DATA_HELP)
+    d = p.add_argument_group("data")
+    d.add_argument("--train-lmdb", help="training LMDB directory (overrides DATA)")
+    d.add_argument("--val-lmdb", help="validation LMDB directory")
+    d.add_argument("--data-format", choices=("auto", "folder", "lmdb"), default="auto")
+    d.add_argument("--loader", choices=("torch", "fastload"), default="fastload",
+                   help="torch.utils.data.DataLoader or fastload.DataLoader (default)")
+    d.add_argument("--workers", type=int, default=2,
+                   help="torch: worker processes; fastload: DALI CPU threads (default 2)")
+    d.add_argument("--img-size", type=int, default=224, help="training resolution (default 224)")
+    m = p.add_argument_group("model")
+    m.add_argument("--model", default="vit_tiny_patch16_224", help="any timm model name")
+    m.add_argument("--weights", help="local .safetensors or torch state dict; default random init")
+    m.add_argument("--freeze", nargs="+", default=[], metavar="PATTERN",
+                   help="freeze parameters whose names match these fnmatch patterns")
+    m.add_argument("--grad-checkpointing", action="store_true",
+                   help="recompute activations in backward (less memory, more time)")
+    m.add_argument("--compile", action="store_true", help="torch.compile the model")
+    m.add_argument("--channels-last", action="store_true", help="NHWC memory format")
+    o = p.add_argument_group("optimization")
+    o.add_argument("--optimizer", choices=("adamw", "lamb"), default="adamw")
+    o.add_argument("--lr", type=float, help="peak learning rate (default 2e-5 with --weights, else 1e-3)")
+    o.add_argument("--weight-decay", type=float, default=0.01)
+    o.add_argument("--warmup-epochs", type=float, default=0.0)
+    o.add_argument("--warmup-steps", type=int, help="warm-up in optimizer steps (overrides --warmup-epochs)")
+    o.add_argument("--epochs", type=int, default=2)
+    o.add_argument("--batch-size", type=int, default=64, help="per process and micro-batch")
+    o.add_argument("--accum-steps", type=int, default=1, help="micro-batches per optimizer step")
+    o.add_argument("--max-steps", type=int, help="stop after this many optimizer steps")
+    o.add_argument("--seed", type=int, default=0)
+    a = p.add_argument_group("mixed precision and the NaN guard")
+    a.add_argument("--amp", choices=("off", "fp16", "bf16"), default="off")
+    a.add_argument("--init-scale", type=float, default=65536.0, help="fp16 GradScaler initial scale")
+    a.add_argument("--growth-factor", type=float, default=2.0)
+    a.add_argument("--backoff-factor", type=float, default=0.5)
+    a.add_argument("--growth-interval", type=int, default=2000)
+    a.add_argument("--max-skips", type=int, default=25,
+                   help="stop after this many consecutive non-finite steps (default 25)")
+    r = p.add_argument_group("checkpoints, logs, devices")
+    r.add_argument("--checkpoint", help="checkpoint file, written at each epoch end")
+    r.add_argument("--checkpoint-every", type=int, default=0, help="also every N optimizer steps")
+    r.add_argument("--resume", metavar="CHECKPOINT", help="continue from this checkpoint")
+    r.add_argument("--log", metavar="FILE", help="append JSON lines (start, step, skip, epoch, end)")
+    r.add_argument("--no-progress", action="store_true", help="no progress bar")
+    r.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda when available)")
+    c = p.add_argument_group("A/B table")
+    c.add_argument("--compare", nargs="?", const="all", metavar="ROWS",
+                   help="run the A/B table instead (rows: all, or a comma list of "
+                        "baseline,fastload,amp,gc,accum,freeze; cumulative)")
+    c.add_argument("--compare-out", metavar="JSON", help="write the A/B rows as JSON")
+    p.set_defaults(run=run)
+    return p
+
+
+def config_from_args(args: argparse.Namespace):
+    """The :class:`FinetuneConfig` for parsed arguments."""
+    from fastload.amp import ScalerConfig
+    from fastload.finetune import FinetuneConfig
+
+    return FinetuneConfig(
+        data=args.data, train_lmdb=args.train_lmdb, val_lmdb=args.val_lmdb,
+        data_format=args.data_format, model=args.model, weights=args.weights,
+        img_size=args.img_size, loader=args.loader, num_workers=args.workers, amp=args.amp,
+        scaler=ScalerConfig(args.init_scale, args.growth_factor, args.backoff_factor,
+                            args.growth_interval),
+        grad_checkpointing=args.grad_checkpointing, accum_steps=args.accum_steps,
+        freeze=tuple(args.freeze), optimizer=args.optimizer, lr=args.lr,
+        weight_decay=args.weight_decay, warmup_epochs=args.warmup_epochs,
+        warmup_steps=args.warmup_steps, epochs=args.epochs, batch_size=args.batch_size,
+        compile=args.compile, channels_last=args.channels_last, seed=args.seed,
+        max_steps=args.max_steps, max_skips=args.max_skips,
+        checkpoint=args.checkpoint or args.resume, checkpoint_every=args.checkpoint_every,
+        resume=args.resume, log=args.log, progress=not args.no_progress, device=args.device,
+    )
+
+
+def _print_epochs(result) -> None:
+    print("| epoch | time (s) | images/s | data stall | peak mem (MiB) | train loss | val top-1 |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
+    for e in result.epochs:
+        top1 = "n/a" if e.val_top1 is None else f"{100 * e.val_top1:.1f}%"
+        print(f"| {e.epoch + 1} | {e.epoch_time_s:.2f} | {e.images_per_s:.1f} | "
+              f"{100 * e.data_stall_share:.0f}% | {e.peak_mem_mb:.0f} | {e.train_loss:.4f} | {top1} |")
+    print(f"trainable parameters: {result.trainable_params:,} of {result.total_params:,}; "
+          f"steps: {result.steps}; skipped: {result.skipped_steps}")
+
+
+def run(args: argparse.Namespace) -> int:
+    from fastload.amp import NonFiniteTrainingError
+
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("fastload.finetune").setLevel(logging.INFO)
+    try:
+        config = config_from_args(args)
+        if args.compare:
+            from fastload.compare import format_table, run_compare
+
+            rows = None if args.compare == "all" else [r.strip() for r in args.compare.split(",")]
+            results = run_compare(config, rows, args.compare_out, progress=config.progress)
+            print(format_table(results))
+            return 0
+        from fastload.finetune import finetune
+
+        result = finetune(config)
+    except NonFiniteTrainingError as error:
+        print(f"fastload finetune: {error.diagnosis}", file=sys.stderr)
+        return 3
+    except (ValueError, FileNotFoundError, TypeError) as error:
+        print(f"fastload finetune: error: {error}", file=sys.stderr)
+        return 2
+    import torch.distributed as dist
+
+    if not dist.is_initialized() or dist.get_rank() == 0:
+        _print_epochs(result)
+    return 0
