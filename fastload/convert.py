@@ -41,7 +41,8 @@ class ConvertReport:
     seconds: float = 0.0
     kept: int = 0  # records holding the source file's bytes untouched
     reencoded: int = 0  # records converted or resized to a new JPEG
-    resumed_from: int = 0  # source files already done by an earlier, interrupted run
+    resumed: bool = False  # True when this call finished an interrupted conversion
+    resumed_from: int = 0  # source files already done by the interrupted run
     classes: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
@@ -124,7 +125,8 @@ def convert_folder(
     return ConvertReport(
         path=dst_path, stored=writer.stored, skipped=len(writer.skipped), seen=writer.seen,
         errors=writer.skipped, seconds=time.perf_counter() - start, kept=kept,
-        reencoded=writer.stored - kept, resumed_from=writer.resumed_from,
+        reencoded=writer.stored - kept, resumed=writer.resumed,
+        resumed_from=writer.resumed_from,
         classes=source.classes,
     )
 

@@ -123,7 +123,7 @@ def prepare_destination(dst: Path, identity: dict, *, overwrite: bool) -> dict:
     elif partial is not None:
         ours = {k: partial.get(k) for k in identity}
         if ours == identity and partial.get("state") == STATE_PARTIAL:
-            return {**fresh, **{k: partial[k] for k in fresh if k in partial}}
+            return {**fresh, **{k: partial[k] for k in fresh if k in partial}, "resumed": True}
         if not overwrite:
             differs = [k for k in identity if partial.get(k) != identity[k]] or ["state"]
             detail = "; ".join(
@@ -155,6 +155,7 @@ class LMDBWriter:
         self.skipped: list[dict] = list(progress["skipped"])
         self.counts: dict[str, int] = dict(progress["counts"])
         self.resumed_from = self.seen
+        self.resumed = bool(progress.get("resumed"))
         self._pending: list[bytes] = []
         self._pending_labels: list[int] = []
         self._checksums = array("I")

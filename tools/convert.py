@@ -53,7 +53,8 @@ def run(args: argparse.Namespace) -> int:
             ValueError) as exc:
         print(f"fastload convert: error: {exc}", file=sys.stderr)
         return 1
-    resumed = f" (resumed after {report.resumed_from} files)" if report.resumed_from else ""
+    resumed = (f" (resumed a partial conversion at file {report.resumed_from})"
+               if report.resumed else "")
     print(f"{report.summary()} in {report.seconds:.1f} s{resumed}; "
           f"{report.kept} kept as they were, {report.reencoded} re-encoded -> {report.path}")
     if report.skipped:
