@@ -1,0 +1,162 @@
+"""Resume mid-epoch (in a new process), reproducible augmentation, and iterator lifetimes."""
+
+from __future__ import annotations
+
+import gc
+import pathlib
+import subprocess
+import sys
+import weakref
+
+import psutil
+import pytest
+import torch
+import torchvision.transforms as T
+from torch.utils.data import WeightedRandomSampler
+from torchvision.datasets import ImageFolder
+
+import fastload
+
+SMALL = T.Compose([T.Resize(16), T.CenterCrop(16), T.ToTensor()])
+TRAIN = T.Compose([T.RandomResizedCrop(16), T.RandomHorizontalFlip(), T.ToTensor()])
+SCRIPT = pathlib.Path(__file__).parent / "scripts" / "loader_resume.py"
+
+
+@pytest.fixture(scope="module")
+def train(synth_root):
+    return ImageFolder(synth_root / "train", SMALL)
+
+
+def run(loader, batches=None, it=None):
+    """Indices and images of the next ``batches`` batches (all of the epoch when None) of
+    iterator ``it``, or of a new epoch of ``loader``."""
+    indices, images = [], []
+    for k, (batch, _labels) in enumerate(loader if it is None else it):
+        indices.append(list(loader.last_batch_indices))
+        images.append(batch)
+        if batches is not None and k + 1 == batches:
+            break
+    return indices, images
+
+
+def test_resume_in_a_new_process_yields_the_same_remaining_batches_and_crops(synth_root,
+                                                                             tmp_path):
+    folder = synth_root / "train"
+    loader = fastload.DataLoader(ImageFolder(folder, TRAIN), batch_size=5, shuffle=True, seed=7)
+    run(loader)  # epoch 0
+    it = iter(loader)  # epoch 1: 3 of its 10 batches, then save
+    for _ in range(3):
+        next(it)
+    torch.save(loader.state_dict(), tmp_path / "state.pt")
+    del it, loader
+    # The uninterrupted run: a fresh loader walks epochs 0-2 without stopping.
+    reference = fastload.DataLoader(ImageFolder(folder, TRAIN), batch_size=5, shuffle=True,
+                                    seed=7)
+    run(reference)
+    first = run(reference)
+    second = run(reference)
+    expected_indices = first[0][3:] + second[0]
+    expected_images = first[1][3:] + second[1]
+    subprocess.run([sys.executable, str(SCRIPT), str(folder), str(tmp_path / "state.pt"),
+                    str(tmp_path / "out.pt")], check=True, timeout=120)
+    resumed = torch.load(tmp_path / "out.pt", weights_only=True)
+    assert [t.tolist() for t in resumed["indices"]] == expected_indices
+    assert len(resumed["images"]) == len(expected_images) == 17
+    for got, want in zip(resumed["images"], expected_images, strict=True):
+        assert torch.equal(got, want)
+
+
+def test_augmentation_is_a_function_of_seed_epoch_and_batch(synth_root):
+    def images(seed):
+        loader = fastload.DataLoader(ImageFolder(synth_root / "val", TRAIN), batch_size=8,
+                                     seed=seed)
+        return run(loader)[1] + run(loader)[1]
+
+    a, b, c = images(1), images(1), images(2)
+    assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
+    assert not torch.equal(a[0], a[2])  # same samples, next epoch: new crops
+    assert not torch.equal(a[0], c[0])
+
+
+def test_a_users_sampler_resumes_from_its_stored_remaining_indices(train):
+    def sampler(seed):
+        gen = torch.Generator().manual_seed(seed)
+        return WeightedRandomSampler(torch.ones(48), num_samples=30, generator=gen)
+
+    loader = fastload.DataLoader(train, batch_size=4, sampler=sampler(0))
+    it = iter(loader)
+    done, _ = run(loader, batches=2, it=it)
+    state = loader.state_dict()
+    rest, _ = run(loader, it=it)
+    assert len(done) + len(rest) == 8
+    resumed = fastload.DataLoader(train, batch_size=4, sampler=sampler(99))
+    resumed.load_state_dict(state)
+    assert run(resumed)[0] == rest
+    assert state["remaining"]["indices"].tolist() == sum(rest, [])
+
+
+def test_state_between_epochs_resumes_at_the_next_epoch(train):
+    loader = fastload.DataLoader(train, batch_size=16, shuffle=True, seed=5)
+    run(loader)
+    state = loader.state_dict()
+    assert (state["epoch"], state["batches_yielded"]) == (1, 0)
+    expected = run(loader)[0]
+    other = fastload.DataLoader(train, batch_size=16, shuffle=True, seed=123)
+    other.load_state_dict(state)
+    assert run(other)[0] == expected
+
+
+def test_load_state_dict_rejects_a_state_for_another_dataset(train, synth_root):
+    state = fastload.DataLoader(train, batch_size=4).state_dict()
+    val = fastload.DataLoader(ImageFolder(synth_root / "val", SMALL), batch_size=4)
+    with pytest.raises(ValueError, match="48 samples"):
+        val.load_state_dict(state)
+    with pytest.raises(ValueError, match="state_dict"):
+        val.load_state_dict({"epoch": 3})
+
+
+def test_two_loaders_iterate_at_once(train):
+    a = fastload.DataLoader(train, batch_size=6)
+    b = fastload.DataLoader(train, batch_size=6, shuffle=True, seed=1)
+    pairs = []
+    for (xa, _), (xb, _) in zip(a, b, strict=True):
+        assert xa.shape == xb.shape == (6, 3, 16, 16)
+        pairs.append((list(a.last_batch_indices), list(b.last_batch_indices)))
+    assert [p[0] for p in pairs] == [list(range(k, k + 6)) for k in range(0, 48, 6)]
+    assert sorted(sum((p[1] for p in pairs), [])) == list(range(48))
+
+
+def test_breaking_out_early_leaves_the_next_epoch_complete(train):
+    loader = fastload.DataLoader(train, batch_size=4, shuffle=True, seed=2)
+    run(loader, batches=1)
+    full = run(loader)[0]
+    assert len(full) == 12 and sorted(sum(full, [])) == list(range(48))
+
+
+def test_a_new_iter_supersedes_the_previous_iterator(train):
+    loader = fastload.DataLoader(train, batch_size=4)
+    old = iter(loader)
+    next(old)
+    assert len(run(loader)[0]) == 12
+    with pytest.raises(RuntimeError, match="superseded"):
+        next(old)
+
+
+def test_deleting_loaders_mid_epoch_leaks_no_threads_or_decoders(train):
+    process = psutil.Process()
+
+    def cycle():
+        loader = fastload.DataLoader(train, batch_size=4, num_workers=2)
+        it = iter(loader)
+        next(it)
+        decoder = weakref.ref(loader._decoder)
+        del loader, it
+        gc.collect()
+        return decoder
+
+    cycle()  # first use may start process-wide DALI/torch threads
+    baseline = process.num_threads()
+    decoders = [cycle() for _ in range(3)]
+    gc.collect()
+    assert all(ref() is None for ref in decoders)
+    assert process.num_threads() <= baseline
