@@ -249,12 +249,9 @@ class BatchDecoder:
                 anchors.append(np.array(crop[:2], np.int32))
                 shapes.append(np.array(crop[2:], np.int32))
             feeds.update(crop_anchor=anchors, crop_shape=shapes)
-        if "brightness" in names:
-            for k, key in enumerate(("brightness", "contrast", "saturation", "hue")):
-                values = [1.0 if p.jitter is None else p.jitter[k] for p in params]
-                if key == "hue":
-                    values = [v * 360.0 for v in values]  # DALI takes degrees
-                feeds[key] = [np.array(v, np.float32) for v in values]
+        for k, key in enumerate(("brightness", "contrast", "saturation", "hue")):
+            if key in names:
+                feeds[key] = [np.array(p.jitter[k], np.float32) for p in params]
         if "vflip" in names:
             feeds["vflip"] = [np.array(int(p.vflip), np.int32) for p in params]
         feeds["hflip"] = [np.array(int(p.hflip), np.int32) for p in params]

@@ -68,26 +68,66 @@ def input_names(plan: TransformPlan) -> tuple[str, ...]:
     if plan.pad_crop:
         names += ["crop_anchor", "crop_shape"]
     if plan.jitter is not None:
-        names += ["brightness", "contrast", "saturation", "hue"]
+        j = plan.jitter
+        names += [
+            name
+            for name, rng in zip(
+                ("brightness", "contrast", "saturation", "hue"),
+                (j.brightness, j.contrast, j.saturation, j.hue),
+                strict=True,
+            )
+            if rng is not None
+        ]
     if plan.has_vflip:
         names.append("vflip")
     names.append("hflip")
     return tuple(names)
 
 
-def _jitter(img, inputs):
-    """Brightness (scale), contrast (blend with the grey mean), saturation (blend with grey),
-    hue (chroma rotation, degrees), in that order, on uint8 HWC."""
+def _jitter(img, inputs, jitter):
+    """ColorJitter on uint8 HWC in the fixed order brightness, contrast, saturation, hue;
+    each stage only when its range is given. Each matches the PIL operation torchvision uses:
+    brightness blends with black, contrast with the mean grey level, saturation with the
+    grey image (ITU-R 601 luma, as PIL's "L"), hue shifts the HSV hue."""
     from nvidia.dali import fn, types
 
-    img = fn.brightness(img, brightness=inputs["brightness"])
-    grey = fn.color_space_conversion(img, image_type=types.RGB, output_type=types.GRAY)
-    mean = fn.reductions.mean(fn.cast(grey, dtype=types.FLOAT), keep_dims=True)
-    contrast = fn.reshape(inputs["contrast"], shape=[1, 1, 1])
-    blended = mean + (fn.cast(img, dtype=types.FLOAT) - mean) * contrast
-    img = fn.cast(fn.math.clamp(blended, 0.0, 255.0) + 0.5, dtype=types.UINT8)
-    img = fn.saturation(img, saturation=inputs["saturation"])
-    return fn.hue(img, hue=inputs["hue"])
+    if jitter.brightness is not None:
+        img = fn.brightness(img, brightness=inputs["brightness"])
+    if jitter.contrast is not None:
+        grey = fn.color_space_conversion(img, image_type=types.RGB, output_type=types.GRAY)
+        mean = fn.reductions.mean(fn.cast(grey, dtype=types.FLOAT), keep_dims=True)
+        contrast = fn.reshape(inputs["contrast"], shape=[1, 1, 1])
+        blended = mean + (fn.cast(img, dtype=types.FLOAT) - mean) * contrast
+        img = fn.cast(blended, dtype=types.UINT8)  # rounds to nearest and saturates
+    if jitter.saturation is not None:
+        img = fn.saturation(img, saturation=inputs["saturation"])
+    if jitter.hue is not None:
+        img = _hsv_hue_shift(img, inputs["hue"])
+    return img
+
+
+def _hsv_hue_shift(img, shift):
+    """PIL's hue shift (``shift`` a fraction of the turn) with DALI arithmetic: HSV keeps the
+    largest and smallest channel of each pixel; the hue moves round the hexagon."""
+    import nvidia.dali.math as dmath
+    from nvidia.dali import fn, types
+
+    x = fn.cast(img, dtype=types.FLOAT)
+    r, g, b = x[:, :, 0], x[:, :, 1], x[:, :, 2]
+    top = dmath.max(dmath.max(r, g), b)
+    span = top - dmath.min(dmath.min(r, g), b)
+    inv = 1.0 / dmath.max(span, 1e-6)
+    is_r = fn.cast(top == r, dtype=types.FLOAT)
+    is_g = fn.cast(top == g, dtype=types.FLOAT) * (1.0 - is_r)
+    is_b = 1.0 - is_r - is_g
+    hue = is_r * ((g - b) * inv) + is_g * ((b - r) * inv + 2.0) + is_b * ((r - g) * inv + 4.0)
+    hue = hue + shift * 6.0
+    channels = []
+    for offset in (5.0, 3.0, 1.0):  # R, G, B
+        k = hue + offset
+        k = k - 6.0 * dmath.floor(k / 6.0)
+        channels.append(top - span * dmath.clamp(dmath.min(k, 4.0 - k), 0.0, 1.0))
+    return fn.cast(fn.stack(*channels, axis=2), dtype=types.UINT8)
 
 
 def build_pipeline(
@@ -170,7 +210,7 @@ def build_pipeline(
                 fill_values=list(plan.fill),
             )
         if plan.jitter is not None:
-            img = _jitter(img, inputs)
+            img = _jitter(img, inputs, plan.jitter)
         if plan.has_vflip:
             img = fn.flip(img, horizontal=0, vertical=inputs["vflip"])
         out = fn.crop_mirror_normalize(

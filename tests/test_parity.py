@@ -1,0 +1,264 @@
+"""Value parity with torchvision (PIL loader) and train-time parameter distributions."""
+
+from __future__ import annotations
+
+import io
+import math
+
+import numpy as np
+import pytest
+import torch
+import torchvision.transforms as T
+import torchvision.transforms.functional as F
+from fastload.pipelines import geometry as g
+from fastload.pipelines.batch_decoder import BatchDecoder
+from fastload.pipelines.translate import translate
+from PIL import Image
+from torchvision.transforms import v2
+from torchvision.transforms.functional import _compute_resized_output_size
+
+MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
+VAL = T.Compose([T.Resize(256), T.CenterCrop(224), T.ToTensor()])
+
+
+@pytest.fixture(scope="module")
+def photos(synth_photos):
+    """(path, encoded bytes, (height, width)) of every generated photo."""
+    out = []
+    for path in sorted(synth_photos.glob("*/*/*.jpg")):
+        with Image.open(path) as im:
+            out.append((path, path.read_bytes(), (im.height, im.width)))
+    return out
+
+
+def _pil(path) -> Image.Image:
+    """What ImageFolder's default_loader returns."""
+    with open(path, "rb") as f:
+        return Image.open(f).convert("RGB")
+
+
+def _per_image_mad(transform, photos, seed_base=None) -> list[float]:
+    """Mean absolute difference per image between fastload and torchvision.
+
+    With ``seed_base``, image ``i`` is transformed by torchvision after
+    ``torch.manual_seed(seed_base + i)`` and by fastload with a generator seeded the same.
+    """
+    mads = []
+    with BatchDecoder(translate(transform), max_batch_size=len(photos)) as dec:
+        if seed_base is None:
+            dec.submit([p[1] for p in photos], [p[2] for p in photos], torch.Generator())
+            outs = list(dec.fetch())
+        else:
+            outs = []
+            for i, p in enumerate(photos):
+                dec.submit([p[1]], [p[2]], torch.Generator().manual_seed(seed_base + i))
+                outs.append(dec.fetch()[0])
+    for i, (p, out) in enumerate(zip(photos, outs, strict=True)):
+        if seed_base is not None:
+            torch.manual_seed(seed_base + i)
+        ref = transform(_pil(p[0]))
+        assert out.shape == ref.shape and out.dtype == ref.dtype
+        mads.append(float((out.float() - ref.float()).abs().mean()))
+    return mads
+
+
+def test_val_transform_matches_torchvision_within_0_01_for_every_image(photos):
+    mads = _per_image_mad(VAL, photos)
+    assert len(mads) == 12
+    assert max(mads) <= 0.01, f"per-image MAD max {max(mads):.5f}, median {np.median(mads):.5f}"
+
+
+def test_v2_val_transform_with_normalize_matches_torchvision(photos):
+    transform = v2.Compose(
+        [
+            v2.ToImage(),
+            v2.Resize(256),
+            v2.CenterCrop(224),
+            v2.ToDtype(torch.float32, scale=True),
+            v2.Normalize(MEAN, STD),
+        ]
+    )
+    assert max(_per_image_mad(transform, photos[:4])) <= 0.01 / min(STD)
+
+
+def test_train_transform_with_same_seed_reproduces_torchvision(photos):
+    transform = T.Compose(
+        [T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.ToTensor(), T.Normalize(MEAN, STD)]
+    )
+    assert max(_per_image_mad(transform, photos, seed_base=100)) <= 0.01 / min(STD)
+
+
+@pytest.mark.parametrize(
+    "steps",
+    [
+        [
+            T.RandomVerticalFlip(),
+            T.Resize(64),
+            T.RandomCrop(60, padding=(3, 5), fill=(10, 200, 30)),
+            T.RandomHorizontalFlip(),
+            T.CenterCrop((50, 40)),
+        ],
+        [T.Resize(64), T.RandomHorizontalFlip(), T.CenterCrop((70, 51))],
+        [T.RandomCrop(250), T.RandomVerticalFlip(), T.CenterCrop(200)],
+        [T.CenterCrop(600)],
+    ],
+    ids=["padded-random-crop", "padded-center-crop", "crops-no-resize", "center-crop-pads-source"],
+)
+def test_crops_padding_and_flips_reproduce_torchvision(photos, steps):
+    transform = T.Compose([*steps, T.PILToTensor()])
+    # uint8 output: a mean difference below one grey level per pixel
+    assert max(_per_image_mad(transform, photos[:6], seed_base=7)) <= 0.5
+
+
+def test_color_jitter_matches_torchvision_closely(photos):
+    transform = T.Compose(
+        [T.RandomResizedCrop(96), T.ColorJitter(0.4, 0.4, 0.4, 0.1), T.ToTensor()]
+    )
+    # torchvision applies the three in a random order, fastload in a fixed one: close, not equal
+    assert max(_per_image_mad(transform, photos[:6], seed_base=3)) <= 0.02
+
+
+def test_hue_jitter_reproduces_torchvisions_hsv_shift(photos):
+    transform = T.Compose([T.Resize(64), T.CenterCrop(64), T.ColorJitter(hue=0.2), T.ToTensor()])
+    # within PIL's own rounding of H, S and V to 8 bits
+    assert max(_per_image_mad(transform, photos[:4], seed_base=0)) <= 0.01
+
+
+def test_normalize_output_is_to_tensor_output_shifted_and_scaled(photos):
+    plain = T.Compose([T.Resize(256), T.CenterCrop(224), T.ToTensor()])
+    normed = T.Compose([T.Resize(256), T.CenterCrop(224), T.ToTensor(), T.Normalize(MEAN, STD)])
+    batch = ([p[1] for p in photos[:3]], [p[2] for p in photos[:3]])
+    with (
+        BatchDecoder(translate(plain), max_batch_size=3) as a,
+        BatchDecoder(translate(normed), max_batch_size=3) as b,
+    ):
+        a.submit(*batch, torch.Generator())
+        b.submit(*batch, torch.Generator())
+        x, y = a.fetch(), b.fetch()
+    expected = (x - torch.tensor(MEAN).view(1, 3, 1, 1)) / torch.tensor(STD).view(1, 3, 1, 1)
+    torch.testing.assert_close(y, expected, atol=1e-4, rtol=1e-4)
+
+
+def _asymmetric_jpeg() -> tuple[bytes, tuple[int, int]]:
+    """A 120x160 JPEG: left half black, right half white, top rows red."""
+    arr = np.zeros((120, 160, 3), np.uint8)
+    arr[:, 80:] = 255
+    arr[:20, :, 0] = 255
+    buf = io.BytesIO()
+    Image.fromarray(arr).save(buf, format="JPEG", quality=95)
+    return buf.getvalue(), (120, 160)
+
+
+@pytest.mark.parametrize(("vertical", "p"), [(False, 1.0), (False, 0.0), (True, 1.0)])
+def test_flips_mirror_an_asymmetric_image(vertical, p):
+    data, size = _asymmetric_jpeg()
+    flip = T.RandomVerticalFlip(p) if vertical else T.RandomHorizontalFlip(p)
+    with BatchDecoder(translate(T.Compose([flip, T.ToTensor()])), max_batch_size=1) as dec:
+        dec.submit([data], [size], torch.Generator())
+        out = dec.fetch()[0]
+    left, right = float(out[1, 40:, :40].mean()), float(out[1, 40:, -40:].mean())
+    top_red, bottom_red = float(out[0, :10, :40].mean()), float(out[0, -10:, :40].mean())
+    if vertical:
+        assert bottom_red > 0.9 and top_red < 0.1
+    elif p == 1.0:
+        assert left > 0.9 and right < 0.1
+    else:
+        assert left < 0.1 and right > 0.9
+
+
+# ------------------------------------------------------------------ geometry, drawn directly
+def test_resized_output_size_is_torchvisions_arithmetic():
+    for h, w in [(300, 800), (801, 299), (256, 256), (375, 500), (500, 333), (17, 1000)]:
+        for size, max_size in [((256,), None), ((224,), 300), ((100, 50), None), (None, 300)]:
+            expected = _compute_resized_output_size(
+                (h, w), None if size is None else list(size), max_size, allow_size_none=True
+            )
+            assert list(g.resized_output_size(h, w, size, max_size)) == expected
+
+
+def test_center_crop_offsets_pick_torchvisions_pixels():
+    image = torch.arange(37 * 50).view(1, 37, 50)
+    for ch, cw in [(20, 20), (36, 49), (37, 50), (10, 33)]:
+        top, left = g.center_crop_offsets(37, 50, ch, cw)
+        assert torch.equal(
+            F.center_crop(image, [ch, cw]), image[:, top : top + ch, left : left + cw]
+        )
+
+
+def test_random_resized_crop_draws_exactly_torchvisions_params():
+    transform = T.RandomResizedCrop(224, scale=(0.2, 0.9), ratio=(0.6, 1.8))
+    image = torch.zeros(3, 333, 500)
+    for seed in range(50):
+        torch.manual_seed(seed)
+        expected = transform.get_params(image, transform.scale, transform.ratio)
+        got = g.random_resized_crop_params(
+            333, 500, transform.scale, transform.ratio, torch.Generator().manual_seed(seed)
+        )
+        assert got == tuple(expected)
+
+
+def test_random_resized_crop_area_and_aspect_stay_within_scale_and_ratio():
+    scale, ratio = (0.08, 1.0), (3 / 4, 4 / 3)
+    transform = T.RandomResizedCrop(224, scale=scale, ratio=ratio)
+    image = torch.zeros(1, 375, 500)
+    gen = torch.Generator().manual_seed(0)
+    ours = [g.random_resized_crop_params(375, 500, scale, ratio, gen) for _ in range(2000)]
+    torch.manual_seed(12345)  # an independent torchvision sample of the same distribution
+    theirs = [transform.get_params(image, scale, ratio) for _ in range(2000)]
+    areas = np.array([h * w / (375 * 500) for _, _, h, w in ours])
+    aspects = np.array([w / h for _, _, h, w in ours])
+    # rounding h and w to whole pixels moves both a little past the bounds
+    assert areas.min() >= scale[0] * 0.97 and areas.max() <= scale[1]
+    assert aspects.min() >= ratio[0] * 0.97 and aspects.max() <= ratio[1] * 1.03
+    their_areas = np.array([h * w / (375 * 500) for _, _, h, w in theirs])
+    their_aspects = np.array([w / h for _, _, h, w in theirs])
+    for q in (0.1, 0.5, 0.9):
+        assert abs(np.quantile(areas, q) - np.quantile(their_areas, q)) < 0.04
+        assert abs(np.quantile(aspects, q) - np.quantile(their_aspects, q)) < 0.04
+    # crop positions cover the image: mean centre near the middle
+    centres = np.array([(i + h / 2) / 375 for i, _, h, _ in ours])
+    assert abs(centres.mean() - 0.5) < 0.02
+
+
+@pytest.mark.parametrize("p", [0.5, 0.2])
+def test_flip_rate_is_p(p):
+    steps = (g.Flip(p, vertical=False),)
+    gen = torch.Generator().manual_seed(1)
+    n = 4000
+    flips = sum(g.draw_sample(steps, 100, 100, gen).hflip for _ in range(n))
+    assert abs(flips / n - p) <= 4 * math.sqrt(p * (1 - p) / n)
+
+
+def test_color_jitter_factors_are_torchvisions_draws():
+    transform = T.ColorJitter(0.4, 0.3, 0.2, 0.1)
+    step = g.ColorJitter(
+        transform.brightness, transform.contrast, transform.saturation, transform.hue
+    )
+    for seed in range(20):
+        torch.manual_seed(seed)
+        _, b, c, s, h = transform.get_params(
+            transform.brightness, transform.contrast, transform.saturation, transform.hue
+        )
+        got = g.color_jitter_params(step, torch.Generator().manual_seed(seed))
+        assert got == pytest.approx((b, c, s, h))
+        assert (
+            0.6 <= got[0] <= 1.4
+            and 0.7 <= got[1] <= 1.3
+            and 0.8 <= got[2] <= 1.2
+            and -0.1 <= got[3] <= 0.1
+        )
+
+
+def test_flip_before_crop_moves_the_crop_not_the_image():
+    steps = (
+        g.Flip(1.0, vertical=False),
+        g.CenterCrop((10, 10)),
+        g.RandomCrop((4, 4), (0, 0, 0, 0), False, (0,)),
+    )
+    params = g.draw_sample(steps, 20, 31, torch.Generator().manual_seed(0))
+    torch.manual_seed(0)
+    image = torch.arange(20 * 31).view(1, 20, 31)
+    expected = T.Compose([T.RandomHorizontalFlip(1.0), T.CenterCrop(10), T.RandomCrop(4)])(image)
+    top, left, h, w = params.decode
+    got = image[:, top : top + h, left : left + w].flip(-1) if params.hflip else None
+    assert got is not None and torch.equal(got, expected)
