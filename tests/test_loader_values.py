@@ -1,0 +1,95 @@
+"""Batch values side by side with torch's DataLoader: folders, LMDB, paths, labels, devices."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torchvision.transforms as T
+from torch.utils.data import DataLoader as TorchDataLoader
+from torch.utils.data import Subset
+from torchvision.datasets import ImageFolder
+
+import fastload
+from fastload.lmdb_dataset import LMDBDataset
+
+EVAL = T.Compose([T.Resize(32), T.CenterCrop(32), T.ToTensor()])
+
+
+def assert_same_batches(ours, theirs, tolerance=0.01):
+    """Same number of batches, same labels, images within ``tolerance`` mean absolute
+    difference per image, same dtype and shape."""
+    ours, theirs = list(ours), list(theirs)
+    assert len(ours) == len(theirs) > 0
+    for (images, labels), (t_images, t_labels) in zip(ours, theirs, strict=True):
+        assert torch.equal(labels, t_labels) and labels.dtype == t_labels.dtype
+        assert images.dtype == t_images.dtype and images.shape == t_images.shape
+        diff = (images.double() - t_images.double()).abs().flatten(1).mean(1)
+        assert diff.max() <= tolerance, diff
+
+
+def test_eval_transform_batches_match_torchvision_per_image(synth_root):
+    dataset = ImageFolder(synth_root / "val", EVAL)
+    assert_same_batches(fastload.DataLoader(dataset, batch_size=6),
+                        TorchDataLoader(dataset, batch_size=6))
+
+
+def test_pil_to_tensor_gives_uint8_batches_like_torch(synth_root):
+    dataset = ImageFolder(synth_root / "val", T.Compose([T.CenterCrop(48), T.PILToTensor()]))
+    assert_same_batches(fastload.DataLoader(dataset, batch_size=8),
+                        TorchDataLoader(dataset, batch_size=8), tolerance=2.0)
+
+
+def test_threads_and_prefetch_do_not_change_the_batches(synth_root):
+    dataset = ImageFolder(synth_root / "val", EVAL)
+    single = list(fastload.DataLoader(dataset, batch_size=4))
+    threaded = list(fastload.DataLoader(dataset, batch_size=4, num_workers=2, prefetch_factor=4))
+    for (a, la), (b, lb) in zip(single, threaded, strict=True):
+        assert torch.equal(a, b) and torch.equal(la, lb)
+
+
+def test_batches_are_fresh_tensors_the_caller_may_keep(synth_root):
+    loader = fastload.DataLoader(ImageFolder(synth_root / "val", EVAL), batch_size=4)
+    kept = list(loader)
+    copies = [(images.clone(), labels.clone()) for images, labels in kept]
+    list(loader)  # another epoch through the same decoder
+    assert len({images.data_ptr() for images, _ in kept}) == len(kept)
+    for (images, labels), (c_images, c_labels) in zip(kept, copies, strict=True):
+        assert torch.equal(images, c_images) and torch.equal(labels, c_labels)
+
+
+def test_lmdb_dataset_batches_match_torch_over_the_same_records(synth_lmdb):
+    dataset = LMDBDataset(synth_lmdb, transform=EVAL)
+    ours = fastload.DataLoader(dataset, batch_size=16)
+    assert ours.fallback_reason is None
+    assert_same_batches(ours, TorchDataLoader(dataset, batch_size=16))
+    assert "00000003" in ours._source.name(3) and str(synth_lmdb) in ours._source.name(3)
+
+
+def test_paths_load_as_imagefolder_or_lmdb(synth_root, synth_lmdb):
+    folder = fastload.DataLoader(str(synth_root / "val"), batch_size=8, transform=EVAL)
+    assert isinstance(folder.dataset, ImageFolder) and folder.fallback_reason is None
+    assert_same_batches(folder, TorchDataLoader(ImageFolder(synth_root / "val", EVAL), 8))
+    lmdb = fastload.DataLoader(synth_lmdb, batch_size=8, transform=EVAL,
+                               target_transform=lambda t: t + 100)
+    assert isinstance(lmdb.dataset, LMDBDataset) and len(lmdb.dataset) == 48
+    labels = torch.cat([labels for _, labels in lmdb])
+    assert labels.tolist() == [t + 100 for t in lmdb.dataset.targets]
+
+
+def test_target_transform_and_subset_give_torchs_labels(synth_root):
+    dataset = ImageFolder(synth_root / "train", EVAL, target_transform=lambda t: 3 - t)
+    subset = Subset(dataset, [40, 2, 17, 17, 33, 8, 0])
+    assert_same_batches(fastload.DataLoader(subset, batch_size=3),
+                        TorchDataLoader(subset, batch_size=3))
+
+
+@pytest.mark.gpu
+def test_cuda_device_gives_cuda_batches_close_to_the_cpu_graph(synth_root):
+    dataset = ImageFolder(synth_root / "val", EVAL)
+    gpu = list(fastload.DataLoader(dataset, batch_size=8, device="cuda"))
+    assert all(images.is_cuda and labels.is_cuda for images, labels in gpu)
+    cpu = fastload.DataLoader(dataset, batch_size=8, device="cpu", pin_memory=True)
+    for (images, labels), (c_images, c_labels) in zip(gpu, cpu, strict=True):
+        assert c_images.is_pinned() and c_labels.is_pinned()
+        assert torch.equal(labels.cpu(), c_labels)
+        assert (images.cpu() - c_images).abs().mean() < 0.01
