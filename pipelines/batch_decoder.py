@@ -57,6 +57,11 @@ def _as_array(data) -> np.ndarray:
     )
 
 
+def _split(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(N, 4) -> two contiguous (N, 2) arrays (DALI takes densely packed data only)."""
+    return np.ascontiguousarray(rows[:, :2]), np.ascontiguousarray(rows[:, 2:])
+
+
 def _unreadable(encoded: Sequence[np.ndarray]) -> list[int]:
     from PIL import Image
 
@@ -228,33 +233,29 @@ class BatchDecoder:
             self._run(feeds)
 
     def _feeds(self, arrays: list[np.ndarray], params: list[geometry.SampleParams]) -> dict:
+        """One array per input, batch first (one DALI conversion each, not one per sample)."""
         names = set(self._names)
-        feeds: dict[str, list] = {"encoded": arrays}
+        feeds: dict = {"encoded": arrays}
         if "decode_anchor" in names:
-            feeds["decode_anchor"] = [np.array(p.decode[:2], np.int32) for p in params]
-            feeds["decode_shape"] = [np.array(p.decode[2:], np.int32) for p in params]
+            decode = np.array([p.decode for p in params], np.int32)
+            feeds["decode_anchor"], feeds["decode_shape"] = _split(decode)
         if "resize_size" in names:
-            sizes, starts, ends = [], [], []
-            for p in params:
-                if p.resize is None:  # cannot happen when the plan resamples
-                    raise ValueError("a resampling plan produced a sample without a resize")
-                sizes.append(np.array(p.resize, np.float32))
-                starts.append(np.array(p.resize_roi[0], np.float32))
-                ends.append(np.array(p.resize_roi[1], np.float32))
-            feeds.update(resize_size=sizes, roi_start=starts, roi_end=ends)
+            if any(p.resize is None for p in params):  # cannot happen when the plan resamples
+                raise ValueError("a resampling plan produced a sample without a resize")
+            feeds["resize_size"] = np.array([p.resize for p in params], np.float32)
+            roi = np.array([p.resize_roi for p in params], np.float32).reshape(len(params), 4)
+            feeds["roi_start"], feeds["roi_end"] = _split(roi)
         if "crop_anchor" in names:
-            anchors, shapes = [], []
-            for p in params:
-                crop = p.crop if p.crop is not None else (0, 0, *p.output_size)
-                anchors.append(np.array(crop[:2], np.int32))
-                shapes.append(np.array(crop[2:], np.int32))
-            feeds.update(crop_anchor=anchors, crop_shape=shapes)
+            crops = np.array(
+                [p.crop if p.crop is not None else (0, 0, *p.output_size) for p in params], np.int32
+            )
+            feeds["crop_anchor"], feeds["crop_shape"] = _split(crops)
         for k, key in enumerate(("brightness", "contrast", "saturation", "hue")):
             if key in names:
-                feeds[key] = [np.array(p.jitter[k], np.float32) for p in params]
+                feeds[key] = np.array([p.jitter[k] for p in params], np.float32)
         if "vflip" in names:
-            feeds["vflip"] = [np.array(int(p.vflip), np.int32) for p in params]
-        feeds["hflip"] = [np.array(int(p.hflip), np.int32) for p in params]
+            feeds["vflip"] = np.array([p.vflip for p in params], np.int32)
+        feeds["hflip"] = np.array([p.hflip for p in params], np.int32)
         return feeds
 
     def _to_torch(self, out) -> torch.Tensor:

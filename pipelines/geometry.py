@@ -14,6 +14,7 @@ colour-jitter factors. Flips are moved to the end by mirroring the crops that fo
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -110,6 +111,13 @@ def center_crop_offsets(height: int, width: int, crop_h: int, crop_w: int) -> tu
     return top, left
 
 
+@functools.lru_cache(maxsize=64)
+def _log_ratio(ratio: tuple[float, float]) -> tuple[float, float]:
+    """``torch.log(torch.tensor(ratio))`` as torchvision computes it (float32), as floats."""
+    values = torch.log(torch.tensor(ratio))
+    return float(values[0]), float(values[1])
+
+
 def random_resized_crop_params(
     height: int,
     width: int,
@@ -119,12 +127,10 @@ def random_resized_crop_params(
 ) -> tuple[int, int, int, int]:
     """``(top, left, h, w)`` drawn as ``RandomResizedCrop.get_params`` draws them."""
     area = height * width
-    log_ratio = torch.log(torch.tensor(ratio))
+    log_lo, log_hi = _log_ratio(ratio)
     for _ in range(10):
         target_area = area * torch.empty(1).uniform_(scale[0], scale[1], generator=generator).item()
-        aspect = math.exp(
-            torch.empty(1).uniform_(log_ratio[0], log_ratio[1], generator=generator).item()
-        )
+        aspect = math.exp(torch.empty(1).uniform_(log_lo, log_hi, generator=generator).item())
         w = int(round(math.sqrt(target_area * aspect)))
         h = int(round(math.sqrt(target_area / aspect)))
         if 0 < w <= width and 0 < h <= height:

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 import torchvision.transforms as T
+from PIL import Image
+
 from fastload.pipelines.batch_decoder import BatchDecodeError, BatchDecoder
 from fastload.pipelines.translate import translate
-from PIL import Image
 
 VAL = T.Compose([T.Resize(256), T.CenterCrop(224), T.ToTensor()])
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]

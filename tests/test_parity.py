@@ -10,12 +10,13 @@ import pytest
 import torch
 import torchvision.transforms as T
 import torchvision.transforms.functional as F
-from fastload.pipelines import geometry as g
-from fastload.pipelines.batch_decoder import BatchDecoder
-from fastload.pipelines.translate import translate
 from PIL import Image
 from torchvision.transforms import v2
 from torchvision.transforms.functional import _compute_resized_output_size
+
+from fastload.pipelines import geometry as g
+from fastload.pipelines.batch_decoder import BatchDecoder
+from fastload.pipelines.translate import translate
 
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 VAL = T.Compose([T.Resize(256), T.CenterCrop(224), T.ToTensor()])

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 import torchvision.transforms as T
+from torchvision.transforms import v2
+
 from fastload.pipelines import geometry as g
 from fastload.pipelines.translate import TransformPlan, UnsupportedTransform, translate
-from torchvision.transforms import v2
 
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 
