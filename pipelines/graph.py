@@ -84,7 +84,7 @@ def input_names(plan: TransformPlan) -> tuple[str, ...]:
     return tuple(names)
 
 
-def _jitter(img, inputs, jitter):
+def _jitter(img, inputs, jitter, gpu: bool):
     """ColorJitter on uint8 HWC in the fixed order brightness, contrast, saturation, hue;
     each stage only when its range is given. Each matches the PIL operation torchvision uses:
     brightness blends with black, contrast with the mean grey level, saturation with the
@@ -97,12 +97,14 @@ def _jitter(img, inputs, jitter):
         grey = fn.color_space_conversion(img, image_type=types.RGB, output_type=types.GRAY)
         mean = fn.reductions.mean(fn.cast(grey, dtype=types.FLOAT), keep_dims=True)
         contrast = fn.reshape(inputs["contrast"], shape=[1, 1, 1])
+        if gpu:  # arithmetic takes its per-sample factors on the image's device
+            contrast = contrast.gpu()
         blended = mean + (fn.cast(img, dtype=types.FLOAT) - mean) * contrast
         img = fn.cast(blended, dtype=types.UINT8)  # rounds to nearest and saturates
     if jitter.saturation is not None:
         img = fn.saturation(img, saturation=inputs["saturation"])
     if jitter.hue is not None:
-        img = _hsv_hue_shift(img, inputs["hue"])
+        img = _hsv_hue_shift(img, inputs["hue"].gpu() if gpu else inputs["hue"])
     return img
 
 
@@ -210,7 +212,7 @@ def build_pipeline(
                 fill_values=list(plan.fill),
             )
         if plan.jitter is not None:
-            img = _jitter(img, inputs, plan.jitter)
+            img = _jitter(img, inputs, plan.jitter, gpu)
         if plan.has_vflip:
             img = fn.flip(img, horizontal=0, vertical=inputs["vflip"])
         out = fn.crop_mirror_normalize(
