@@ -17,10 +17,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from fastload.convert_sources import list_source
-from fastload.datum import encode_datum
 from fastload.image_check import CHECKS, KEPT, check_file_task
 from fastload.lmdb_format import FORMAT_VERSION, META_FILE, STATE_COMPLETE
-from fastload.lmdb_writer import LMDBWriter, prepare_destination
+from fastload.lmdb_writer import LMDBWriter, MapFull, prepare_destination
 
 DEFAULT_COMMIT_EVERY = 512  # source files per LMDB write transaction
 
@@ -113,7 +112,7 @@ def convert_folder(
     }
     progress_state = prepare_destination(dst_path, identity, overwrite=overwrite)
     writer = LMDBWriter(dst_path, identity, progress_state,
-                        map_size=total_bytes + total_bytes // 4 + (len(source.samples) << 10))
+                        map_size=_initial_map_size(total_bytes, len(source.samples)))
     try:
         _run(source.samples, writer, workers or os.cpu_count() or 1, max_side, quality, check,
              strict, progress, commit_every)
@@ -131,12 +130,32 @@ def convert_folder(
     )
 
 
+def _initial_map_size(total_bytes: int, count: int) -> int:
+    """Room for every source byte plus a quarter and page overhead (grown when exceeded)."""
+    return total_bytes + total_bytes // 4 + (count << 12)
+
+
 def _run(samples, writer: LMDBWriter, workers: int, max_side, quality, check, strict,
          progress, commit_every) -> None:
     from tqdm import tqdm
 
-    start = writer.seen
-    tasks = ((path, max_side, quality, check) for path, _ in samples[start:])
+    bar = tqdm(total=len(samples), initial=writer.seen, unit="img", disable=not progress,
+               dynamic_ncols=True, desc="convert")
+    try:
+        while True:
+            try:
+                _run_from(writer.seen, samples, writer, workers, (max_side, quality, check),
+                          strict, bar, commit_every)
+                return
+            except MapFull:  # the batch was rolled back and the map grown: redo it
+                bar.n = writer.seen
+                bar.refresh()
+    finally:
+        bar.close()
+
+
+def _run_from(start, samples, writer, workers, options, strict, bar, commit_every) -> None:
+    tasks = ((path, label, *options) for path, label in samples[start:])
     remaining = len(samples) - start
     pool = None
     if workers == 1 or remaining < 2:
@@ -145,30 +164,27 @@ def _run(samples, writer: LMDBWriter, workers: int, max_side, quality, check, st
         pool = multiprocessing.get_context().Pool(min(workers, remaining), initializer=_worker_init)
         chunk = max(1, min(32, remaining // (workers * 8)))
         results = pool.imap(check_file_task, tasks, chunksize=chunk)
-    bar = tqdm(total=len(samples), initial=start, unit="img", disable=not progress,
-               dynamic_ncols=True, desc="convert")
     try:
         last_commit = start
         for index, result in enumerate(results, start=start):
-            path, label = samples[index]
             if result[0] == "ok":
-                _, data, height, width, how = result
-                writer.add(encode_datum(data, label, height, width, 3), label, how)
+                _, record, crc, how = result
+                writer.add(record, crc, samples[index][1], how)
             elif strict:
                 writer.commit(index)
                 raise ConvertError(
-                    f"unreadable image {path!r}: {result[1]} (--strict); fix or remove it and "
-                    "rerun with --overwrite, or run without --strict to skip such files"
+                    f"unreadable image {samples[index][0]!r}: {result[1]} (--strict); fix or "
+                    "remove it and rerun with --overwrite, or run without --strict to skip "
+                    "such files"
                 )
             else:
-                writer.skip(index, path, result[1])
+                writer.skip(index, samples[index][0], result[1])
             if index + 1 - last_commit >= commit_every:
                 writer.commit(index + 1)
                 last_commit = index + 1
             bar.update(1)
         writer.commit(len(samples))
     finally:
-        bar.close()
         if pool is not None:
             pool.terminate()
             pool.join()

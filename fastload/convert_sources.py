@@ -42,6 +42,7 @@ class SourceList:
         changed since the partial was written is refused instead of mixed in.
         """
         total = 0
+        prefix = os.path.join(str(self.root), "")
         digest = hashlib.sha256()
         digest.update(f"{self.kind}\n{len(self.classes)}\n".encode())
         for name in self.classes:
@@ -53,7 +54,7 @@ class SourceList:
                 total += size
             except OSError:
                 size, mtime = -1, -1
-            rel = os.path.relpath(path, self.root)
+            rel = path[len(prefix):] if path.startswith(prefix) else os.path.relpath(path, self.root)
             digest.update(f"{rel}\0{label}\0{size}\0{mtime}\n".encode("utf-8", "surrogateescape"))
         return digest.hexdigest(), total
 

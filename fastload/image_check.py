@@ -20,6 +20,9 @@ from __future__ import annotations
 
 import io
 import warnings
+import zlib
+
+from fastload.datum import encode_datum
 
 # Start-of-frame markers a DALI decoder (libjpeg-turbo / nvJPEG) takes as they are.
 _SOF_KEEP = {0xC0, 0xC1, 0xC2}
@@ -207,24 +210,25 @@ def process_bytes(
 
 
 def check_file(
-    path: str, max_side: int | None = None, quality: int = 90, check: str = "markers"
+    path: str, label: int, max_side: int | None = None, quality: int = 90,
+    check: str = "markers",
 ) -> tuple:
-    """Worker entry: ``("ok", bytes, height, width, how)`` or ``("skip", reason)``."""
+    """Worker entry: ``("ok", datum record, its CRC-32, how)`` or ``("skip", reason)``."""
     try:
         with open(path, "rb") as handle:
             data = handle.read()
     except OSError as exc:
         return ("skip", f"cannot read file: {exc.strerror or exc}")
     try:
-        return ("ok", *process_bytes(data, max_side, quality, check))
+        image, height, width, how = process_bytes(data, max_side, quality, check)
     except Unreadable as exc:
         return ("skip", str(exc))
     except Exception as exc:  # noqa: BLE001 - a decoder bug must not kill the conversion
         return ("skip", f"unexpected error while reading the image: {type(exc).__name__}: {exc}")
+    record = encode_datum(image, label, height, width, 3)
+    return ("ok", record, zlib.crc32(record), how)
 
 
-def check_file_task(task: tuple[str, int | None, int, str]) -> tuple:
-    """``check_file`` over one ``(path, max_side, quality, check)`` tuple (for Pool.imap)."""
+def check_file_task(task: tuple[str, int, int | None, int, str]) -> tuple:
+    """``check_file`` over one ``(path, label, max_side, quality, check)`` tuple (for Pool.imap)."""
     return check_file(*task)
-
-

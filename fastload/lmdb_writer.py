@@ -5,10 +5,14 @@ Durability protocol (one writer process):
 1. ``fastload.partial.json`` is written (atomically) before the LMDB environment exists:
    it names the source, its fingerprint and the options, so a directory holding records
    but no sidecar is always recognisable as a partial, never as a finished database.
-2. Records are put in batches, one LMDB write transaction per batch; the LMDB commit is
-   the durable point. After each commit the partial file is rewritten (atomically) with
-   the records committed (``stored``), the source files consumed (``seen``) and the files
-   skipped so far.
+2. Records are put in batches, one LMDB write transaction per batch. After each commit
+   the partial file is replaced (write + rename) with the records committed (``stored``),
+   the source files consumed (``seen``) and the files skipped so far. Commits and progress
+   records reach the page cache in that order, which is all a process crash (SIGKILL,
+   OOM kill, Ctrl-C) can interrupt. They are flushed to disk (``fsync``) every
+   ``DURABLE_EVERY_S`` seconds and at the end, not at every commit: per-commit flushes would
+   cost more than the conversion itself. After a machine crash the last unflushed batches
+   may be gone; a partial damaged that way is detected and refused (``--overwrite``).
 3. On resume the partial file says where to continue. Records past ``stored`` (a commit
    that landed before its progress record) are deleted and redone, so the finished
    database is identical to an uninterrupted run. Checksums and labels of the kept prefix
@@ -22,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 import zlib
 from array import array
 from pathlib import Path
@@ -46,23 +51,30 @@ from fastload.lmdb_format import (
 )
 
 MIN_MAP_SIZE = 64 << 20  # 64 MiB; LMDB's data.mdb is sparse, the map only reserves addresses
+DURABLE_EVERY_S = 30.0  # seconds between fsyncs of the database and its progress record
 CRASH_ENV = "FASTLOAD_TEST_CRASH"  # test hook: "<point>:<n>" SIGKILLs at the n-th <point>
 CRASH_POINTS = ("mid_txn", "after_commit", "after_progress")
 
 
-def write_bytes_atomic(path: Path, payload: bytes) -> None:
-    """Write ``payload`` to ``path`` via a temporary file, fsync and ``os.replace``."""
+def write_bytes_atomic(path: Path, payload: bytes, *, durable: bool = True) -> None:
+    """Write ``payload`` to ``path`` via a temporary file and ``os.replace``.
+
+    ``durable`` also fsyncs the file before the rename and the folder after it.
+    """
     tmp = path.parent / f".{path.name}.{os.getpid()}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)  # honours the umask
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(payload)
             handle.flush()
-            os.fsync(handle.fileno())
+            if durable:
+                os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    if not durable:
+        return
     dir_fd = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(dir_fd)
@@ -70,8 +82,9 @@ def write_bytes_atomic(path: Path, payload: bytes) -> None:
         os.close(dir_fd)
 
 
-def write_json_atomic(path: Path, obj: dict) -> None:
-    write_bytes_atomic(path, json.dumps(obj, indent=1, sort_keys=True).encode() + b"\n")
+def write_json_atomic(path: Path, obj: dict, *, durable: bool = True) -> None:
+    payload = json.dumps(obj, indent=1, sort_keys=True).encode() + b"\n"
+    write_bytes_atomic(path, payload, durable=durable)
 
 
 def _read_json(path: Path) -> dict | None:
@@ -142,6 +155,10 @@ def prepare_destination(dst: Path, identity: dict, *, overwrite: bool) -> dict:
     return fresh
 
 
+class MapFull(Exception):
+    """The LMDB map filled inside a batch; it was rolled back and the map grown."""
+
+
 class LMDBWriter:
     """Appends Datum records to ``dst`` in committed batches, from a prepared progress."""
 
@@ -156,8 +173,8 @@ class LMDBWriter:
         self.counts: dict[str, int] = dict(progress["counts"])
         self.resumed_from = self.seen
         self.resumed = bool(progress.get("resumed"))
-        self._pending: list[bytes] = []
-        self._pending_labels: list[int] = []
+        self._txn = None
+        self._clear_pending()
         self._checksums = array("I")
         self._labels = array("i")
         self._crash_point, self._crash_at = _crash_hook()
@@ -167,12 +184,25 @@ class LMDBWriter:
         self._lmdb = lmdb
         self.env = lmdb.open(
             str(dst), map_size=self._map_size, subdir=True, readahead=False,
-            meminit=False, max_dbs=0, lock=True,
+            meminit=False, max_dbs=0, lock=True, sync=False, metasync=False,
         )
+        self._last_flush = time.monotonic()
         self._reconcile()
 
     def _reconcile(self) -> None:
         """Drop records past ``stored``; recompute checksums and labels of the rest."""
+        try:
+            self._reconcile_records()
+        except (self._lmdb.Error, ValueError) as exc:
+            self.env.close()
+            if isinstance(exc, ValueError):
+                raise
+            raise ValueError(
+                f"the partial conversion in {str(self.dst)!r} is damaged ({exc}), e.g. by a "
+                "machine crash; pass --overwrite to start over"
+            ) from None
+
+    def _reconcile_records(self) -> None:
         with self.env.begin(write=True) as txn:
             cursor = txn.cursor()
             index = 0
@@ -190,51 +220,81 @@ class LMDBWriter:
             if index < self.stored:
                 raise ValueError(
                     f"partial conversion in {str(self.dst)!r} claims {self.stored} records but "
-                    f"holds {index}; pass --overwrite to start over"
+                    f"holds {index} (lost in a machine crash?); pass --overwrite to start over"
                 )
             if cursor.set_range(record_key(self.stored)):
                 while cursor.delete():
                     pass
 
-    def add(self, value: bytes, label: int, how: str) -> None:
-        """Queue one serialized Datum (committed by the next :meth:`commit`)."""
-        self._pending.append(value)
+    def add(self, value: bytes, crc: int, label: int, how: str) -> None:
+        """Put one serialized Datum (``crc`` = its CRC-32) into the open batch.
+
+        Raises :class:`MapFull` when the map filled: the batch is rolled back, the map
+        grown, and the caller continues from :attr:`seen` (the last commit).
+        """
+        if self._txn is None:
+            self._txn = self.env.begin(write=True)
+        try:
+            self._txn.put(record_key(self.stored + len(self._pending_crcs)), value, append=True)
+        except self._lmdb.MapFullError:
+            self._rollback_and_grow()
+            raise MapFull from None
+        self._maybe_crash("mid_txn")
+        self._pending_crcs.append(crc)
         self._pending_labels.append(label)
-        self.counts[how] = self.counts.get(how, 0) + 1
+        self._pending_counts[how] = self._pending_counts.get(how, 0) + 1
 
     def skip(self, index: int, path: str, reason: str) -> None:
-        self.skipped.append({"index": index, "path": path, "reason": reason})
+        """Record that source file ``index`` could not be used (kept by the next commit)."""
+        self._pending_skipped.append({"index": index, "path": path, "reason": reason})
 
     def commit(self, seen: int) -> None:
-        """Commit queued records, then record that ``seen`` source files are done."""
-        while True:
+        """Commit the open batch, then record that ``seen`` source files are done."""
+        if self._txn is not None:
+            txn, self._txn = self._txn, None
             try:
-                with self.env.begin(write=True) as txn:
-                    for offset, value in enumerate(self._pending):
-                        txn.put(record_key(self.stored + offset), value, append=True)
-                        if offset == len(self._pending) // 2:
-                            self._maybe_crash("mid_txn")
-                break
+                txn.commit()
             except self._lmdb.MapFullError:
-                self._map_size *= 2
-                self.env.set_mapsize(self._map_size)
+                self._txn = txn
+                self._rollback_and_grow()
+                raise MapFull from None
         self._maybe_crash("after_commit")
-        self._checksums.extend(zlib.crc32(value) for value in self._pending)
+        self._checksums.extend(self._pending_crcs)
         self._labels.extend(self._pending_labels)
-        self.stored += len(self._pending)
+        self.stored += len(self._pending_crcs)
         self.seen = seen
-        self._pending.clear()
-        self._pending_labels.clear()
+        self.skipped.extend(self._pending_skipped)
+        for how, count in self._pending_counts.items():
+            self.counts[how] = self.counts.get(how, 0) + count
+        self._clear_pending()
+        durable = time.monotonic() - self._last_flush >= DURABLE_EVERY_S
+        if durable:
+            self.env.sync(True)
+            self._last_flush = time.monotonic()
         write_json_atomic(self.dst / PARTIAL_FILE, {
             "state": STATE_PARTIAL, **self.identity, "stored": self.stored, "seen": self.seen,
             "skipped": self.skipped, "counts": self.counts,
-        })
+        }, durable=durable)
         self._maybe_crash("after_progress")
+
+    def _clear_pending(self) -> None:
+        self._pending_crcs = array("I")
+        self._pending_labels = array("i")
+        self._pending_counts: dict[str, int] = {}
+        self._pending_skipped: list[dict] = []
+
+    def _rollback_and_grow(self) -> None:
+        if self._txn is not None:
+            self._txn.abort()
+            self._txn = None
+        self._clear_pending()
+        self._map_size *= 2
+        self.env.set_mapsize(self._map_size)
 
     def finish(self, meta: dict) -> dict:
         """Write the sidecars and ``fastload.json`` (last); returns the metadata written."""
-        if self._pending:
-            raise RuntimeError("finish() called with uncommitted records; call commit() first")
+        if self._txn is not None or self._pending_skipped:
+            raise RuntimeError("finish() called with an uncommitted batch; call commit() first")
         self.env.sync(True)
         self.env.close()
         write_bytes_atomic(self.dst / CHECKSUM_FILE, self._checksums.tobytes()
@@ -259,6 +319,10 @@ class LMDBWriter:
         return full
 
     def close(self) -> None:
+        """Abandon the open batch (the partial stays resumable) and close the database."""
+        if self._txn is not None:
+            self._txn.abort()
+            self._txn = None
         self.env.close()
 
     def _maybe_crash(self, point: str) -> None:

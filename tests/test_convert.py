@@ -15,7 +15,6 @@ import zlib
 
 import numpy as np
 import pytest
-from fastload.tools.cli import main as cli
 from PIL import Image
 
 from fastload.convert import ConvertError, convert_folder
@@ -23,6 +22,13 @@ from fastload.convert_sources import list_source
 from fastload.lmdb_format import CHECKSUM_FILE, ERRORS_FILE, LABELS_FILE, PARTIAL_FILE
 from fastload.lmdb_reader import LMDBReader, acquire_env, release_env
 from fastload.verify import verify_lmdb
+
+
+def cli(argv: list[str]) -> int:
+    """The ``fastload`` command, run in-process."""
+    from fastload.tools.cli import main
+
+    return main(argv)
 
 
 def _jpeg(image: Image.Image, **options) -> bytes:
@@ -305,7 +311,7 @@ def mixed_reference(mixed_tree, tmp_path_factory):
 
 @pytest.mark.parametrize(
     "crashes",
-    [["after_commit:1"], ["mid_txn:2"], ["after_progress:5"], ["after_commit:10"],
+    [["after_commit:1"], ["mid_txn:8"], ["after_progress:5"], ["after_commit:10"],
      ["after_commit:3", "mid_txn:4"]],
     ids=["after-first-commit", "inside-a-transaction", "mid-run", "near-the-end", "twice"],
 )
@@ -324,6 +330,18 @@ def test_convert_resumes_after_sigkill_identically(mixed_tree, mixed_reference, 
     assert "stored 50 + skipped 3 = seen 53" in result.stdout and "resumed a partial" in result.stdout
     assert _dump(dst) == mixed_reference
     assert not (dst / PARTIAL_FILE).exists()
+
+
+def test_a_full_map_grows_and_the_batch_is_redone(mixed_tree, mixed_reference, tmp_path,
+                                                  monkeypatch):
+    import fastload.convert
+    import fastload.lmdb_writer
+
+    monkeypatch.setattr(fastload.lmdb_writer, "MIN_MAP_SIZE", 0)
+    monkeypatch.setattr(fastload.convert, "_initial_map_size", lambda total, count: 256 << 10)
+    convert_folder(mixed_tree, tmp_path / "db", workers=1, commit_every=20, progress=False)
+    assert (tmp_path / "db" / "data.mdb").stat().st_size > 256 << 10  # the map had to grow
+    assert _dump(tmp_path / "db") == mixed_reference
 
 
 def test_resume_refuses_different_options_or_source(mixed_tree, synth_root, tmp_path):

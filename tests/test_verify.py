@@ -7,12 +7,18 @@ import zlib
 
 import numpy as np
 import pytest
-from fastload.tools.cli import main as cli
 
 from fastload.datum import encode_datum
 from fastload.lmdb_format import CHECKSUM_FILE, LABELS_FILE, PARTIAL_FILE, record_key
 from fastload.lmdb_reader import LMDBReader
 from fastload.verify import verify_lmdb
+
+
+def cli(argv: list[str]) -> int:
+    """The ``fastload`` command, run in-process."""
+    from fastload.tools.cli import main
+
+    return main(argv)
 
 
 @pytest.fixture
