@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from fastload.convert_sources import list_source
-from fastload.image_check import CHECKS, KEPT, check_file_task
+from fastload.image_check import CHECKS, KEPT, check_file_task, check_file_task_copy
 from fastload.lmdb_format import FORMAT_VERSION, META_FILE, STATE_COMPLETE
 from fastload.lmdb_writer import LMDBWriter, MapFull, prepare_destination
 
@@ -163,7 +163,7 @@ def _run_from(start, samples, writer, workers, options, strict, bar, commit_ever
     else:
         pool = multiprocessing.get_context().Pool(min(workers, remaining), initializer=_worker_init)
         chunk = max(1, min(32, remaining // (workers * 8)))
-        results = pool.imap(check_file_task, tasks, chunksize=chunk)
+        results = pool.imap(check_file_task_copy, tasks, chunksize=chunk)
     try:
         last_commit = start
         for index, result in enumerate(results, start=start):

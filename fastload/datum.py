@@ -64,15 +64,28 @@ def _tag(field: int, wire_type: int) -> bytes:
 
 def encode_datum(data: bytes, label: int, height: int = 0, width: int = 0, channels: int = 3) -> bytes:
     """Serialize one encoded-image Datum. ``data`` is stored byte for byte."""
-    parts = [
+    prefix, suffix = datum_parts(len(data), label, height, width, channels)
+    return b"".join((prefix, data, suffix))
+
+
+def datum_parts(
+    data_length: int, label: int, height: int = 0, width: int = 0, channels: int = 3
+) -> tuple[bytes, bytes]:
+    """``(prefix, suffix)`` with ``prefix + data + suffix == encode_datum(data, ...)``.
+
+    Lets a writer assemble a record around image bytes already in a buffer, without a copy.
+    """
+    prefix = b"".join((
         _tag(_FIELD_CHANNELS, _VARINT), _encode_varint(channels),
         _tag(_FIELD_HEIGHT, _VARINT), _encode_varint(height),
         _tag(_FIELD_WIDTH, _VARINT), _encode_varint(width),
-        _tag(_FIELD_DATA, _LENGTH_DELIMITED), _encode_varint(len(data)), data,
+        _tag(_FIELD_DATA, _LENGTH_DELIMITED), _encode_varint(data_length),
+    ))
+    suffix = b"".join((
         _tag(_FIELD_LABEL, _VARINT), _encode_varint(label),
         _tag(_FIELD_ENCODED, _VARINT), b"\x01",
-    ]
-    return b"".join(parts)
+    ))
+    return prefix, suffix
 
 
 def _decode_varint(buf: memoryview, pos: int) -> tuple[int, int]:

@@ -19,10 +19,11 @@ when it is longer (Lanczos, after a DCT-domain reduction for JPEGs).
 from __future__ import annotations
 
 import io
+import os
 import warnings
 import zlib
 
-from fastload.datum import encode_datum
+from fastload.datum import datum_parts, encode_datum
 
 # Start-of-frame markers a DALI decoder (libjpeg-turbo / nvJPEG) takes as they are.
 _SOF_KEEP = {0xC0, 0xC1, 0xC2}
@@ -40,7 +41,7 @@ class Unreadable(Exception):
     """The file cannot be used; ``str(exc)`` is the reason written to errors.json."""
 
 
-def parse_jpeg(data: bytes) -> tuple[int, int, int, int, int]:
+def parse_jpeg(data: bytes | bytearray | memoryview) -> tuple[int, int, int, int, int]:
     """Walk the markers of a JPEG up to its first scan.
 
     Returns ``(sof_marker, precision, height, width, components)``. Raises
@@ -83,7 +84,8 @@ def parse_jpeg(data: bytes) -> tuple[int, int, int, int, int]:
         elif marker == 0xDA:  # start of scan: the entropy-coded data follows
             if frame is None:
                 raise Unreadable("corrupt JPEG: scan data before any start-of-frame marker")
-            if data.rfind(b"\xff\xd9", pos + length) < 0:
+            ends_with_eoi = data[size - 2] == 0xFF and data[size - 1] == 0xD9
+            if not ends_with_eoi and bytes(data[pos + length:]).rfind(b"\xff\xd9") < 0:
                 raise Unreadable("truncated JPEG: no end-of-image marker after the image data")
             return frame
         pos += length
@@ -189,7 +191,7 @@ def _decode_check(data: bytes) -> None:
 
 
 def process_bytes(
-    data: bytes, max_side: int | None = None, quality: int = 90, check: str = "markers"
+    data: bytes | memoryview, max_side: int | None = None, quality: int = 90, check: str = "markers"
 ) -> tuple[bytes, int, int, str]:
     """Validate ``data`` and return ``(jpeg bytes, height, width, how)``.
 
@@ -209,26 +211,65 @@ def process_bytes(
     return _reencode(data, max_side, quality)
 
 
+_HEADROOM = 32  # bytes reserved before the image for the Datum prefix (at most 26)
+_TAILROOM = 16  # bytes reserved after it for the suffix (at most 13)
+
+
+def _read_with_room(path: str) -> tuple[bytearray, int]:
+    """The file's bytes at offset ``_HEADROOM`` of a buffer with room for a Datum around them."""
+    with open(path, "rb") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        buffer = bytearray(_HEADROOM + size + _TAILROOM)
+        got = handle.readinto(memoryview(buffer)[_HEADROOM:_HEADROOM + size])
+        rest = handle.read()  # the file grew since fstat
+    if rest or got != size:
+        data = bytes(buffer[_HEADROOM:_HEADROOM + got]) + rest
+        buffer = bytearray(_HEADROOM) + data + bytearray(_TAILROOM)
+        got = len(data)
+    return buffer, got
+
+
 def check_file(
     path: str, label: int, max_side: int | None = None, quality: int = 90,
     check: str = "markers",
 ) -> tuple:
-    """Worker entry: ``("ok", datum record, its CRC-32, how)`` or ``("skip", reason)``."""
+    """Worker entry: ``("ok", datum record, its CRC-32, how)`` or ``("skip", reason)``.
+
+    A kept JPEG's record is assembled around the bytes as read (no copy); the record is
+    then a ``memoryview`` (``bytes`` when ``check_file_task_copy`` runs it in a worker).
+    """
     try:
-        with open(path, "rb") as handle:
-            data = handle.read()
+        buffer, size = _read_with_room(path)
     except OSError as exc:
         return ("skip", f"cannot read file: {exc.strerror or exc}")
+    view = memoryview(buffer)
     try:
-        image, height, width, how = process_bytes(data, max_side, quality, check)
+        image, height, width, how = process_bytes(
+            view[_HEADROOM:_HEADROOM + size], max_side, quality, check
+        )
     except Unreadable as exc:
         return ("skip", str(exc))
     except Exception as exc:  # noqa: BLE001 - a decoder bug must not kill the conversion
         return ("skip", f"unexpected error while reading the image: {type(exc).__name__}: {exc}")
-    record = encode_datum(image, label, height, width, 3)
+    if how == KEPT:
+        prefix, suffix = datum_parts(size, label, height, width, 3)
+        start, end = _HEADROOM - len(prefix), _HEADROOM + size + len(suffix)
+        view[start:_HEADROOM] = prefix
+        view[_HEADROOM + size:end] = suffix
+        record = view[start:end]
+    else:
+        record = encode_datum(image, label, height, width, 3)
     return ("ok", record, zlib.crc32(record), how)
 
 
 def check_file_task(task: tuple[str, int, int | None, int, str]) -> tuple:
-    """``check_file`` over one ``(path, label, max_side, quality, check)`` tuple (for Pool.imap)."""
+    """``check_file`` over one ``(path, label, max_side, quality, check)`` tuple."""
     return check_file(*task)
+
+
+def check_file_task_copy(task: tuple[str, int, int | None, int, str]) -> tuple:
+    """:func:`check_file_task` for a worker process: the record as picklable ``bytes``."""
+    result = check_file(*task)
+    if result[0] == "ok" and isinstance(result[1], memoryview):
+        result = ("ok", result[1].tobytes(), *result[2:])
+    return result

@@ -1,0 +1,91 @@
+"""Conversion throughput: keep-bytes and ``--max-side 256``, 1 vs 2 workers, beside ``tar cf``.
+
+``tar cf`` of the same folder is the I/O reference: it reads every file and writes one
+archive. Target: keep-bytes conversion takes at most 1.5x the time of ``tar cf``. The
+ratio is measured side by side (alternating runs, best of each) and printed at the end.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+
+import pytest
+
+from fastload.convert import convert_folder
+
+ROUNDS = 3
+
+
+def _folder_bytes(tree) -> int:
+    return sum(p.stat().st_size for p in tree.rglob("*") if p.is_file())
+
+
+def _tar(tree, out) -> float:
+    start = time.perf_counter()
+    subprocess.run(["tar", "cf", str(out), "-C", str(tree), "."], check=True)
+    return time.perf_counter() - start
+
+
+def _tar_fsync(tree, out) -> float:
+    start = time.perf_counter()
+    subprocess.run(["tar", "cf", str(out), "-C", str(tree), "."], check=True)
+    fd = os.open(out, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return time.perf_counter() - start
+
+
+def _convert(tree, dst, **options) -> float:
+    shutil.rmtree(dst, ignore_errors=True)
+    start = time.perf_counter()
+    convert_folder(tree, dst, progress=False, **options)
+    return time.perf_counter() - start
+
+
+def test_tar_cf_reference(benchmark, convert_tree, tmp_path):
+    out = tmp_path / "tree.tar"
+    benchmark.pedantic(_tar, args=(convert_tree, out), rounds=ROUNDS, iterations=1)
+    benchmark.extra_info["bytes"] = _folder_bytes(convert_tree)
+    assert out.stat().st_size >= _folder_bytes(convert_tree)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize("max_side", [None, 256], ids=["keep-bytes", "max-side-256"])
+def test_convert_throughput(benchmark, convert_tree, bench_image_count, tmp_path, max_side,
+                            workers):
+    dst = tmp_path / "db"
+    benchmark.extra_info.update(images=bench_image_count, bytes=_folder_bytes(convert_tree))
+    benchmark.pedantic(
+        convert_folder, args=(convert_tree, dst),
+        kwargs={"workers": workers, "max_side": max_side, "progress": False,
+                "overwrite": True},
+        rounds=ROUNDS, iterations=1,
+    )
+    assert (dst / "fastload.json").exists()
+
+
+def test_keep_bytes_vs_tar_ratio(benchmark, convert_tree, bench_image_count, tmp_path,
+                                 request):
+    """Alternate ``tar cf`` and keep-bytes conversions; record best-of ratios."""
+    runs = {"tar": [], "tar+fsync": [], "keep w1": [], "keep w2": [], "keep w1 decode-check": []}
+    for _ in range(1 if request.config.getoption("benchmark_disable") else ROUNDS):
+        runs["tar"].append(_tar(convert_tree, tmp_path / "a.tar"))
+        runs["tar+fsync"].append(_tar_fsync(convert_tree, tmp_path / "b.tar"))
+        runs["keep w1"].append(_convert(convert_tree, tmp_path / "db1", workers=1))
+        runs["keep w2"].append(_convert(convert_tree, tmp_path / "db2", workers=2))
+        runs["keep w1 decode-check"].append(
+            _convert(convert_tree, tmp_path / "db3", workers=1, check="decode"))
+    best = {name: min(times) for name, times in runs.items()}
+    ratios = {f"{name} / tar": best[name] / best["tar"] for name in best if name != "tar"}
+    benchmark.extra_info.update({f"{k}_s": v for k, v in best.items()})
+    benchmark.extra_info.update(ratios)
+    lines = {name: f"{ratio:.2f}x  ({best[name.split(' / ')[0]]:.3f} s vs {best['tar']:.3f} s, "
+                   f"{bench_image_count} images)" for name, ratio in ratios.items()}
+    request.config._fastload_convert_ratios = lines
+    benchmark.pedantic(lambda: None, rounds=1, iterations=1)  # the numbers live in extra_info
+    assert all(ratio > 0 for ratio in ratios.values())
