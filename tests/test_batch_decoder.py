@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+
 import pytest
 import torch
 import torchvision.transforms as T
@@ -49,14 +51,8 @@ def test_pil_to_tensor_gives_uint8_like_torchvision(photos):
         dec.submit(encoded, sizes, torch.Generator())
         out = dec.fetch()
     assert out.dtype == torch.uint8 and out.shape == (2, 3, 224, 224)
-    ref = transform(Image.open(_path_image(encoded[0])).convert("RGB"))
+    ref = transform(Image.open(io.BytesIO(encoded[0])).convert("RGB"))
     assert (out[0].int() - ref.int()).abs().float().mean() < 1.0
-
-
-def _path_image(data: bytes):
-    import io
-
-    return io.BytesIO(data)
 
 
 def test_variable_batch_sizes_and_queue_return_batches_in_order(photos):

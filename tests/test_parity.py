@@ -167,6 +167,22 @@ def test_flips_mirror_an_asymmetric_image(vertical, p):
         assert left < 0.1 and right > 0.9
 
 
+def test_exif_orientation_is_ignored_like_pil_loader(photos):
+    # ImageFolder's loader (PIL open + convert) does not rotate by EXIF; neither may fastload
+    with Image.open(photos[0][0]) as im:
+        exif = Image.Exif()
+        exif[0x0112] = 6  # "rotate 90 CW to display"
+        buf = io.BytesIO()
+        im.convert("RGB").save(buf, format="JPEG", quality=92, exif=exif)
+        size = (im.height, im.width)
+    data = buf.getvalue()
+    with BatchDecoder(translate(VAL), max_batch_size=1) as dec:
+        dec.submit([data], [size], torch.Generator())
+        out = dec.fetch()[0]
+    ref = VAL(Image.open(io.BytesIO(data)).convert("RGB"))
+    assert float((out - ref).abs().mean()) <= 0.01
+
+
 # ------------------------------------------------------------------ geometry, drawn directly
 def test_resized_output_size_is_torchvisions_arithmetic():
     for h, w in [(300, 800), (801, 299), (256, 256), (375, 500), (500, 333), (17, 1000)]:
