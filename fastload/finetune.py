@@ -5,11 +5,14 @@ and ``DATA/val`` ImageFolder trees — or LMDB directories made by ``fastload co
 ``DATA/train.lmdb`` and ``DATA/val.lmdb`` (or ``train_lmdb=``/``val_lmdb=``). When both exist,
 ``data_format="auto"`` takes the LMDBs. ``loader="torch"`` reads them with
 ``torch.utils.data.DataLoader``, ``loader="fastload"`` with ``fastload.DataLoader``; the loop is
-the same for both (same sampler, same arguments).
+the same for both (same datasets, transforms and arguments).
 
-Resume is exact in fp32 on CPU: the sampler permutes with ``seed + epoch`` and starts
-mid-epoch at the checkpointed position, and with the torch loader each sample's random
-augmentation is drawn from a generator seeded by ``(seed, epoch, index)``.
+Order and resume: the fastload loader shuffles and shards by itself (``seed=``, ``set_epoch``,
+DistributedSampler-style sharding) and its ``state_dict()`` is the checkpoint's loader state.
+torch's DataLoader has no state, so it gets a :class:`ResumableSampler` (a permutation of
+``seed + epoch``, same sharding rule, restartable mid-epoch) and a :class:`SeededDataset`
+(each sample's augmentation drawn from a seed of ``(seed, epoch, index)``). Either way a
+resumed fp32 CPU run repeats the uninterrupted run's losses.
 """
 
 from __future__ import annotations
@@ -139,14 +142,18 @@ def _dataset(fmt: str, path: pathlib.Path, transform) -> Dataset:
     return ImageFolder(str(path), transform=transform)
 
 
-def _loader(kind: str, dataset, batch_size: int, sampler, workers: int, device: torch.device):
-    kwargs = dict(batch_size=batch_size, sampler=sampler, num_workers=workers,
+def _loader(kind: str, dataset, batch_size: int, sampler, workers: int, device: torch.device,
+            seed: int = 0):
+    """torch or fastload DataLoader; ``sampler=None`` means fastload's own shuffled order."""
+    kwargs = dict(batch_size=batch_size, num_workers=workers,
                   pin_memory=device.type == "cuda", drop_last=False)
     if kind == "torch":
-        return torch.utils.data.DataLoader(dataset, **kwargs)
+        return torch.utils.data.DataLoader(dataset, sampler=sampler, **kwargs)
     from fastload.loader import DataLoader
 
-    return DataLoader(dataset, **kwargs)
+    if sampler is None:
+        return DataLoader(dataset, shuffle=True, seed=seed, device=device, **kwargs)
+    return DataLoader(dataset, sampler=sampler, device=device, **kwargs)
 
 
 class _JsonLog:
@@ -272,15 +279,18 @@ def finetune(config: FinetuneConfig, *, loss_hook=None) -> FinetuneResult:
         lr = config.lr if config.lr is not None else default_lr(config.weights is not None)
         optimizer = create_optimizer(model, config.optimizer, lr, config.weight_decay)
 
-        sampler = ResumableSampler(len(train_ds), shuffle=True, seed=config.seed, rank=rank, world_size=world)
-        fed_train = SeededDataset(train_ds, config.seed) if config.loader == "torch" else train_ds
-        train_loader = _loader(config.loader, fed_train, config.batch_size, sampler, config.num_workers, device)
+        sampler, fed_train = None, train_ds
+        if config.loader == "torch":
+            sampler = ResumableSampler(len(train_ds), shuffle=True, seed=config.seed, rank=rank, world_size=world)
+            fed_train = SeededDataset(train_ds, config.seed)
+        train_loader = _loader(config.loader, fed_train, config.batch_size, sampler,
+                               config.num_workers, device, config.seed)
         val_loader = None
         if val_ds is not None:
             val_sampler = ResumableSampler(len(val_ds), shuffle=False, rank=rank, world_size=world, pad=False)
             val_loader = _loader(config.loader, val_ds, config.batch_size, val_sampler, config.num_workers, device)
 
-        micro_per_epoch = math.ceil(sampler.shard_size / config.batch_size)
+        micro_per_epoch = math.ceil(math.ceil(len(train_ds) / world) / config.batch_size)
         steps_per_epoch = math.ceil(micro_per_epoch / config.accum_steps)
         warmup = config.warmup_steps
         if warmup is None:
@@ -299,6 +309,12 @@ def finetune(config: FinetuneConfig, *, loss_hook=None) -> FinetuneResult:
             scheduler.load_state_dict(state["scheduler"])
             start_epoch, step = int(state["loader"]["epoch"]), int(state["step"])
             micro_done = int(state["loader"]["micro_step"])
+            if micro_done and state["loader"].get("kind") != config.loader:
+                raise ValueError(
+                    f"checkpoint {config.resume!r} was written mid-epoch with --loader "
+                    f"{state['loader'].get('kind')}; resume it with the same --loader")
+            if micro_done and sampler is None:
+                train_loader.load_state_dict(state["loader"]["fastload"])
             guard.skipped_total = int(state.get("skipped_total", 0))
             torch.set_rng_state(state["rng"])
 
@@ -320,8 +336,9 @@ def finetune(config: FinetuneConfig, *, loss_hook=None) -> FinetuneResult:
                 save_checkpoint(config.checkpoint, {
                     "model": model.state_dict(), "optimizer": optimizer.state_dict(),
                     "scaler": scaler.state_dict(), "scheduler": scheduler.state_dict(),
-                    "loader": {"epoch": epoch, "micro_step": micro,
-                               "consumed": micro * config.batch_size, "seed": config.seed},
+                    "loader": {"epoch": epoch, "micro_step": micro, "kind": config.loader,
+                               "consumed": micro * config.batch_size, "seed": config.seed,
+                               **({"fastload": train_loader.state_dict()} if sampler is None else {})},
                     "epoch": epoch, "step": step, "skipped_total": guard.skipped_total,
                     "rng": torch.get_rng_state(), "classes": classes,
                     "config": json.dumps(dataclasses.asdict(config))})
@@ -336,10 +353,12 @@ def finetune(config: FinetuneConfig, *, loss_hook=None) -> FinetuneResult:
         stopped = False
         for epoch in range(start_epoch, config.epochs):
             first = micro_done if epoch == start_epoch else 0
-            sampler.set_epoch(epoch)
-            sampler.set_start(first * config.batch_size)
-            if isinstance(fed_train, SeededDataset):
+            if sampler is not None:
+                sampler.set_epoch(epoch)
+                sampler.set_start(first * config.batch_size)
                 fed_train.epoch = epoch
+            else:
+                train_loader.set_epoch(epoch)  # keeps a resume of this very epoch
             model.train()
             from tqdm import tqdm
 

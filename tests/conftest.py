@@ -43,3 +43,14 @@ def synth_lmdb(synth_root, tmp_path_factory):
     dst = tmp_path_factory.mktemp("synth_lmdb") / "train.lmdb"
     convert_folder(synth_root / "train", dst, workers=1, progress=False)
     return dst
+
+
+@pytest.fixture(scope="session")
+def synth_lmdb_data(synth_root, tmp_path_factory):
+    """A DATA folder holding ``train.lmdb`` and ``val.lmdb`` converted from ``synth_root``."""
+    from fastload.convert import convert_folder
+
+    data = tmp_path_factory.mktemp("synth_lmdb_data")
+    for split in ("train", "val"):
+        convert_folder(synth_root / split, data / f"{split}.lmdb", workers=1, progress=False)
+    return data

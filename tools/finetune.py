@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 
 _DATA_HELP = (
@@ -59,7 +60,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     r.add_argument("--checkpoint", help="checkpoint file, written at each epoch end")
     r.add_argument("--checkpoint-every", type=int, default=0, help="also every N optimizer steps")
     r.add_argument("--resume", metavar="CHECKPOINT", help="continue from this checkpoint")
-    r.add_argument("--log", metavar="FILE", help="append JSON lines (start, step, skip, epoch, end)")
+    r.add_argument("--log", "--log-file", dest="log", metavar="FILE",
+                   help="append JSON lines (start, step, skip, epoch, end); under torchrun "
+                        "write --log-file, as torchrun takes --log for its own --log-dir")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
     r.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda when available)")
     c = p.add_argument_group("A/B table")
@@ -127,8 +130,6 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, FileNotFoundError, TypeError) as error:
         print(f"fastload finetune: error: {error}", file=sys.stderr)
         return 2
-    import torch.distributed as dist
-
-    if not dist.is_initialized() or dist.get_rank() == 0:
+    if int(os.environ.get("RANK", "0")) == 0:  # under torchrun only rank 0 prints
         _print_epochs(result)
     return 0

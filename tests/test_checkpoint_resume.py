@@ -1,0 +1,56 @@
+"""A run stopped mid-epoch and resumed in a new process repeats the uninterrupted losses."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from fastload.checkpoint import load_checkpoint, save_checkpoint
+from fastload.finetune import FinetuneConfig, finetune
+
+
+@pytest.mark.parametrize("loader", ["torch", "fastload"])
+def test_resume_mid_epoch_in_new_process_matches_uninterrupted_losses(
+    synth_root, synth_lmdb_data, tmp_path, loader
+):
+    data = str(synth_root if loader == "torch" else synth_lmdb_data)
+    # 48 images, batch 8, 2 micro-batches per step: 3 steps per epoch, 6 in all (fp32, CPU).
+    common = dict(data=data, loader=loader, img_size=32, batch_size=8, accum_steps=2, epochs=2,
+                  num_workers=0, progress=False, warmup_steps=2, device="cpu")
+    full = finetune(FinetuneConfig(**common))
+    assert full.steps == 6 and len(full.losses) == 12
+
+    ckpt = tmp_path / "run.pt"
+    first = finetune(FinetuneConfig(**common, max_steps=4, checkpoint=str(ckpt)))
+    assert first.losses == full.losses[:8]
+    state = load_checkpoint(ckpt)
+    assert state["step"] == 4 and state["loader"]["epoch"] == 1
+    assert state["loader"]["micro_step"] == 2  # stopped inside epoch 2
+
+    log = tmp_path / "resumed.jsonl"
+    args = ["finetune", data, "--loader", loader, "--img-size", "32", "--batch-size", "8",
+            "--accum-steps", "2", "--epochs", "2", "--workers", "0", "--warmup-steps", "2",
+            "--device", "cpu", "--no-progress", "--resume", str(ckpt), "--log", str(log)]
+    subprocess.run([sys.executable, "-m", "fastload.tools.cli", *args], check=True,
+                   capture_output=True)
+    steps = [json.loads(line) for line in log.read_text().splitlines()]
+    steps = [r for r in steps if r["event"] == "step"]
+    assert [r["step"] for r in steps] == [5, 6]
+    # Each step logs the loss of its last micro-batch: full.losses[9] and [11].
+    assert [r["loss"] for r in steps] == [full.losses[9], full.losses[11]]
+    assert load_checkpoint(ckpt)["step"] == 6
+
+
+def test_checkpoint_write_is_atomic_and_foreign_files_are_refused(tmp_path):
+    path = tmp_path / "c.pt"
+    save_checkpoint(path, {"model": {"w": torch.ones(2)}, "step": 1})
+    save_checkpoint(path, {"model": {"w": torch.zeros(2)}, "step": 2})
+    assert load_checkpoint(path)["step"] == 2
+    assert [p.name for p in tmp_path.iterdir()] == ["c.pt"]  # no temporary file left
+    torch.save({"w": torch.ones(1)}, tmp_path / "other.pt")
+    with pytest.raises(ValueError, match="not a fastload fine-tuning checkpoint"):
+        load_checkpoint(tmp_path / "other.pt")
