@@ -1,9 +1,12 @@
 """``fastload convert``: an ImageFolder tree or ``path,label`` CSV into a fastload LMDB.
 
-Worker processes read and validate files (see :mod:`fastload.image_check`), in source
-order (``Pool.imap``), and the parent alone writes, in committed batches (see
-:mod:`fastload.lmdb_writer`). The order is fixed by the source, so a resumed or
-re-run conversion produces the same records whatever ``workers`` or ``commit_every``.
+The main process reads every file and keeps a JPEG whose markers pass the keep-bytes
+check itself (see :mod:`fastload.image_check`): that costs less than handing the bytes to
+another process. Files that need Pillow (other formats, ``--max-side``, ``--check decode``)
+go to ``workers`` worker processes. Results are consumed in source order and the main
+process alone writes, in committed batches (see :mod:`fastload.lmdb_writer`). The order is
+fixed by the source, so a resumed or re-run conversion produces the same records whatever
+``workers`` or ``commit_every``.
 """
 
 from __future__ import annotations
@@ -12,16 +15,24 @@ import multiprocessing
 import os
 import sys
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
 from fastload.convert_sources import list_source
-from fastload.image_check import CHECKS, KEPT, check_file_task, check_file_task_copy
+from fastload.image_check import (
+    CHECKS,
+    KEPT,
+    check_file,
+    check_file_task,
+    check_file_task_copy,
+)
 from fastload.lmdb_format import FORMAT_VERSION, META_FILE, STATE_COMPLETE
 from fastload.lmdb_writer import LMDBWriter, MapFull, prepare_destination
 
 DEFAULT_COMMIT_EVERY = 512  # source files per LMDB write transaction
+WORKER_TIMEOUT_S = 600  # longest wait for one image from a worker process
 
 
 class ConvertError(RuntimeError):
@@ -155,39 +166,68 @@ def _run(samples, writer: LMDBWriter, workers: int, max_side, quality, check, st
 
 
 def _run_from(start, samples, writer, workers, options, strict, bar, commit_every) -> None:
-    tasks = ((path, label, *options) for path, label in samples[start:])
-    remaining = len(samples) - start
+    """Convert ``samples[start:]``; the main process reads every file and keeps the JPEGs
+    that pass the marker check itself, and only files that need Pillow (re-encoding or a
+    decode check) go to the worker pool, started on the first such file. Results are taken
+    in source order from a bounded window, so the output never depends on timing."""
     pool = None
-    if workers == 1 or remaining < 2:
-        results = map(check_file_task, tasks)
-    else:
-        pool = multiprocessing.get_context().Pool(min(workers, remaining), initializer=_worker_init)
-        chunk = max(1, min(32, remaining // (workers * 8)))
-        results = pool.imap(check_file_task_copy, tasks, chunksize=chunk)
-    try:
-        last_commit = start
-        for index, result in enumerate(results, start=start):
-            if result[0] == "ok":
-                _, record, crc, how = result
-                writer.add(record, crc, samples[index][1], how)
-            elif strict:
-                writer.commit(index)
+    window = max(64, workers * 16)
+    pending: deque = deque()
+    last_commit = start
+
+    def settle(index: int, result) -> None:
+        nonlocal last_commit
+        path, label = samples[index]
+        if not isinstance(result, tuple):
+            try:
+                result = result.get(timeout=WORKER_TIMEOUT_S)
+            except multiprocessing.TimeoutError:
                 raise ConvertError(
-                    f"unreadable image {samples[index][0]!r}: {result[1]} (--strict); fix or "
-                    "remove it and rerun with --overwrite, or run without --strict to skip "
-                    "such files"
-                )
+                    f"no answer from the worker reading {path!r} within {WORKER_TIMEOUT_S} s "
+                    "(did the image decoder crash?); rerun the same command to resume"
+                ) from None
+        if result[0] == "ok":
+            _, record, crc, how = result
+            writer.add(record, crc, label, how)
+        elif strict:
+            writer.commit(index)
+            raise ConvertError(
+                f"unreadable image {path!r}: {result[1]} (--strict); fix or remove it and "
+                "rerun with --overwrite, or run without --strict to skip such files"
+            )
+        else:
+            writer.skip(index, path, result[1])
+        if index + 1 - last_commit >= commit_every:
+            writer.commit(index + 1)
+            last_commit = index + 1
+        bar.update(1)
+
+    try:
+        for index in range(start, len(samples)):
+            path, label = samples[index]
+            task = (path, label, *options)
+            if workers == 1:
+                result = check_file_task(task)
             else:
-                writer.skip(index, samples[index][0], result[1])
-            if index + 1 - last_commit >= commit_every:
-                writer.commit(index + 1)
-                last_commit = index + 1
-            bar.update(1)
+                result = check_file(*task, keep_only=True)
+                if result is None:
+                    if pool is None:
+                        pool = multiprocessing.get_context().Pool(workers, initializer=_worker_init)
+                    result = pool.apply_async(check_file_task_copy, (task,))
+            pending.append((index, result))
+            while pending and (len(pending) > window or _ready(pending[0][1])):
+                settle(*pending.popleft())
+        while pending:
+            settle(*pending.popleft())
         writer.commit(len(samples))
     finally:
         if pool is not None:
             pool.terminate()
             pool.join()
+
+
+def _ready(result) -> bool:
+    return isinstance(result, tuple) or result.ready()
 
 
 def _worker_init() -> None:

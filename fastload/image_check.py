@@ -190,13 +190,19 @@ def _decode_check(data: bytes) -> None:
         raise Unreadable(f"cannot decode image: {exc}") from None
 
 
+class NeedsDecode(Exception):
+    """``keep_only`` was asked, but this file has to be decoded (re-encoded or decode-checked)."""
+
+
 def process_bytes(
-    data: bytes | memoryview, max_side: int | None = None, quality: int = 90, check: str = "markers"
+    data: bytes | memoryview, max_side: int | None = None, quality: int = 90,
+    check: str = "markers", *, keep_only: bool = False,
 ) -> tuple[bytes, int, int, str]:
     """Validate ``data`` and return ``(jpeg bytes, height, width, how)``.
 
     ``how`` is ``"kept"`` (the input bytes, untouched), ``"converted"`` or ``"resized"``.
-    Raises :class:`Unreadable` for a file that cannot be used.
+    Raises :class:`Unreadable` for a file that cannot be used, and with ``keep_only``
+    :class:`NeedsDecode` for a file that is fine but needs Pillow.
     """
     if not data:
         raise Unreadable("empty file (0 bytes)")
@@ -206,8 +212,12 @@ def process_bytes(
 
         if _keepable(frame, max_side, Image.MAX_IMAGE_PIXELS):
             if check == "decode":
+                if keep_only:
+                    raise NeedsDecode
                 _decode_check(data)
             return data, frame[2], frame[3], KEPT
+    if keep_only:
+        raise NeedsDecode
     return _reencode(data, max_side, quality)
 
 
@@ -231,12 +241,14 @@ def _read_with_room(path: str) -> tuple[bytearray, int]:
 
 def check_file(
     path: str, label: int, max_side: int | None = None, quality: int = 90,
-    check: str = "markers",
-) -> tuple:
-    """Worker entry: ``("ok", datum record, its CRC-32, how)`` or ``("skip", reason)``.
+    check: str = "markers", *, keep_only: bool = False,
+) -> tuple | None:
+    """``("ok", datum record, its CRC-32, how)`` or ``("skip", reason)``.
 
     A kept JPEG's record is assembled around the bytes as read (no copy); the record is
     then a ``memoryview`` (``bytes`` when ``check_file_task_copy`` runs it in a worker).
+    With ``keep_only``, a file that needs decoding returns ``None`` (the cheap check that
+    the converter's main process runs before handing such files to worker processes).
     """
     try:
         buffer, size = _read_with_room(path)
@@ -245,8 +257,10 @@ def check_file(
     view = memoryview(buffer)
     try:
         image, height, width, how = process_bytes(
-            view[_HEADROOM:_HEADROOM + size], max_side, quality, check
+            view[_HEADROOM:_HEADROOM + size], max_side, quality, check, keep_only=keep_only
         )
+    except NeedsDecode:
+        return None
     except Unreadable as exc:
         return ("skip", str(exc))
     except Exception as exc:  # noqa: BLE001 - a decoder bug must not kill the conversion

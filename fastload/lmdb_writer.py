@@ -56,10 +56,11 @@ CRASH_ENV = "FASTLOAD_TEST_CRASH"  # test hook: "<point>:<n>" SIGKILLs at the n-
 CRASH_POINTS = ("mid_txn", "after_commit", "after_progress")
 
 
-def write_bytes_atomic(path: Path, payload: bytes, *, durable: bool = True) -> None:
+def write_bytes_atomic(path: Path, payload: bytes, *, durable: bool = True,
+                       sync_dir: bool = True) -> None:
     """Write ``payload`` to ``path`` via a temporary file and ``os.replace``.
 
-    ``durable`` also fsyncs the file before the rename and the folder after it.
+    ``durable`` fsyncs the file before the rename and (with ``sync_dir``) the folder after.
     """
     tmp = path.parent / f".{path.name}.{os.getpid()}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)  # honours the umask
@@ -73,18 +74,23 @@ def write_bytes_atomic(path: Path, payload: bytes, *, durable: bool = True) -> N
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    if not durable:
-        return
-    dir_fd = os.open(path.parent, os.O_RDONLY)
+    if durable and sync_dir:
+        sync_directory(path.parent)
+
+
+def sync_directory(folder: Path) -> None:
+    """fsync a folder, making renames inside it durable."""
+    dir_fd = os.open(folder, os.O_RDONLY)
     try:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
 
 
-def write_json_atomic(path: Path, obj: dict, *, durable: bool = True) -> None:
+def write_json_atomic(path: Path, obj: dict, *, durable: bool = True,
+                      sync_dir: bool = True) -> None:
     payload = json.dumps(obj, indent=1, sort_keys=True).encode() + b"\n"
-    write_bytes_atomic(path, payload, durable=durable)
+    write_bytes_atomic(path, payload, durable=durable, sync_dir=sync_dir)
 
 
 def _read_json(path: Path) -> dict | None:
@@ -151,7 +157,9 @@ def prepare_destination(dst: Path, identity: dict, *, overwrite: bool) -> dict:
         _remove_owned(dst)
     elif names & set(OWNED_FILES):
         _remove_owned(dst)  # leftovers of an interrupted overwrite: nothing to keep
-    write_json_atomic(dst / PARTIAL_FILE, {"state": STATE_PARTIAL, **identity, **fresh})
+    # Not flushed: a process crash keeps it, and the first timed flush makes it durable.
+    write_json_atomic(dst / PARTIAL_FILE, {"state": STATE_PARTIAL, **identity, **fresh},
+                      durable=False)
     return fresh
 
 
@@ -297,14 +305,17 @@ class LMDBWriter:
             raise RuntimeError("finish() called with an uncommitted batch; call commit() first")
         self.env.sync(True)
         self.env.close()
+        # Each sidecar is fsynced; one folder fsync then makes their renames durable, before
+        # fastload.json (fsynced, renamed, folder fsynced) declares the database complete.
         write_bytes_atomic(self.dst / CHECKSUM_FILE, self._checksums.tobytes()
-                           if _little_endian() else _swapped(self._checksums))
+                           if _little_endian() else _swapped(self._checksums), sync_dir=False)
         write_bytes_atomic(self.dst / LABELS_FILE, self._labels.tobytes()
-                           if _little_endian() else _swapped(self._labels))
+                           if _little_endian() else _swapped(self._labels), sync_dir=False)
         write_json_atomic(self.dst / ERRORS_FILE, {
             "seen": self.seen, "stored": self.stored, "skipped_count": len(self.skipped),
             "skipped": self.skipped,
-        })
+        }, sync_dir=False)
+        sync_directory(self.dst)
         full = {
             "format": FORMAT_NAME, "version": FORMAT_VERSION, "state": STATE_COMPLETE,
             "count": self.stored, "seen": self.seen, "skipped": len(self.skipped),
