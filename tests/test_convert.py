@@ -188,6 +188,34 @@ def test_every_kind_of_file_is_stored_or_reported(bad_tree, tmp_path, capsys):
     assert verify_lmdb(dst, full=True).ok
 
 
+def test_dali_decodes_every_kept_and_converted_record(bad_tree, tmp_path):
+    from nvidia.dali import fn, pipeline_def, types
+
+    dst = convert_folder(bad_tree, tmp_path / "db", workers=1, progress=False).path
+    reader = LMDBReader(dst)
+
+    @pipeline_def(batch_size=len(reader), num_threads=1, device_id=None)
+    def caffe_pipeline():
+        jpegs, labels = fn.readers.caffe(path=str(dst), random_shuffle=False)
+        return fn.decoders.image(jpegs, device="cpu", output_type=types.RGB), labels
+
+    pipe = caffe_pipeline()
+    pipe.build()
+    images, labels = pipe.run()
+    for i in range(len(reader)):
+        _, label, (height, width) = reader.image_bytes(i)
+        assert np.array(images.at(i)).shape == (height, width, 3)
+        assert int(np.array(labels.at(i)).reshape(-1)[0]) == label
+
+
+def test_decode_check_keeps_the_same_records_as_the_marker_check(bad_tree, tmp_path):
+    markers = convert_folder(bad_tree, tmp_path / "m", workers=2, progress=False)
+    decoded = convert_folder(bad_tree, tmp_path / "d", workers=2, progress=False, check="decode")
+    assert (decoded.stored, decoded.kept, decoded.skipped) == (9, 3, 6)
+    assert _dump(tmp_path / "d")["records"] == _dump(tmp_path / "m")["records"]
+    assert markers.errors == decoded.errors
+
+
 def test_strict_stops_at_the_first_unreadable_file_naming_it(bad_tree, tmp_path, capsys):
     assert cli(["convert", str(bad_tree), str(tmp_path / "db"), "--strict", "--no-progress"]) == 1
     assert "j_corrupt.jpg" in capsys.readouterr().err
