@@ -1,14 +1,16 @@
 """Per-file work of ``fastload convert``: validate one image, keep or re-encode its bytes.
 
-Runs in worker processes, so it imports nothing heavy and returns plain tuples.
+Runs in the converter's main process (the cheap keep-bytes check) and in its worker
+processes (everything that needs Pillow), so it imports nothing heavy and returns tuples.
 
 Keep-bytes rule: a file is stored byte for byte when its JPEG markers show a baseline,
 extended-sequential or progressive Huffman JPEG (SOF0/1/2) with 8-bit samples and three
 components, a plausible size, no more pixels than Pillow's ``MAX_IMAGE_PIXELS``, an
 end-of-image marker after the scan data, and (with ``max_side``) no side longer than
 ``max_side``. That is decided from the markers alone (``check="markers"``, the default),
-without decoding; ``check="decode"`` also decodes the image at reduced scale with Pillow
-(catches broken entropy-coded data at about a third of the cost of a full decode).
+without decoding (about 5 us per file); ``check="decode"`` also decodes the image at
+reduced scale with Pillow, which catches broken entropy-coded data but costs nearly a full
+decode (1.5 ms against 1.6 ms for a 450x380 photo: the Huffman decoding dominates).
 
 Everything else that Pillow can open (PNG, grayscale/CMYK/12-bit/arithmetic JPEG,
 palette, 16-bit, alpha, ...) is converted to an 8-bit RGB JPEG at ``quality``
