@@ -58,11 +58,13 @@ def _dali_dtype(dtype):
     ]
 
 
-def input_names(plan: TransformPlan) -> tuple[str, ...]:
+def input_names(plan: TransformPlan, resample: bool = True) -> tuple[str, ...]:
     """The external_source names the graph of ``plan`` reads, in feeding order."""
     names = ["encoded"]
     if plan.decode_roi:
         names += ["decode_anchor", "decode_shape"]
+    if not resample:
+        return tuple(names)
     if plan.has_resize:
         names += ["resize_size", "roi_start", "roi_end"]
     if plan.pad_crop:
@@ -142,8 +144,13 @@ def build_pipeline(
     queue_depth: int = 2,
     hw_decoder_load: float = 0.65,
     seed: int | None = None,
+    resample: bool = True,
 ):
-    """A built DALI ``Pipeline`` for ``plan`` whose inputs are :func:`input_names` (plan)."""
+    """A built DALI ``Pipeline`` for ``plan`` whose inputs are :func:`input_names` (plan).
+
+    ``resample=False``: the graph stops after decoding and outputs each sample's decoded
+    region as uint8 HWC (the caller resamples, see ``torch_resample``).
+    """
     import nvidia.dali as dali
     from nvidia.dali import fn, types
 
@@ -159,7 +166,7 @@ def build_pipeline(
         exec_pipelined=True,
         seed=seed,
     )
-    names = input_names(plan)
+    names = input_names(plan, resample)
     with pipe:
         inputs = {}
         for name in names:
@@ -190,6 +197,10 @@ def build_pipeline(
             )
         else:
             img = fn.decoders.image(inputs["encoded"], **decode_kw)
+        if not resample:
+            pipe.set_outputs(img)
+            pipe.build()
+            return pipe
         if plan.has_resize:
             img = fn.resize(
                 img,

@@ -55,21 +55,22 @@ def test_pil_to_tensor_gives_uint8_like_torchvision(photos):
     assert (out[0].int() - ref.int()).abs().float().mean() < 1.0
 
 
-def test_variable_batch_sizes_and_queue_return_batches_in_order(photos):
-    with BatchDecoder(translate(VAL), max_batch_size=5, queue_depth=3) as dec:
-        sizes = [5, 1, 3]
+@pytest.mark.parametrize("transform", [VAL, TRAIN], ids=["dali-resize", "torch-resize"])
+def test_variable_batch_sizes_and_queue_return_batches_in_order(photos, transform):
+    sizes = [5, 1, 3]
+    with BatchDecoder(translate(transform), max_batch_size=5, queue_depth=3) as dec:
         for k, n in enumerate(sizes):
-            dec.submit(*_batch(photos, k, n), torch.Generator())
+            dec.submit(*_batch(photos, 2 * k, n), torch.Generator().manual_seed(k))
         assert dec.outstanding == 3
         with pytest.raises(RuntimeError, match="queue_depth"):
             dec.submit(*_batch(photos, 0, 1), torch.Generator())
         outs = [dec.fetch() for _ in sizes]
         assert [o.shape[0] for o in outs] == sizes
-        # the same first image again, alone: identical pixels to its place in batch 0
-        dec.submit(*_batch(photos, 0, 1), torch.Generator())
-        assert torch.equal(dec.fetch()[0], outs[0][0])
-        # batch k started at photo k: batch 2's first image is batch 0's third
-        assert torch.equal(outs[2][0], outs[0][2])
+        # each batch again, alone, with the same seed: the same pixels, so the order held
+        for k, n in enumerate(sizes):
+            dec.submit(*_batch(photos, 2 * k, n), torch.Generator().manual_seed(k))
+            assert torch.equal(dec.fetch(), outs[k])
+        assert not torch.equal(outs[0][:1], outs[1][:1])
 
 
 def test_fetched_tensor_is_not_overwritten_by_later_batches(photos):
@@ -112,6 +113,16 @@ def test_reset_drops_batches_in_flight_and_close_is_idempotent(photos):
     dec.close()
     with pytest.raises(RuntimeError, match="closed"):
         dec.submit(*_batch(photos, 0, 1), torch.Generator())
+
+
+def test_resampler_auto_uses_torch_only_where_the_resample_is_last():
+    assert BatchDecoder(translate(TRAIN), max_batch_size=1).resampler == "torch"
+    assert BatchDecoder(translate(VAL), max_batch_size=1).resampler == "dali"
+    assert BatchDecoder(translate(TRAIN), max_batch_size=1, resampler="dali").resampler == "dali"
+    with pytest.raises(ValueError, match="resampler='torch'"):
+        BatchDecoder(translate(VAL), max_batch_size=1, resampler="torch")
+    with pytest.raises(ValueError, match="resampler should be"):
+        BatchDecoder(translate(VAL), max_batch_size=1, resampler="pil")
 
 
 def test_bad_arguments_raise_clear_errors(photos):

@@ -38,14 +38,14 @@ def _pil(path) -> Image.Image:
         return Image.open(f).convert("RGB")
 
 
-def _per_image_mad(transform, photos, seed_base=None) -> list[float]:
+def _per_image_mad(transform, photos, seed_base=None, **decoder_kwargs) -> list[float]:
     """Mean absolute difference per image between fastload and torchvision.
 
     With ``seed_base``, image ``i`` is transformed by torchvision after
     ``torch.manual_seed(seed_base + i)`` and by fastload with a generator seeded the same.
     """
     mads = []
-    with BatchDecoder(translate(transform), max_batch_size=len(photos)) as dec:
+    with BatchDecoder(translate(transform), max_batch_size=len(photos), **decoder_kwargs) as dec:
         if seed_base is None:
             dec.submit([p[1] for p in photos], [p[2] for p in photos], torch.Generator())
             outs = list(dec.fetch())
@@ -82,11 +82,40 @@ def test_v2_val_transform_with_normalize_matches_torchvision(photos):
     assert max(_per_image_mad(transform, photos[:4])) <= 0.01 / min(STD)
 
 
-def test_train_transform_with_same_seed_reproduces_torchvision(photos):
+@pytest.mark.parametrize("resampler", ["dali", "torch"])
+def test_train_transform_with_same_seed_reproduces_torchvision(photos, resampler):
     transform = T.Compose(
         [T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.ToTensor(), T.Normalize(MEAN, STD)]
     )
-    assert max(_per_image_mad(transform, photos, seed_base=100)) <= 0.01 / min(STD)
+    mads = _per_image_mad(transform, photos, seed_base=100, resampler=resampler)
+    assert max(mads) <= 0.01 / min(STD)
+
+
+@pytest.mark.parametrize(
+    "transform",
+    [
+        T.Compose(
+            [
+                T.RandomResizedCrop(96, interpolation=T.InterpolationMode.BICUBIC),
+                T.RandomVerticalFlip(),
+                T.ToTensor(),
+            ]
+        ),
+        T.Compose([T.Resize((100, 150)), T.RandomHorizontalFlip(), T.PILToTensor()]),
+        v2.Compose(
+            [
+                v2.ToImage(),
+                v2.RandomResizedCrop(96, antialias=False),
+                v2.ToDtype(torch.float16, scale=True),
+            ]
+        ),
+    ],
+    ids=["bicubic-vflip", "fixed-size-uint8", "v2-no-antialias-float16"],
+)
+def test_torch_resampler_reproduces_torchvision_to_a_grey_level(photos, transform):
+    scale = 1.0 if translate(transform).output_dtype == torch.uint8 else 255.0
+    mads = _per_image_mad(transform, photos[:6], seed_base=11, resampler="torch")
+    assert max(mads) * scale <= 0.5
 
 
 @pytest.mark.parametrize(
