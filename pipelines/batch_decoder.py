@@ -138,7 +138,7 @@ class BatchDecoder:
         self._names = graph.input_names(plan, resample=self.resampler == "dali")
         self._pending: collections.deque = collections.deque()  # (feeds, encoded, params)
         self._pool = None
-        if self.resampler == "torch" and num_threads > 1:
+        if self.resampler == "torch":  # worker threads, also for one: see torch_resample
             from concurrent.futures import ThreadPoolExecutor
 
             self._pool = ThreadPoolExecutor(num_threads, thread_name_prefix="fastload-resample")

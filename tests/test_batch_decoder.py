@@ -84,11 +84,12 @@ def test_fetched_tensor_is_not_overwritten_by_later_batches(photos):
         assert torch.equal(first, kept)
 
 
-def test_corrupt_jpeg_raises_batch_decode_error_then_decoder_continues(photos):
+@pytest.mark.parametrize("transform", [VAL, TRAIN], ids=["dali-resize", "torch-resize"])
+def test_corrupt_jpeg_raises_batch_decode_error_then_decoder_continues(photos, transform):
     encoded, sizes = _batch(photos, 0, 3)
     broken = list(encoded)
     broken[1] = b"this is not a jpeg at all" * 20
-    with BatchDecoder(translate(VAL), max_batch_size=3, queue_depth=3) as dec:
+    with BatchDecoder(translate(transform), max_batch_size=3, queue_depth=3) as dec:
         dec.submit(encoded, sizes, torch.Generator())
         dec.submit(broken, sizes, torch.Generator())
         dec.submit(encoded, sizes, torch.Generator())
