@@ -31,7 +31,7 @@ from fastload.image_check import (
 from fastload.lmdb_format import FORMAT_VERSION, META_FILE, STATE_COMPLETE
 from fastload.lmdb_writer import LMDBWriter, MapFull, prepare_destination
 
-DEFAULT_COMMIT_EVERY = 512  # source files per LMDB write transaction
+DEFAULT_COMMIT_EVERY = 256  # source files per LMDB write transaction
 WORKER_TIMEOUT_S = 600  # longest wait for one image from a worker process
 
 

@@ -33,7 +33,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--overwrite", action="store_true",
                         help="replace a finished database at DST")
     parser.add_argument("--commit-every", type=int, default=None, metavar="N",
-                        help="source files per LMDB commit, i.e. resume granularity (default: 512)")
+                        help="source files per LMDB commit, i.e. resume granularity (default: 256)")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     parser.set_defaults(run=run)
     return parser
