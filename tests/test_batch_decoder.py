@@ -110,6 +110,7 @@ def test_reset_drops_batches_in_flight_and_close_is_idempotent(photos):
     assert dec.outstanding == 0
     dec.submit(*_batch(photos, 4, 1), torch.Generator())
     assert dec.fetch().shape[0] == 1
+    dec.submit(*_batch(photos, 0, 2), torch.Generator())  # closing with a batch in flight
     dec.close()
     dec.close()
     with pytest.raises(RuntimeError, match="closed"):
