@@ -18,6 +18,7 @@ COMMANDS: dict[str, str] = {
     "verify": "verify",
     "finetune": "finetune",
     "export": "export",
+    "bench": "bench",
     "demo": "demo",
 }
 

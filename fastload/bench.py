@@ -1,0 +1,436 @@
+"""``fastload bench``: loaders side by side on the same files, in interleaved rounds.
+
+Each row (see :mod:`fastload.bench_rows`) runs in its own spawned process, so its peak RSS
+is its own. All row processes are started and set up first; then the harness asks them for
+one epoch at a time in interleaved rounds (a, b, c, ..., a, b, c, ...), so drift of a
+shared machine hits every row alike. The first ``warmup_epochs`` rounds are not measured.
+
+Per row: images/s (median over measured epochs, with min–max), ratio to row (a), share of
+row (f) (the decode ceiling), peak RSS of the row's process tree (main + children, summed,
+sampled every 50 ms by a thread of the harness) and CPU use (process-tree CPU seconds over
+wall seconds of the measured epochs; 200% = two cores busy).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import multiprocessing
+import os
+import shutil
+import statistics
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+from fastload.bench_report import format_table, machine_info, write_json, write_plot
+from fastload.bench_rows import (
+    ROW_KEYS,
+    RowSpec,
+    folder_samples,
+    make_row,
+    row_label,
+    row_unavailable,
+)
+
+__all__ = [
+    "BenchConfig",
+    "BenchReport",
+    "RowResult",
+    "format_table",
+    "prepare_data",
+    "run_bench",
+    "write_json",
+    "write_plot",
+]
+
+_MIB = 1 << 20
+_SAMPLE_EVERY_S = 0.05
+_SETTLE_WINDOW_S = 0.05  # an idle window: the tree used at most _SETTLE_IDLE_CPU_S in it
+_SETTLE_IDLE_CPU_S = 0.01  # one clock tick: CPU times count in 10 ms steps
+_SETTLE_MAX_S = 30.0
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """What to measure. ``data`` is an ImageFolder tree or a folder holding ``train/`` and
+    ``val/`` (as ``fastload synth`` writes); the split matching ``transforms`` is used."""
+
+    data: Path
+    rows: str = ROW_KEYS
+    batch_size: int = 64
+    image_size: int = 224
+    transforms: str = "train"  # "train" or "val"
+    epochs: int = 3  # measured epochs per row
+    warmup_epochs: int = 1  # unmeasured epochs per row, run first
+    threads: int | None = None  # workers / DALI threads per row (default: all cores)
+    max_side: int = 256  # stored long side for row (e)
+    workdir: Path | None = None  # cache for LMDBs and subsets (default: next to data)
+    limit: int | None = None  # use this many images, spread over all classes
+    device: str = "cpu"  # "cpu" or "gpu"
+    hw_decoder_load: float = 0.65
+    seed: int = 0
+    epoch_timeout_s: float = 3600.0
+
+    def __post_init__(self) -> None:
+        for name in ("batch_size", "image_size", "epochs", "max_side"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} should be a positive integer, but got {name}={value!r}")
+        if self.warmup_epochs < 0:
+            raise ValueError(f"warmup_epochs should be >= 0, but got {self.warmup_epochs}")
+        if self.threads is not None and self.threads < 1:
+            raise ValueError(f"threads should be a positive integer, but got threads={self.threads}")
+        if self.limit is not None and self.limit < 1:
+            raise ValueError(f"limit should be a positive integer, but got limit={self.limit}")
+        if self.transforms not in ("train", "val"):
+            raise ValueError(f"transforms should be 'train' or 'val', but got {self.transforms!r}")
+        if self.device not in ("cpu", "gpu"):
+            raise ValueError(f"device should be 'cpu' or 'gpu', but got device={self.device!r}")
+        bad = [key for key in self.rows if key not in ROW_KEYS]
+        if bad or not self.rows or len(set(self.rows)) != len(self.rows):
+            raise ValueError(
+                f"rows should be distinct letters from {ROW_KEYS!r}, but got rows={self.rows!r}"
+            )
+
+
+@dataclass
+class RowResult:
+    """One row of the table. ``status`` is "ok", "skipped" or "failed" (``note`` says why)."""
+
+    row: str
+    loader: str
+    status: str = "ok"
+    note: str = ""
+    images_per_epoch: int = 0
+    epoch_images_per_s: list[float] = field(default_factory=list)
+    images_per_s: float | None = None  # median over measured epochs
+    spread_min: float | None = None
+    spread_max: float | None = None
+    ratio_to_a: float | None = None
+    share_of_f: float | None = None
+    peak_rss_mib: float | None = None
+    cpu_percent: float | None = None
+    setup_s: float | None = None
+
+
+@dataclass
+class BenchReport:
+    config: dict
+    machine: dict
+    rows: list[RowResult]
+    started: str
+    seconds: float
+
+
+def _split_folder(data: Path, transforms: str) -> tuple[Path, str]:
+    if not data.is_dir():
+        raise FileNotFoundError(
+            f"DATA {str(data)!r} is not a directory; pass an ImageFolder tree or a folder "
+            "with train/ and val/ (make one with `fastload synth OUT`)"
+        )
+    split = "train" if transforms == "train" else "val"
+    if (data / split).is_dir():
+        return data / split, split
+    return data, data.name
+
+
+def _subset_tree(folder: Path, limit: int, dst: Path) -> Path:
+    """An ImageFolder tree of symlinks to ``limit`` images of ``folder``, evenly spread."""
+    samples = folder_samples(folder)
+    if limit >= len(samples):
+        return folder
+    step = len(samples) / limit
+    chosen = [samples[int(i * step)][0] for i in range(limit)]
+    wanted = sorted(os.path.relpath(p, folder) for p in chosen)
+    if dst.is_dir() and sorted(p.relative_to(dst).as_posix() for p in dst.rglob("*.*")) == wanted:
+        return dst
+    shutil.rmtree(dst, ignore_errors=True)
+    partial = dst.with_name(dst.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    for rel in wanted:
+        link = partial / rel
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(os.path.abspath(folder / rel))
+    partial.rename(dst)
+    return dst
+
+
+def _ensure_lmdb(folder: Path, dst: Path, count: int, threads: int, max_side: int | None,
+                 log: Callable[[str], None]) -> None:
+    from fastload.convert import convert_folder, is_complete
+
+    if is_complete(dst):
+        from fastload.lmdb_reader import LMDBReader
+
+        if len(LMDBReader(dst)) == count:
+            return
+        log(f"{dst} holds a different image count; converting again")
+        convert_folder(folder, dst, workers=threads, max_side=max_side, overwrite=True)
+        return
+    log(f"converting {folder} -> {dst}" + (f" (--max-side {max_side})" if max_side else ""))
+    convert_folder(folder, dst, workers=threads, max_side=max_side)
+
+
+def prepare_data(config: BenchConfig, log: Callable[[str], None] = print) -> tuple[RowSpec, int]:
+    """Resolve the images, build the subset / LMDB caches the chosen rows need, and return
+    the :class:`RowSpec` all rows share plus the number of images per epoch."""
+    data = Path(config.data)
+    folder, tag = _split_folder(data, config.transforms)
+    workdir = Path(config.workdir) if config.workdir else data.parent / f"{data.name}.fastload-bench"
+    workdir.mkdir(parents=True, exist_ok=True)
+    if config.limit is not None:
+        tag = f"{tag}-limit{config.limit}"
+        folder = _subset_tree(folder, config.limit, workdir / tag)
+    count = len(folder_samples(folder))
+    if count == 0:
+        raise ValueError(f"DATA {str(data)!r} holds no images under {str(folder)!r}")
+    threads = config.threads or len(os.sched_getaffinity(0))
+    lmdb = lmdb_small = None
+    if set(config.rows) & set("bd"):
+        lmdb = workdir / f"{tag}.lmdb"
+        _ensure_lmdb(folder, lmdb, count, threads, None, log)
+    if "e" in config.rows:
+        lmdb_small = workdir / f"{tag}-max{config.max_side}.lmdb"
+        _ensure_lmdb(folder, lmdb_small, count, threads, config.max_side, log)
+    spec = RowSpec(
+        folder=str(folder),
+        lmdb=str(lmdb) if lmdb else None,
+        lmdb_small=str(lmdb_small) if lmdb_small else None,
+        beton=str(workdir / f"{tag}.beton"),
+        batch_size=config.batch_size,
+        image_size=config.image_size,
+        transforms=config.transforms,
+        threads=threads,
+        device=config.device,
+        hw_decoder_load=config.hw_decoder_load,
+        max_side=config.max_side,
+        seed=config.seed,
+    )
+    return spec, count
+
+
+def _tree(pid: int) -> list[psutil.Process]:
+    root = psutil.Process(pid)
+    return [root, *root.children(recursive=True)]
+
+
+def _tree_cpu_seconds(pid: int) -> float:
+    total = 0.0
+    for proc in _tree(pid):
+        try:
+            t = proc.cpu_times()
+            total += t.user + t.system + t.children_user + t.children_system
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            pass
+    return total
+
+
+def _settle(pid: int, t0: float) -> float:
+    """Wait until the tree of ``pid`` stops working; return seconds since ``t0`` until then.
+
+    A loader that keeps decoding after its epoch's last batch (DALI prefetches across the
+    epoch boundary) would otherwise do that work for free while the next row is measured,
+    and start its next epoch with batches ready. Charging the tail to the epoch that caused
+    it keeps every row's epoch at one epoch of work. A row with no tail adds nothing.
+    """
+    end = time.perf_counter()
+    cpu = _tree_cpu_seconds(pid)
+    deadline = end + _SETTLE_MAX_S
+    while time.perf_counter() < deadline:
+        time.sleep(_SETTLE_WINDOW_S)
+        now_cpu = _tree_cpu_seconds(pid)
+        if now_cpu - cpu <= _SETTLE_IDLE_CPU_S:
+            return end - t0
+        cpu = now_cpu
+        end = time.perf_counter()
+    return end - t0
+
+
+def _row_main(key: str, spec: RowSpec, conn) -> None:
+    """Body of a row process: set up, then answer "epoch" requests until "close"."""
+    # A spawned process inherits "spawn" as its default start method; give loaders the
+    # platform default a user's script gets (fork on Linux), or row (a) pays re-imports.
+    multiprocessing.set_start_method(None, force=True)
+    try:
+        start = time.perf_counter()
+        row = make_row(key, spec)
+        row.setup()
+        conn.send(("ready", time.perf_counter() - start))
+        while conn.recv() == "epoch":
+            cpu0 = _tree_cpu_seconds(os.getpid())
+            t0 = time.perf_counter()
+            images = row.run_epoch()
+            seconds = _settle(os.getpid(), t0)
+            cpu = _tree_cpu_seconds(os.getpid()) - cpu0
+            conn.send(("epoch", images, seconds, cpu))
+        row.close()
+        conn.send(("closed",))
+    except BaseException as exc:  # report anything, the harness decides
+        conn.send(("error", f"{type(exc).__name__}: {exc}", traceback.format_exc()))
+
+
+class _PeakRss(threading.Thread):
+    """Samples the summed RSS of each watched process tree; keeps the peak per key."""
+
+    def __init__(self) -> None:
+        super().__init__(name="fastload-bench-rss", daemon=True)
+        self.peaks: dict[str, int] = {}
+        self._pids: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+
+    def watch(self, key: str, pid: int) -> None:
+        with self._lock:
+            self._pids[key] = pid
+
+    def sample(self) -> None:
+        with self._lock:
+            pids = dict(self._pids)
+        for key, pid in pids.items():
+            try:
+                rss = 0
+                for proc in _tree(pid):
+                    try:
+                        rss += proc.memory_info().rss
+                    except psutil.NoSuchProcess:
+                        pass
+            except psutil.NoSuchProcess:
+                continue
+            self.peaks[key] = max(self.peaks.get(key, 0), rss)
+
+    def run(self) -> None:
+        while not self._done.wait(_SAMPLE_EVERY_S):
+            self.sample()
+
+    def stop(self) -> None:
+        self._done.set()
+        self.join()
+        self.sample()
+
+
+class _RowProcess:
+    def __init__(self, key: str, spec: RowSpec, context) -> None:
+        self.key = key
+        self.conn, child = context.Pipe()
+        self.proc = context.Process(target=_row_main, args=(key, spec, child),
+                                    name=f"fastload-bench-{key}")
+        self.proc.start()
+        child.close()
+
+    def ask(self, message: str, timeout_s: float) -> tuple:
+        self.conn.send(message)
+        return self.answer(timeout_s)
+
+    def answer(self, timeout_s: float) -> tuple:
+        deadline = time.monotonic() + timeout_s
+        while not self.conn.poll(1.0):
+            if not self.proc.is_alive():
+                return ("error", f"row process exited with code {self.proc.exitcode}", "")
+            if time.monotonic() > deadline:
+                return ("error", f"no answer within {timeout_s:.0f} s", "")
+        try:
+            return self.conn.recv()
+        except EOFError:
+            return ("error", f"row process exited with code {self.proc.exitcode}", "")
+
+    def stop(self, wait_s: float = 30.0) -> None:
+        self.proc.join(timeout=wait_s)
+        if self.proc.is_alive():
+            self.proc.terminate()
+            self.proc.join(timeout=10)
+        self.conn.close()
+
+
+def _fail(result: RowResult, answer: tuple, log: Callable[[str], None]) -> None:
+    result.status, result.note = "failed", answer[1]
+    log(f"row ({result.row}) failed: {answer[1]}\n{answer[2] if len(answer) > 2 else ''}")
+
+
+def run_bench(config: BenchConfig, log: Callable[[str], None] = print) -> BenchReport:
+    """Run the configured rows in interleaved rounds and return the filled-in report."""
+    started = datetime.datetime.now(datetime.timezone.utc)
+    t_start = time.perf_counter()
+    spec, count = prepare_data(config, log)
+    results = {key: RowResult(key, row_label(key, config.max_side), images_per_epoch=count)
+               for key in config.rows}
+    context = multiprocessing.get_context("spawn")
+    sampler = _PeakRss()
+    sampler.start()
+    procs: dict[str, _RowProcess] = {}
+    cpu: dict[str, list[float]] = {key: [0.0, 0.0] for key in config.rows}
+    try:
+        for key in config.rows:
+            reason = row_unavailable(key)
+            if reason:
+                results[key].status, results[key].note = "skipped", reason
+                log(f"row ({key}) {reason}")
+                continue
+            log(f"row ({key}) setting up: {results[key].loader}")
+            proc = _RowProcess(key, spec, context)
+            sampler.watch(key, proc.proc.pid)
+            answer = proc.answer(config.epoch_timeout_s)
+            if answer[0] != "ready":
+                _fail(results[key], answer, log)
+                proc.stop()
+                continue
+            results[key].setup_s = answer[1]
+            procs[key] = proc
+        for round_index in range(config.warmup_epochs + config.epochs):
+            measured = round_index >= config.warmup_epochs
+            for key in list(procs):
+                answer = procs[key].ask("epoch", config.epoch_timeout_s)
+                if answer[0] != "epoch":
+                    _fail(results[key], answer, log)
+                    procs.pop(key).stop()
+                    continue
+                _, images, seconds, cpu_seconds = answer
+                rate = images / seconds
+                log(f"round {round_index + 1}{'' if measured else ' (warm-up)'} row ({key}): "
+                    f"{images} images in {seconds:.2f} s = {rate:.0f} img/s")
+                if images != count:
+                    results[key].note = f"delivered {images} of {count} images per epoch"
+                if measured:
+                    results[key].epoch_images_per_s.append(rate)
+                    cpu[key][0] += cpu_seconds
+                    cpu[key][1] += seconds
+        for key in list(procs):
+            answer = procs[key].ask("close", 60)
+            if answer[0] == "error":
+                log(f"row ({key}) did not close cleanly: {answer[1]}")
+            procs.pop(key).stop()
+    finally:
+        for proc in procs.values():  # only left after an exception: do not wait long
+            proc.stop(wait_s=1.0)
+        sampler.stop()
+    for key, result in results.items():
+        if key in sampler.peaks:
+            result.peak_rss_mib = sampler.peaks[key] / _MIB
+        if result.epoch_images_per_s and result.status == "ok":
+            rates = result.epoch_images_per_s
+            result.images_per_s = statistics.median(rates)
+            result.spread_min, result.spread_max = min(rates), max(rates)
+            result.cpu_percent = 100.0 * cpu[key][0] / cpu[key][1]
+    _relate(results)
+    config_dict = {k: (str(v) if isinstance(v, Path) else v)
+                   for k, v in dataclasses.asdict(config).items()}
+    config_dict.update(threads=spec.threads, images_per_epoch=count, folder=spec.folder)
+    return BenchReport(config_dict, machine_info(config.device), list(results.values()),
+                       started.isoformat(timespec="seconds"), time.perf_counter() - t_start)
+
+
+def _relate(results: dict[str, RowResult]) -> None:
+    base = results.get("a")
+    ceiling = results.get("f")
+    for result in results.values():
+        if result.images_per_s is None:
+            continue
+        if base is not None and base.images_per_s:
+            result.ratio_to_a = result.images_per_s / base.images_per_s
+        if ceiling is not None and ceiling.images_per_s:
+            result.share_of_f = result.images_per_s / ceiling.images_per_s

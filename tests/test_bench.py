@@ -1,0 +1,116 @@
+"""`fastload bench`: the harness end to end on a tiny set, and its building blocks."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from fastload.tools import cli
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def test_bench_runs_two_rows_and_writes_table_json_and_png(synth_root, tmp_path, capsys):
+    out_json = tmp_path / "bench.json"
+    out_png = tmp_path / "bench.png"
+    status = cli.main([
+        "bench", str(synth_root), "--rows", "a,f", "--limit", "16", "--batch-size", "8",
+        "--epochs", "1", "--warmup-epochs", "1", "--device", "cpu",
+        "--workdir", str(tmp_path / "cache"), "--json", str(out_json), "--plot", str(out_png),
+    ])
+    assert status == 0
+    table = capsys.readouterr().out
+    assert "(a)  torchvision ImageFolder + torch DataLoader" in table
+    assert "(f)  decode ceiling" in table
+
+    report = json.loads(out_json.read_text())
+    assert report["format"] == 1
+    assert report["config"]["images_per_epoch"] == 16
+    assert report["config"]["rows"] == "af"
+    rows = {r["row"]: r for r in report["rows"]}
+    assert set(rows) == {"a", "f"}
+    for r in rows.values():
+        assert r["status"] == "ok", r["note"]
+        assert r["images_per_epoch"] == 16
+        assert len(r["epoch_images_per_s"]) == 1
+        assert r["spread_min"] <= r["images_per_s"] <= r["spread_max"]
+        assert r["peak_rss_mib"] > 50  # a Python process with torch imported
+        assert r["cpu_percent"] > 0
+    assert rows["a"]["ratio_to_a"] == pytest.approx(1.0)
+    assert rows["f"]["share_of_f"] == pytest.approx(1.0)
+    assert rows["a"]["share_of_f"] == pytest.approx(
+        rows["a"]["images_per_s"] / rows["f"]["images_per_s"])
+
+    # The --limit subset spreads over every class of the train split.
+    subset = tmp_path / "cache" / "train-limit16"
+    assert sorted(p.name for p in subset.iterdir()) == sorted(
+        p.name for p in (synth_root / "train").iterdir())
+
+    png = out_png.read_bytes()
+    assert png.startswith(PNG_SIGNATURE)
+    from matplotlib.image import imread
+
+    pixels = imread(out_png)
+    assert pixels.ndim == 3 and pixels.shape[0] > 100 and pixels.shape[1] > 400
+
+
+def test_bench_rejects_unknown_row_letter_naming_the_choices(synth_root, capsys):
+    status = cli.main(["bench", str(synth_root), "--rows", "a,z"])
+    assert status == 2
+    err = capsys.readouterr().err
+    assert "rows should be distinct letters from 'abcdefgh'" in err and "'az'" in err
+
+
+def test_bench_missing_data_folder_is_one_clear_error(tmp_path, capsys):
+    status = cli.main(["bench", str(tmp_path / "nowhere"), "--rows", "f"])
+    assert status == 2
+    err = capsys.readouterr().err
+    assert "is not a directory" in err and "fastload synth" in err
+
+
+def test_decode_ceiling_decodes_every_file_once_per_epoch(synth_root):
+    from fastload.bench_rows import folder_samples
+    from fastload.ceiling import DecodeCeiling
+
+    files = [path for path, _ in folder_samples(synth_root / "val")]
+    ceiling = DecodeCeiling(files, processes=1)
+    try:
+        assert ceiling.run_epoch() == len(files)
+        assert ceiling.run_epoch() == len(files)
+    finally:
+        ceiling.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        ceiling.run_epoch()
+
+
+@pytest.mark.parametrize("train", [True, False])
+def test_reference_graph_gives_each_sample_once_per_epoch_normalised(synth_root, train):
+    from fastload.bench_rows import folder_samples
+    from fastload.pipelines.reference_graph import ReferenceLoader
+
+    samples = folder_samples(synth_root / "val")
+    labels = [label for _, label in samples]
+    loader = ReferenceLoader([p for p, _ in samples], labels, batch_size=6, image_size=32,
+                             train=train, num_threads=1)
+    try:
+        assert len(loader) == 3  # 16 images: 6 + 6 + 4
+        for _ in range(2):
+            seen = []
+            for images, batch_labels in loader:
+                assert images.dtype.is_floating_point and images.shape[1:] == (3, 32, 32)
+                assert images.shape[0] == batch_labels.shape[0]
+                assert -3.0 < float(images.min()) and float(images.max()) < 3.0
+                seen += batch_labels.tolist()
+            assert sorted(seen) == sorted(labels)
+    finally:
+        loader.close()
+
+
+def test_reference_graph_rejects_mismatched_labels():
+    from fastload.pipelines.reference_graph import build_reference_pipeline
+
+    with pytest.raises(ValueError, match="same length"):
+        build_reference_pipeline(["a.jpg", "b.jpg"], [0], batch_size=2)
+    with pytest.raises(ValueError, match="device should be 'cpu' or 'gpu'"):
+        build_reference_pipeline(["a.jpg"], [0], batch_size=2, device="tpu")

@@ -1,0 +1,104 @@
+"""``fastload bench DATA``: loaders side by side on the same images; table, JSON, PNG."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from fastload.bench_rows import ROW_KEYS
+
+_ROWS_HELP = (
+    "rows to run, as letters (default: all): a torchvision ImageFolder + torch DataLoader; "
+    "b torch DataLoader + fastload.LMDBDataset; c fastload.DataLoader on the folder; "
+    "d fastload.DataLoader on the LMDB; e on an LMDB converted with --max-side; "
+    "f decode ceiling (Pillow full decode, all cores); g hand-written DALI graph; "
+    "h FFCV (skipped unless ffcv is installed)"
+)
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "bench",
+        help="measure loaders side by side (table, --json, --plot)",
+        description="Measure data loaders side by side on the same images in interleaved "
+        "rounds: images/s (median over epochs after warm-up), ratio to (a), share of the "
+        "decode ceiling (f), peak RSS and CPU use of each loader's process tree.",
+    )
+    parser.add_argument("data", type=Path,
+                        help="ImageFolder tree, or a folder with train/ and val/ (fastload synth)")
+    parser.add_argument("--batch-size", type=int, default=64, help="images per batch (64)")
+    parser.add_argument("--image-size", type=int, default=224, help="output side in px (224)")
+    parser.add_argument("--transforms", choices=("train", "val"), default="train",
+                        help="train: RandomResizedCrop, flip; val: Resize, CenterCrop (train)")
+    parser.add_argument("--epochs", type=int, default=3, help="measured epochs per row (3)")
+    parser.add_argument("--warmup-epochs", type=int, default=1,
+                        help="unmeasured epochs per row before measuring (1)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="worker processes / DALI threads per row (default: all cores)")
+    parser.add_argument("--rows", default=ROW_KEYS, help=_ROWS_HELP)
+    parser.add_argument("--max-side", type=int, default=256,
+                        help="stored long side for row (e)'s LMDB (256)")
+    parser.add_argument("--workdir", type=Path, default=None,
+                        help="cache for converted LMDBs and subsets (default: DATA.fastload-bench "
+                        "next to DATA)")
+    parser.add_argument("--limit", type=int, default=None,
+                        help="use only N images, spread evenly over the classes")
+    parser.add_argument("--device", choices=("auto", "cpu", "gpu"), default="auto",
+                        help="gpu: mixed (nvJPEG) decode, batches on cuda:0; auto: gpu when "
+                        "CUDA is available (auto)")
+    parser.add_argument("--hw-decoder-load", type=float, default=0.65,
+                        help="share of JPEGs sent to the hardware decoder on GPU (0.65)")
+    parser.add_argument("--seed", type=int, default=0, help="shuffling / augmentation seed (0)")
+    parser.add_argument("--json", type=Path, default=None, metavar="FILE",
+                        help="write the results as JSON")
+    parser.add_argument("--plot", type=Path, default=None, metavar="FILE.png",
+                        help="write a PNG bar chart")
+    parser.set_defaults(run=run)
+    return parser
+
+
+def _device(choice: str) -> str:
+    if choice != "auto":
+        return choice
+    import torch
+
+    return "gpu" if torch.cuda.is_available() else "cpu"
+
+
+def run(args: argparse.Namespace) -> int:
+    from fastload.bench import BenchConfig, format_table, run_bench, write_json, write_plot
+
+    rows = "".join(ch for ch in args.rows.lower() if ch not in ", ")
+
+    def log(message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    try:
+        config = BenchConfig(
+            data=args.data,
+            rows=rows,
+            batch_size=args.batch_size,
+            image_size=args.image_size,
+            transforms=args.transforms,
+            epochs=args.epochs,
+            warmup_epochs=args.warmup_epochs,
+            threads=args.threads,
+            max_side=args.max_side,
+            workdir=args.workdir,
+            limit=args.limit,
+            device=_device(args.device),
+            hw_decoder_load=args.hw_decoder_load,
+            seed=args.seed,
+        )
+        report = run_bench(config, log=log)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"fastload bench: error: {exc}", file=sys.stderr)
+        return 2
+    print(format_table(report))
+    if args.json is not None:
+        print(f"wrote {os.fspath(write_json(report, args.json))}")
+    if args.plot is not None:
+        print(f"wrote {os.fspath(write_plot(report, args.plot))}")
+    return 0 if all(r.status != "failed" for r in report.rows) else 1
