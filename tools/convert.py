@@ -20,7 +20,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("src", metavar="SRC", help="ImageFolder directory or .csv of path,label")
     parser.add_argument("dst", metavar="DST", help="LMDB directory to write")
     parser.add_argument("--workers", type=int, default=None,
-                        help="worker processes that read and validate images (default: all cores)")
+                        help="processes that decode the images needing conversion (default: "
+                             "all cores); JPEGs kept as they are are checked in the main process")
     parser.add_argument("--max-side", type=int, default=None, metavar="N",
                         help="re-encode images whose long side exceeds N pixels, resized to N")
     parser.add_argument("--quality", type=int, default=90,
@@ -53,6 +54,10 @@ def run(args: argparse.Namespace) -> int:
             ValueError) as exc:
         print(f"fastload convert: error: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print(f"fastload convert: interrupted; rerun the same command to resume into {args.dst}",
+              file=sys.stderr)
+        return 130
     resumed = (f" (resumed a partial conversion at file {report.resumed_from})"
                if report.resumed else "")
     print(f"{report.summary()} in {report.seconds:.1f} s{resumed}; "
