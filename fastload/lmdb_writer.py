@@ -191,10 +191,16 @@ class LMDBWriter:
         existing = (dst / DATA_FILE).stat().st_size if (dst / DATA_FILE).exists() else 0
         self._map_size = max(MIN_MAP_SIZE, int(map_size), 2 * existing)
         self._lmdb = lmdb
-        self.env = lmdb.open(
-            str(dst), map_size=self._map_size, subdir=True, readahead=False,
-            meminit=False, max_dbs=0, lock=True, sync=False, metasync=False,
-        )
+        try:
+            self.env = lmdb.open(
+                str(dst), map_size=self._map_size, subdir=True, readahead=False,
+                meminit=False, max_dbs=0, lock=True, sync=False, metasync=False,
+            )
+        except lmdb.Error as exc:
+            raise OSError(
+                f"cannot open {str(dst)!r} for writing ({exc}); close any LMDBReader or "
+                "LMDBDataset on it in this process first"
+            ) from None
         self._last_flush = time.monotonic()
         self._data_fd = os.open(dst / DATA_FILE, os.O_RDONLY)
         self._reconcile()

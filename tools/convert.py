@@ -50,8 +50,7 @@ def run(args: argparse.Namespace) -> int:
             progress=not args.no_progress, check=args.check,
             commit_every=args.commit_every or DEFAULT_COMMIT_EVERY,
         )
-    except (ConvertError, FileNotFoundError, FileExistsError, NotADirectoryError,
-            ValueError) as exc:
+    except (ConvertError, OSError, ValueError) as exc:
         print(f"fastload convert: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -30,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         report = verify_lmdb(args.dst, full=args.full, sample=args.sample, seed=args.seed)
-    except (FileNotFoundError, NotADirectoryError, ValueError) as exc:
+    except (OSError, ValueError) as exc:
         print(f"fastload verify: error: {exc}", file=sys.stderr)
         return 1
     print(f"{report.path}: {report.summary()}")
