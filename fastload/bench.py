@@ -9,6 +9,11 @@ Per row: images/s (median over measured epochs, with min–max), ratio to row (a
 row (f) (the decode ceiling), peak RSS of the row's process tree (main + children, summed,
 sampled every 50 ms by a thread of the harness) and CPU use (process-tree CPU seconds over
 wall seconds of the measured epochs; 200% = two cores busy).
+
+An epoch's time runs from ``iter()`` to its last batch, plus any work the row's processes
+keep doing after that batch (DALI decodes ahead across the epoch boundary): the row process
+waits until its tree is idle and charges that tail to the epoch, so no row works for free
+while another is measured, and every epoch costs one epoch of work.
 """
 
 from __future__ import annotations
@@ -191,6 +196,12 @@ def prepare_data(config: BenchConfig, log: Callable[[str], None] = print) -> tup
     if count == 0:
         raise ValueError(f"DATA {str(data)!r} holds no images under {str(folder)!r}")
     threads = config.threads or len(os.sched_getaffinity(0))
+    if config.device == "gpu":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ValueError("device 'gpu' needs CUDA, but torch.cuda.is_available() is False; "
+                             "use --device cpu")
     lmdb = lmdb_small = None
     if set(config.rows) & set("bd"):
         lmdb = workdir / f"{tag}.lmdb"
@@ -266,9 +277,10 @@ def _row_main(key: str, spec: RowSpec, conn) -> None:
             cpu0 = _tree_cpu_seconds(os.getpid())
             t0 = time.perf_counter()
             images = row.run_epoch()
+            foreground = time.perf_counter() - t0
             seconds = _settle(os.getpid(), t0)
             cpu = _tree_cpu_seconds(os.getpid()) - cpu0
-            conn.send(("epoch", images, seconds, cpu))
+            conn.send(("epoch", images, seconds, cpu, max(0.0, seconds - foreground)))
         row.close()
         conn.send(("closed",))
     except BaseException as exc:  # report anything, the harness decides
@@ -389,10 +401,11 @@ def run_bench(config: BenchConfig, log: Callable[[str], None] = print) -> BenchR
                     _fail(results[key], answer, log)
                     procs.pop(key).stop()
                     continue
-                _, images, seconds, cpu_seconds = answer
+                _, images, seconds, cpu_seconds, tail = answer
                 rate = images / seconds
                 log(f"round {round_index + 1}{'' if measured else ' (warm-up)'} row ({key}): "
-                    f"{images} images in {seconds:.2f} s = {rate:.0f} img/s")
+                    f"{images} images in {seconds:.2f} s = {rate:.0f} img/s"
+                    + (f" (incl. {tail:.2f} s of work after the last batch)" if tail >= 0.005 else ""))
                 if images != count:
                     results[key].note = f"delivered {images} of {count} images per epoch"
                 if measured:
