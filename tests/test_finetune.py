@@ -57,3 +57,18 @@ def test_freeze_pattern_that_matches_nothing_names_the_pattern():
 def test_missing_data_folder_is_one_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="train.lmdb"):
         resolve_data(FinetuneConfig(data=str(tmp_path)))
+
+
+def test_local_weights_load_except_a_classifier_of_another_size(tmp_path):
+    from safetensors.torch import save_file
+
+    from fastload.optim import default_lr
+
+    source = create_model("vit_tiny_patch16_224", num_classes=10, img_size=32)
+    path = tmp_path / "w.safetensors"
+    save_file({k: v.contiguous() for k, v in source.state_dict().items()}, str(path))
+    model = create_model("vit_tiny_patch16_224", num_classes=4, img_size=32, weights=path)
+    assert model.head.weight.shape == (4, 192)
+    assert model.blocks[3].attn.qkv.weight.equal(source.blocks[3].attn.qkv.weight)
+    assert not model.head.weight.equal(source.head.weight[:4])
+    assert default_lr(from_weights=True) == 2e-5 and default_lr(from_weights=False) == 1e-3
