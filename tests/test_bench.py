@@ -36,7 +36,7 @@ def test_bench_runs_two_rows_and_writes_table_json_and_png(synth_root, tmp_path,
         assert len(r["epoch_images_per_s"]) == 1
         assert r["spread_min"] <= r["images_per_s"] <= r["spread_max"]
         assert r["peak_rss_mib"] > 50  # a Python process with torch imported
-        assert r["cpu_percent"] > 0
+        assert r["cpu_percent"] >= 0  # CPU times tick in 10 ms: a tiny epoch may read 0
     assert rows["a"]["ratio_to_a"] == pytest.approx(1.0)
     assert rows["f"]["share_of_f"] == pytest.approx(1.0)
     assert rows["a"]["share_of_f"] == pytest.approx(
