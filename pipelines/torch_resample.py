@@ -60,6 +60,7 @@ def resample_batch(
     out = torch.empty((n, 3, h, w), dtype=plan.output_dtype)
     mode = _MODES[plan.interpolation]
     normalise = plan.output_dtype != torch.uint8
+    in_place = plan.output_dtype == torch.float32
     if normalise:
         mean = torch.tensor(plan.mean, dtype=torch.float32).view(3, 1, 1)
         inv_std = (1.0 / torch.tensor(plan.std, dtype=torch.float32)).view(3, 1, 1)
@@ -72,13 +73,21 @@ def resample_batch(
         flips = [d for d, on in ((-1, params[i].hflip), (-2, params[i].vflip)) if on]
         if flips:
             y = y.flip(flips)
-        if normalise:
-            y = (y.to(torch.float32) - mean).mul_(inv_std)
-        out[i].copy_(y)
+        dst = out[i]
+        if not normalise:
+            dst.copy_(y)
+        elif in_place:  # (y - mean) * inv_std in float32, straight into the batch
+            dst.copy_(y).sub_(mean).mul_(inv_std)
+        else:  # float16: the float32 arithmetic, then one rounding
+            dst.copy_((y.to(torch.float32) - mean).mul_(inv_std))
+
+    def some(indices: range) -> None:
+        for i in indices:
+            one(i)
 
     if pool is None:
-        for i in range(n):
-            one(i)
-    else:
-        list(pool.map(one, range(n)))
+        some(range(n))
+    else:  # one task per thread: a few hand-overs per batch instead of one per image
+        parts = max(1, min(n, getattr(pool, "_max_workers", 1)))
+        list(pool.map(some, [range(k, n, parts) for k in range(parts)]))
     return out
