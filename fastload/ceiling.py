@@ -19,11 +19,14 @@ def decode_file(path: str) -> int:
     """Read ``path`` and fully decode it to RGB with Pillow; return the number of pixels."""
     from PIL import Image
 
-    with Image.open(path) as image:
-        image.load()
-        if image.mode != "RGB":
-            image = image.convert("RGB")
-        width, height = image.size
+    try:
+        with Image.open(path) as image:
+            image.load()
+            if image.mode != "RGB":
+                image = image.convert("RGB")
+            width, height = image.size
+    except OSError as exc:
+        raise OSError(f"cannot decode {path!r}: {exc}") from exc
     return width * height
 
 

@@ -16,7 +16,7 @@ def test_bench_runs_two_rows_and_writes_table_json_and_png(synth_root, tmp_path,
     out_png = tmp_path / "bench.png"
     status = cli.main([
         "bench", str(synth_root), "--rows", "a,f", "--limit", "16", "--batch-size", "8",
-        "--epochs", "1", "--warmup-epochs", "1", "--device", "cpu",
+        "--epochs", "1", "--warmup-epochs", "1", "--threads", "1", "--device", "cpu",
         "--workdir", str(tmp_path / "cache"), "--json", str(out_json), "--plot", str(out_png),
     ])
     assert status == 0
@@ -53,6 +53,26 @@ def test_bench_runs_two_rows_and_writes_table_json_and_png(synth_root, tmp_path,
 
     pixels = imread(out_png)
     assert pixels.ndim == 3 and pixels.shape[0] > 100 and pixels.shape[1] > 400
+
+
+def test_bench_reports_a_failing_row_naming_the_file_and_exits_1(synth_root, tmp_path, capsys):
+    import shutil
+
+    data = tmp_path / "data"
+    shutil.copytree(synth_root / "val", data)
+    bad = data / "class_00" / "zero_bytes.jpg"
+    bad.write_bytes(b"")
+    status = cli.main([
+        "bench", str(data), "--rows", "f", "--epochs", "1", "--warmup-epochs", "0",
+        "--threads", "1", "--workdir", str(tmp_path / "cache"),
+        "--json", str(tmp_path / "bench.json"), "--plot", str(tmp_path / "bench.png"),
+    ])
+    assert status == 1
+    out = capsys.readouterr()
+    assert "(f) failed: OSError: cannot decode" in out.out and "zero_bytes.jpg" in out.out
+    assert "not written" in out.err and not (tmp_path / "bench.png").exists()
+    row = json.loads((tmp_path / "bench.json").read_text())["rows"][0]
+    assert row["status"] == "failed" and row["images_per_s"] is None
 
 
 def test_bench_rejects_unknown_row_letter_naming_the_choices(synth_root, capsys):

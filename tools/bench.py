@@ -100,5 +100,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json is not None:
         print(f"wrote {os.fspath(write_json(report, args.json))}")
     if args.plot is not None:
-        print(f"wrote {os.fspath(write_plot(report, args.plot))}")
+        if any(r.images_per_s is not None for r in report.rows):
+            print(f"wrote {os.fspath(write_plot(report, args.plot))}")
+        else:
+            print(f"no row was measured; {os.fspath(args.plot)} not written", file=sys.stderr)
     return 0 if all(r.status != "failed" for r in report.rows) else 1
