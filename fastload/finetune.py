@@ -25,6 +25,7 @@ import math
 import os
 import pathlib
 import time
+import warnings
 from dataclasses import dataclass, field
 
 import torch
@@ -33,7 +34,7 @@ from torch.utils.data import Dataset
 
 from fastload.amp import NanGuard, ScalerConfig, autocast, grad_norm, make_scaler
 from fastload.finetune_data import ResumableSampler, SeededDataset
-from fastload.metrics import EpochStats, MemoryMonitor, StepTimer, to_mib
+from fastload.metrics import EpochStats, JsonLog, MemoryMonitor, StepTimer, all_reduce, to_mib
 
 __all__ = ["FinetuneConfig", "FinetuneResult", "finetune", "resolve_data"]
 
@@ -156,23 +157,6 @@ def _loader(kind: str, dataset, batch_size: int, sampler, workers: int, device: 
     return DataLoader(dataset, sampler=sampler, device=device, **kwargs)
 
 
-class _JsonLog:
-    def __init__(self, path: str | None, enabled: bool) -> None:
-        self.handle = None
-        if path and enabled:
-            pathlib.Path(path).parent.mkdir(parents=True, exist_ok=True)
-            self.handle = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
-
-    def __call__(self, record: dict) -> None:
-        if self.handle is not None:
-            self.handle.write(json.dumps({"time": round(time.time(), 3), **record}) + "\n")
-            self.handle.flush()
-
-    def close(self) -> None:
-        if self.handle is not None:
-            self.handle.close()
-
-
 def _validate(config: FinetuneConfig) -> None:
     from fastload.amp import AMP_MODES
     from fastload.optim import OPTIMIZERS
@@ -214,19 +198,6 @@ def _init_distributed(device_arg: str | None) -> tuple[int, int, torch.device, b
     return 0, 1, device, started
 
 
-def _all_reduce(values: list[float], op: str, world: int) -> list[float]:
-    if world == 1:
-        return values
-    import torch.distributed as dist
-
-    tensor = torch.tensor(values, dtype=torch.float64)
-    reduce_op = dist.ReduceOp.SUM if op == "sum" else dist.ReduceOp.MAX
-    if dist.get_backend() == "nccl":
-        tensor = tensor.cuda()
-    dist.all_reduce(tensor, op=reduce_op)
-    return tensor.cpu().tolist()
-
-
 @torch.no_grad()
 def evaluate(model, loader, device: torch.device, amp: str, channels_last: bool) -> tuple[int, int, float]:
     """``(correct, total, loss_sum)`` of ``model`` over ``loader`` (this process's shard)."""
@@ -260,7 +231,7 @@ def finetune(config: FinetuneConfig, *, loss_hook=None) -> FinetuneResult:
     _validate(config)
     fmt, train_path, val_path = resolve_data(config)
     rank, world, device, own_group = _init_distributed(config.device)
-    jlog = _JsonLog(config.log, rank == 0)
+    jlog = JsonLog(config.log, rank == 0)
     try:
         torch.manual_seed(config.seed)
         train_tf, val_tf = _transforms(config.img_size)
@@ -285,6 +256,14 @@ def finetune(config: FinetuneConfig, *, loss_hook=None) -> FinetuneResult:
             fed_train = SeededDataset(train_ds, config.seed)
         train_loader = _loader(config.loader, fed_train, config.batch_size, sampler,
                                config.num_workers, device, config.seed)
+        fallback = getattr(train_loader, "fallback_reason", None)
+        if fallback is not None:  # fastload runs torch's loader: resume needs our own order
+            sampler = ResumableSampler(len(train_ds), shuffle=True, seed=config.seed, rank=rank, world_size=world)
+            fed_train = SeededDataset(train_ds, config.seed)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # the first loader already warned with the reason
+                train_loader = _loader(config.loader, fed_train, config.batch_size, sampler,
+                                       config.num_workers, device, config.seed)
         val_loader = None
         if val_ds is not None:
             val_sampler = ResumableSampler(len(val_ds), shuffle=False, rank=rank, world_size=world, pad=False)
@@ -326,7 +305,7 @@ def finetune(config: FinetuneConfig, *, loss_hook=None) -> FinetuneResult:
         forward = torch.compile(train_model) if config.compile else train_model
         params = [p for p in model.parameters() if p.requires_grad]
         jlog({"event": "start", "rank_count": world, "device": str(device), "data_format": fmt,
-              "trainable_params": trainable, "total_params": total, "lr": lr,
+              "trainable_params": trainable, "total_params": total, "lr": lr, "loader_fallback": fallback,
               "config": dataclasses.asdict(config)})
         if rank == 0:
             log.info("trainable parameters: %d of %d", trainable, total)
@@ -367,7 +346,8 @@ def finetune(config: FinetuneConfig, *, loss_hook=None) -> FinetuneResult:
             monitor.start()
             started = time.perf_counter()
             timer.reset()
-            images_seen, loss_sum, loss_count, window_ok, steps_before = 0, 0.0, 0, True, step
+            images_seen, loss_sum, loss_count, steps_before = 0, 0.0, 0, step
+            inputs_ok = losses_ok = True  # over the micro-batches of the current window
             micro = first
             for images, labels in train_loader:
                 timer.batch_ready()
@@ -375,8 +355,7 @@ def finetune(config: FinetuneConfig, *, loss_hook=None) -> FinetuneResult:
                 labels = labels.to(device, non_blocking=True)
                 if config.channels_last:
                     images = images.contiguous(memory_format=torch.channels_last)
-                window_ok &= bool(torch.isfinite(images).all())
-                inputs_ok = window_ok
+                inputs_ok &= bool(torch.isfinite(images).all())
                 window_start = (micro // config.accum_steps) * config.accum_steps
                 window = min(config.accum_steps, micro_per_epoch - window_start)
                 last = micro + 1 == window_start + window
@@ -389,7 +368,7 @@ def finetune(config: FinetuneConfig, *, loss_hook=None) -> FinetuneResult:
                         loss = loss_hook(step, loss)
                     scaler.scale(loss / window).backward()
                 value = float(loss.detach())
-                window_ok &= math.isfinite(value)
+                losses_ok &= math.isfinite(value)
                 losses.append(value)
                 if math.isfinite(value):
                     loss_sum += value * labels.numel()
@@ -401,8 +380,8 @@ def finetune(config: FinetuneConfig, *, loss_hook=None) -> FinetuneResult:
                     if scaler.is_enabled():
                         scaler.unscale_(optimizer)
                     norm = grad_norm(params)
-                    ok = window_ok and math.isfinite(norm)
-                    ok = _all_reduce([0.0 if ok else 1.0], "max", world)[0] == 0.0
+                    ok = inputs_ok and losses_ok and math.isfinite(norm)
+                    ok = all_reduce([0.0 if ok else 1.0], "max", world)[0] == 0.0
                     scale = scaler.get_scale() if scaler.is_enabled() else None
                     if ok:
                         scaler.step(optimizer)
@@ -419,7 +398,7 @@ def finetune(config: FinetuneConfig, *, loss_hook=None) -> FinetuneResult:
                     else:
                         guard.record_skip(step=step, epoch=epoch, loss=value, grad_norm=norm, loss_scale=scale,
                                           lr=current_lr, inputs_finite=inputs_ok, model=model)
-                    window_ok = True
+                    inputs_ok = losses_ok = True
                     bar.set_postfix(loss=f"{value:.3f}", refresh=False)
                     if config.checkpoint_every and step % config.checkpoint_every == 0:
                         save(epoch, micro)
@@ -438,8 +417,8 @@ def finetune(config: FinetuneConfig, *, loss_hook=None) -> FinetuneResult:
             val = (0, 0, 0.0)
             if val_loader is not None:
                 val = evaluate(model, val_loader, device, config.amp, config.channels_last)
-            sums = _all_reduce([images_seen, loss_sum, loss_count, *val], "sum", world)
-            maxes = _all_reduce([train_time, timer.data_wait, timer.compute, peak_above, peak], "max", world)
+            sums = all_reduce([images_seen, loss_sum, loss_count, *val], "sum", world)
+            maxes = all_reduce([train_time, timer.data_wait, timer.compute, peak_above, peak], "max", world)
             stats = EpochStats(
                 epoch=epoch, images=int(sums[0]), epoch_time_s=maxes[0], data_wait_s=maxes[1],
                 compute_s=maxes[2], train_loss=sums[1] / sums[2] if sums[2] else float("nan"),

@@ -12,6 +12,8 @@ and loader already built), i.e. what training itself adds.
 
 from __future__ import annotations
 
+import json
+import pathlib
 import resource
 import sys
 import threading
@@ -20,7 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["MemoryMonitor", "StepTimer", "EpochStats", "rss_bytes"]
+__all__ = ["MemoryMonitor", "StepTimer", "EpochStats", "JsonLog", "all_reduce", "rss_bytes"]
 
 _SAMPLE_SECONDS = 0.002  # RSS sampling period of the monitor thread
 _MIB = 1 << 20
@@ -167,3 +169,36 @@ class EpochStats:
 
 def to_mib(value: int) -> float:
     return value / _MIB
+
+
+class JsonLog:
+    """JSON lines appended to ``path`` (one object per call, flushed); a no-op when disabled."""
+
+    def __init__(self, path: str | None, enabled: bool) -> None:
+        self.handle = None
+        if path and enabled:
+            pathlib.Path(path).parent.mkdir(parents=True, exist_ok=True)
+            self.handle = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+
+    def __call__(self, record: dict) -> None:
+        if self.handle is not None:
+            self.handle.write(json.dumps({"time": round(time.time(), 3), **record}) + "\n")
+            self.handle.flush()
+
+    def close(self) -> None:
+        if self.handle is not None:
+            self.handle.close()
+
+
+def all_reduce(values: list[float], op: str, world: int) -> list[float]:
+    """``values`` summed (``op="sum"``) or maxed (``"max"``) over the ranks of the process group."""
+    if world == 1:
+        return values
+    import torch.distributed as dist
+
+    tensor = torch.tensor(values, dtype=torch.float64)
+    reduce_op = dist.ReduceOp.SUM if op == "sum" else dist.ReduceOp.MAX
+    if dist.get_backend() == "nccl":
+        tensor = tensor.cuda()
+    dist.all_reduce(tensor, op=reduce_op)
+    return tensor.cpu().tolist()
