@@ -24,21 +24,17 @@ import multiprocessing
 import os
 import shutil
 import statistics
-import threading
 import time
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import psutil
-
+from fastload.bench_process import PeakRss, RowProcess
 from fastload.bench_report import format_table, machine_info, write_json, write_plot
 from fastload.bench_rows import (
     ROW_KEYS,
     RowSpec,
     folder_samples,
-    make_row,
     row_label,
     row_unavailable,
 )
@@ -55,11 +51,6 @@ __all__ = [
 ]
 
 _MIB = 1 << 20
-_SAMPLE_EVERY_S = 0.05
-_TREE_REFRESH_S = 0.5  # how often the sampler re-lists each row's processes
-_SETTLE_WINDOW_S = 0.05  # an idle window: the tree used at most _SETTLE_IDLE_CPU_S in it
-_SETTLE_IDLE_CPU_S = 0.01  # one clock tick: CPU times count in 10 ms steps
-_SETTLE_MAX_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -227,170 +218,6 @@ def prepare_data(config: BenchConfig, log: Callable[[str], None] = print) -> tup
     return spec, count
 
 
-def _tree(pid: int) -> list[psutil.Process]:
-    root = psutil.Process(pid)
-    return [root, *root.children(recursive=True)]
-
-
-def _tree_cpu_seconds(pid: int) -> float:
-    total = 0.0
-    for proc in _tree(pid):
-        try:
-            t = proc.cpu_times()
-            total += t.user + t.system + t.children_user + t.children_system
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            pass
-    return total
-
-
-def _settle(pid: int, t0: float) -> float:
-    """Wait until the tree of ``pid`` stops working; return seconds since ``t0`` until then.
-
-    A loader that keeps decoding after its epoch's last batch (DALI prefetches across the
-    epoch boundary) would otherwise do that work for free while the next row is measured,
-    and start its next epoch with batches ready. Charging the tail to the epoch that caused
-    it keeps every row's epoch at one epoch of work. A row with no tail adds nothing.
-    """
-    end = time.perf_counter()
-    cpu = _tree_cpu_seconds(pid)
-    deadline = end + _SETTLE_MAX_S
-    while time.perf_counter() < deadline:
-        time.sleep(_SETTLE_WINDOW_S)
-        now_cpu = _tree_cpu_seconds(pid)
-        if now_cpu - cpu <= _SETTLE_IDLE_CPU_S:
-            return end - t0
-        cpu = now_cpu
-        end = time.perf_counter()
-    return end - t0
-
-
-def _row_main(key: str, spec: RowSpec, conn) -> None:
-    """Body of a row process: set up, then answer "epoch" requests until "close"."""
-    # A spawned process inherits "spawn" as its default start method; give loaders the
-    # platform default a user's script gets (fork on Linux), or row (a) pays re-imports.
-    multiprocessing.set_start_method(None, force=True)
-    try:
-        start = time.perf_counter()
-        row = make_row(key, spec)
-        row.setup()
-        conn.send(("ready", time.perf_counter() - start))
-        while conn.recv() == "epoch":
-            cpu0 = _tree_cpu_seconds(os.getpid())
-            t0 = time.perf_counter()
-            images = row.run_epoch()
-            foreground = time.perf_counter() - t0
-            seconds = _settle(os.getpid(), t0)
-            cpu = _tree_cpu_seconds(os.getpid()) - cpu0
-            conn.send(("epoch", images, seconds, cpu, max(0.0, seconds - foreground)))
-        row.close()
-        conn.send(("closed",))
-    except BaseException as exc:  # report anything, the harness decides
-        conn.send(("error", f"{type(exc).__name__}: {exc}", traceback.format_exc()))
-
-
-class _PeakRss(threading.Thread):
-    """Samples the summed RSS of each watched process tree; keeps the peak per key.
-
-    Listing a tree walks every process of the machine (~2 ms), so the member lists are
-    refreshed only every ``_TREE_REFRESH_S`` (loaders keep their workers); reading the RSS
-    of the known members every 50 ms costs microseconds, keeping the sampler off the
-    cores it measures.
-    """
-
-    def __init__(self) -> None:
-        super().__init__(name="fastload-bench-rss", daemon=True)
-        self.peaks: dict[str, int] = {}
-        self._pids: dict[str, int] = {}
-        self._members: dict[str, list[psutil.Process]] = {}
-        self._refreshed = 0.0
-        self._lock = threading.Lock()
-        self._done = threading.Event()
-
-    def watch(self, key: str, pid: int) -> None:
-        with self._lock:
-            self._pids[key] = pid
-            self._refreshed = 0.0
-
-    def _refresh(self) -> None:
-        with self._lock:
-            pids = dict(self._pids)
-        children: dict[int, list[int]] = {}
-        for proc in psutil.process_iter(["ppid"]):
-            children.setdefault(proc.info["ppid"], []).append(proc.pid)
-        members = {}
-        for key, root in pids.items():
-            tree, todo = [], [root]
-            while todo:
-                pid = todo.pop()
-                tree.append(pid)
-                todo.extend(children.get(pid, ()))
-            old = {proc.pid: proc for proc in self._members.get(key, ())}
-            procs = []
-            for pid in tree:
-                try:
-                    procs.append(old.get(pid) or psutil.Process(pid))
-                except psutil.NoSuchProcess:
-                    pass
-            members[key] = procs
-        self._members = members
-        self._refreshed = time.monotonic()
-
-    def sample(self) -> None:
-        if time.monotonic() - self._refreshed > _TREE_REFRESH_S:
-            self._refresh()
-        for key, procs in self._members.items():
-            rss = 0
-            for proc in procs:
-                try:
-                    rss += proc.memory_info().rss
-                except psutil.NoSuchProcess:
-                    pass
-            if rss:
-                self.peaks[key] = max(self.peaks.get(key, 0), rss)
-
-    def run(self) -> None:
-        while not self._done.wait(_SAMPLE_EVERY_S):
-            self.sample()
-
-    def stop(self) -> None:
-        self._done.set()
-        self.join()
-        self.sample()
-
-
-class _RowProcess:
-    def __init__(self, key: str, spec: RowSpec, context) -> None:
-        self.key = key
-        self.conn, child = context.Pipe()
-        self.proc = context.Process(target=_row_main, args=(key, spec, child),
-                                    name=f"fastload-bench-{key}")
-        self.proc.start()
-        child.close()
-
-    def ask(self, message: str, timeout_s: float) -> tuple:
-        self.conn.send(message)
-        return self.answer(timeout_s)
-
-    def answer(self, timeout_s: float) -> tuple:
-        deadline = time.monotonic() + timeout_s
-        while not self.conn.poll(1.0):
-            if not self.proc.is_alive():
-                return ("error", f"row process exited with code {self.proc.exitcode}", "")
-            if time.monotonic() > deadline:
-                return ("error", f"no answer within {timeout_s:.0f} s", "")
-        try:
-            return self.conn.recv()
-        except EOFError:
-            return ("error", f"row process exited with code {self.proc.exitcode}", "")
-
-    def stop(self, wait_s: float = 30.0) -> None:
-        self.proc.join(timeout=wait_s)
-        if self.proc.is_alive():
-            self.proc.terminate()
-            self.proc.join(timeout=10)
-        self.conn.close()
-
-
 def _fail(result: RowResult, answer: tuple, log: Callable[[str], None]) -> None:
     result.status, result.note = "failed", answer[1]
     log(f"row ({result.row}) failed: {answer[1]}\n{answer[2] if len(answer) > 2 else ''}")
@@ -404,9 +231,9 @@ def run_bench(config: BenchConfig, log: Callable[[str], None] = print) -> BenchR
     results = {key: RowResult(key, row_label(key, config.max_side), images_per_epoch=count)
                for key in config.rows}
     context = multiprocessing.get_context("spawn")
-    sampler = _PeakRss()
+    sampler = PeakRss()
     sampler.start()
-    procs: dict[str, _RowProcess] = {}
+    procs: dict[str, RowProcess] = {}
     cpu: dict[str, list[float]] = {key: [0.0, 0.0] for key in config.rows}
     try:
         for key in config.rows:
@@ -416,7 +243,7 @@ def run_bench(config: BenchConfig, log: Callable[[str], None] = print) -> BenchR
                 log(f"row ({key}) {reason}")
                 continue
             log(f"row ({key}) setting up: {results[key].loader}")
-            proc = _RowProcess(key, spec, context)
+            proc = RowProcess(key, spec, context)
             sampler.watch(key, proc.proc.pid)
             answer = proc.answer(config.epoch_timeout_s)
             if answer[0] != "ready":
