@@ -134,3 +134,26 @@ def test_reference_graph_rejects_mismatched_labels():
         build_reference_pipeline(["a.jpg", "b.jpg"], [0], batch_size=2)
     with pytest.raises(ValueError, match="device should be 'cpu' or 'gpu'"):
         build_reference_pipeline(["a.jpg"], [0], batch_size=2, device="tpu")
+
+
+def test_prepare_data_converts_the_subset_once_and_reuses_the_cache(synth_root, tmp_path):
+    from fastload.bench import BenchConfig, prepare_data
+    from fastload.bench_rows import folder_samples
+    from fastload.lmdb_dataset import LMDBDataset
+
+    config = BenchConfig(data=synth_root, rows="bde", limit=8, threads=1,
+                         workdir=tmp_path / "cache", max_side=64)
+    first: list[str] = []
+    spec, count = prepare_data(config, log=first.append)
+    assert count == 8
+    assert sum("converting" in line for line in first) == 2  # keep-bytes and --max-side
+    subset = folder_samples(spec.folder)
+    for path in (spec.lmdb, spec.lmdb_small):
+        dataset = LMDBDataset(path)
+        assert dataset.targets == [label for _, label in subset]
+    small = LMDBDataset(spec.lmdb_small)[0][0]
+    assert max(small.size) <= 64
+
+    again: list[str] = []
+    assert prepare_data(config, log=again.append) == (spec, 8)
+    assert again == []
