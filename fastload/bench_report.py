@@ -137,12 +137,19 @@ def write_plot(report, path: str | os.PathLike) -> Path:
         if r.share_of_f is not None and r.row != "f":
             text += f"  {100 * r.share_of_f:.0f}% (f)"
         axes.text(r.spread_max + 0.01 * peak, pos, text, va="center", fontsize=8)
+    from matplotlib.patches import Patch
+
+    kinds = [("#ff7f0e", "baselines"), ("#1f77b4", "fastload"), ("#7f7f7f", "decode ceiling")]
+    shown = set(colours)
+    axes.legend(handles=[Patch(color=c, label=label) for c, label in kinds if c in shown],
+                loc="lower right", fontsize=8, frameon=False)
     axes.set_xlim(0, peak * 1.45)
     axes.set_xlabel("images / s (median; whiskers: min–max over measured epochs)")
     cfg, machine = report.config, report.machine
     where = machine["cpu"] + (f" + {machine['gpu']}" if machine.get("gpu") else "")
-    axes.set_title(f"{cfg['transforms']} transforms, batch {cfg['batch_size']}, "
-                   f"{cfg['threads']} threads, {cfg['device']}\n{where}", fontsize=9)
+    axes.set_title(f"fastload bench: {cfg['images_per_epoch']} images, {cfg['transforms']} "
+                   f"transforms, batch {cfg['batch_size']}, {cfg['threads']} threads, "
+                   f"{cfg['device']}, median of {cfg['epochs']} epochs\n{where}", fontsize=9)
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, format="png")
