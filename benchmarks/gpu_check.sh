@@ -11,7 +11,9 @@
 #   command: bash benchmarks/gpu_check.sh
 #
 # Each call moves what arrived into a stash outside the checkout ($STASH, default
-# /root/.fastload-gpu) and says which parts are still missing. The call that completes the
+# /root/.fastload-gpu) and says which parts are still missing. The stash lives only as
+# long as the machine (warm ~30 s after a call): send the calls back to back, and start
+# again from part 00 if a call counts fewer parts than were sent. The call that completes the
 # set checks every sum, joins and installs the wheels (pip --no-index --no-deps into
 # $STASH/site), then:
 #   1. prints the GPU (nvidia-smi) and the versions of torch and DALI;
