@@ -54,3 +54,24 @@ def synth_lmdb_data(synth_root, tmp_path_factory):
     for split in ("train", "val"):
         convert_folder(synth_root / split, data / f"{split}.lmdb", workers=1, progress=False)
     return data
+
+
+@pytest.fixture(scope="session")
+def two_epoch_run(synth_root, synth_lmdb_data):
+    """``two_epoch_run(loader)``: one cached 2-epoch fp32 CPU fine-tune of ViT-Tiny at 32 px
+    (batch 8, 2 micro-batches per step) — ``"torch"`` from ``synth_root``'s folders,
+    ``"fastload"`` from ``synth_lmdb_data``'s LMDBs. Returns ``(FinetuneConfig kwargs, result)``."""
+    from fastload.finetune import FinetuneConfig, finetune
+
+    cache = {}
+
+    def run(loader: str):
+        if loader not in cache:
+            data = synth_root if loader == "torch" else synth_lmdb_data
+            kwargs = dict(data=str(data), loader=loader, img_size=32, batch_size=8,
+                          accum_steps=2, epochs=2, num_workers=0, progress=False,
+                          warmup_steps=2, device="cpu")
+            cache[loader] = (kwargs, finetune(FinetuneConfig(**kwargs)))
+        return cache[loader]
+
+    return run

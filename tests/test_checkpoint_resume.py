@@ -14,16 +14,9 @@ from fastload.finetune import FinetuneConfig, finetune
 
 
 @pytest.mark.parametrize("loader", ["torch", "fastload"])
-def test_resume_mid_epoch_in_new_process_matches_uninterrupted_losses(
-    synth_root, synth_lmdb_data, tmp_path, loader
-):
-    data = str(synth_root if loader == "torch" else synth_lmdb_data)
+def test_resume_mid_epoch_in_new_process_matches_uninterrupted_losses(two_epoch_run, tmp_path, loader):
     # 48 images, batch 8, 2 micro-batches per step: 3 steps per epoch, 6 in all (fp32, CPU).
-    common = dict(data=data, loader=loader, img_size=32, batch_size=8, accum_steps=2, epochs=2,
-                  num_workers=0, progress=False, warmup_steps=2, device="cpu")
-    full = finetune(FinetuneConfig(**common))
-    assert full.steps == 6 and len(full.losses) == 12
-
+    common, full = two_epoch_run(loader)
     ckpt = tmp_path / "run.pt"
     first = finetune(FinetuneConfig(**common, max_steps=4, checkpoint=str(ckpt)))
     assert first.losses == full.losses[:8]
@@ -32,16 +25,19 @@ def test_resume_mid_epoch_in_new_process_matches_uninterrupted_losses(
     assert state["loader"]["micro_step"] == 2  # stopped inside epoch 2
 
     log = tmp_path / "resumed.jsonl"
-    args = ["finetune", data, "--loader", loader, "--img-size", "32", "--batch-size", "8",
-            "--accum-steps", "2", "--epochs", "2", "--workers", "0", "--warmup-steps", "2",
+    args = ["finetune", common["data"], "--loader", loader, "--img-size", "32", "--batch-size",
+            "8", "--accum-steps", "2", "--epochs", "2", "--workers", "0", "--warmup-steps", "2",
             "--device", "cpu", "--no-progress", "--resume", str(ckpt), "--log", str(log)]
-    subprocess.run([sys.executable, "-m", "fastload.tools.cli", *args], check=True,
-                   capture_output=True)
-    steps = [json.loads(line) for line in log.read_text().splitlines()]
-    steps = [r for r in steps if r["event"] == "step"]
+    done = subprocess.run([sys.executable, "-m", "fastload.tools.cli", *args], check=True,
+                          capture_output=True, text=True)
+    assert "| epoch |" in done.stdout
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [r["event"] for r in records] == ["start", "step", "step", "epoch", "end"]
+    steps = [r for r in records if r["event"] == "step"]
     assert [r["step"] for r in steps] == [5, 6]
     # Each step logs the loss of its last micro-batch: full.losses[9] and [11].
     assert [r["loss"] for r in steps] == [full.losses[9], full.losses[11]]
+    assert records[3]["images"] == 32 and records[-1]["val_top1"] == full.val_top1
     assert load_checkpoint(ckpt)["step"] == 6
 
 

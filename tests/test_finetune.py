@@ -2,42 +2,25 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from fastload.finetune import FinetuneConfig, finetune, resolve_data
+from fastload.finetune import FinetuneConfig, resolve_data
 from fastload.model import create_model, freeze_parameters
-from fastload.tools.cli import main
 
-SMALL = dict(img_size=32, batch_size=8, epochs=2, num_workers=0, progress=False)
 CHANCE = 0.25  # 4 classes
 
 
-def test_two_epochs_from_folder_with_torch_loader_beat_chance_via_cli(synth_root, tmp_path):
-    log = tmp_path / "run.jsonl"
-    code = main(["finetune", str(synth_root), "--loader", "torch", "--img-size", "32",
-                 "--batch-size", "8", "--workers", "0", "--epochs", "2", "--no-progress",
-                 "--log", str(log)])
-    assert code == 0
-    records = [json.loads(line) for line in log.read_text().splitlines()]
-    events = [r["event"] for r in records]
-    assert events[0] == "start" and events[-1] == "end"
-    assert records[0]["data_format"] == "folder"
-    epochs = [r for r in records if r["event"] == "epoch"]
-    assert len(epochs) == 2 and all(e["images"] == 48 for e in epochs)
-    assert sum(r["event"] == "step" for r in records) == 12
-    assert epochs[-1]["val_top1"] >= 0.75 > CHANCE
-    assert 0.0 <= epochs[-1]["data_stall_share"] <= 1.0 and epochs[-1]["peak_mem_mb"] > 0
-
-
-def test_two_epochs_from_lmdb_with_fastload_loader_beat_chance(synth_lmdb_data):
-    assert resolve_data(FinetuneConfig(data=str(synth_lmdb_data)))[0] == "lmdb"
-    result = finetune(FinetuneConfig(data=str(synth_lmdb_data), loader="fastload", **SMALL))
+@pytest.mark.parametrize("loader, data_format", [("torch", "folder"), ("fastload", "lmdb")])
+def test_two_epochs_beat_chance_so_labels_line_up(two_epoch_run, loader, data_format):
+    kwargs, result = two_epoch_run(loader)
+    assert resolve_data(FinetuneConfig(data=kwargs["data"]))[0] == data_format
     assert result.classes == ["class_00", "class_01", "class_02", "class_03"]
     assert [e.images for e in result.epochs] == [48, 48]
+    assert [e.steps for e in result.epochs] == [3, 3] and len(result.losses) == 12
     assert result.val_top1 >= 0.75 > CHANCE
     assert result.epochs[1].train_loss < result.epochs[0].train_loss
+    last = result.epochs[-1]
+    assert 0.0 <= last.data_stall_share <= 1.0 and last.peak_mem_mb > 0 and last.images_per_s > 0
 
 
 def test_freeze_patterns_leave_only_matching_parameters_trainable():
