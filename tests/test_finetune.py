@@ -55,3 +55,32 @@ def test_local_weights_load_except_a_classifier_of_another_size(tmp_path):
     assert model.blocks[3].attn.qkv.weight.equal(source.blocks[3].attn.qkv.weight)
     assert not model.head.weight.equal(source.head.weight[:4])
     assert default_lr(from_weights=True) == 2e-5 and default_lr(from_weights=False) == 1e-3
+
+
+def test_compare_rows_add_one_technique_at_a_time(tmp_path):
+    from fastload.compare import format_table, row_configs
+
+    base = FinetuneConfig(data=str(tmp_path), img_size=32, batch_size=16, amp="fp16",
+                          loader="fastload", freeze=("head.*",))
+    rows = row_configs(base, ["baseline", "fastload", "amp", "gc", "accum", "freeze"])
+    names = [name for name, _ in rows]
+    assert names == ["baseline", "fastload", "amp", "gc", "accum", "freeze"]
+    configs = dict(rows)
+    first = configs["baseline"]
+    assert (first.loader, first.data_format, first.amp, first.freeze) == ("torch", "folder", "off", ())
+    assert not first.grad_checkpointing and first.accum_steps == 1 and first.batch_size == 16
+    assert configs["fastload"].loader == "fastload" and configs["fastload"].data_format == "lmdb"
+    assert configs["amp"].amp == "bf16" and configs["amp"].loader == "fastload"
+    assert configs["gc"].grad_checkpointing and configs["gc"].amp == "bf16"
+    assert (configs["accum"].batch_size, configs["accum"].accum_steps) == (8, 2)
+    assert configs["freeze"].freeze[0] == "patch_embed.*" and "blocks.5.*" in configs["freeze"].freeze
+    assert "blocks.6.*" not in configs["freeze"].freeze and configs["freeze"].grad_checkpointing
+    only_gc = row_configs(base, ["gc", "baseline"])  # a subset stays cumulative, in table order
+    assert [n for n, _ in only_gc] == ["baseline", "gc"] and only_gc[1][1].loader == "torch"
+    table = format_table([{"label": "a", "time_per_epoch_s": 2.0, "images_per_s": 10.0,
+                           "data_stall_share": 0.5, "peak_mem_mb": 100.0, "val_top1": 0.5},
+                          {"label": "b", "time_per_epoch_s": 1.0, "images_per_s": 20.0,
+                           "data_stall_share": 0.1, "peak_mem_mb": 50.0, "val_top1": None}])
+    assert "| b | 1.00 | 20.0 | 2.00x | 10% | 50 | n/a |" in table
+    with pytest.raises(ValueError, match="'fast'"):
+        row_configs(base, ["fast"])
