@@ -1,12 +1,14 @@
 """Training checkpoints: one file holding everything a resume needs, written atomically.
 
-Contents (a dict of state dicts and numbers, read back with ``weights_only=True``)::
+Contents (a dict of state dicts and plain values, read back with ``weights_only=True``)::
 
     {"format": "fastload-finetune-checkpoint", "version": 1,
      "model": ..., "optimizer": ..., "scaler": ..., "scheduler": ...,
-     "loader": {"epoch": e, "consumed": samples taken from this epoch's shard, ...},
-     "epoch": e, "step": optimizer steps done, "micro_step": micro-batches done in epoch e,
-     "config": {...FinetuneConfig fields...}, "guard": {...}, "rng": {...}}
+     "loader": {"epoch": e, "micro_step": micro-batches done in epoch e, "kind": "torch"|"fastload",
+                "consumed": samples of this rank's shard done, "seed": s,
+                "fastload": fastload.DataLoader.state_dict() (fastload loader only)},
+     "epoch": e, "step": optimizer steps done, "skipped_total": NaN-guard skips so far,
+     "rng": torch CPU RNG state, "classes": [...], "config": FinetuneConfig as JSON text}
 """
 
 from __future__ import annotations
