@@ -160,3 +160,34 @@ def test_deleting_loaders_mid_epoch_leaks_no_threads_or_decoders(train):
     gc.collect()
     assert all(ref() is None for ref in decoders)
     assert process.num_threads() <= baseline
+
+
+def test_a_forked_child_that_collects_garbage_loaders_does_not_hang(train):
+    """torch DataLoader workers are forked; a loader that is garbage in a reference cycle
+    is finalized in the child, where destroying its DALI pipeline would wait forever."""
+    import os
+    import time
+
+    for workers in (0, 2, 2):
+        loader = fastload.DataLoader(train, batch_size=4, num_workers=workers)
+        it = iter(loader)
+        next(it)  # batches in flight
+        cycle = [loader, it]
+        cycle.append(cycle)
+    del loader, it, cycle
+    pid = os.fork()
+    if pid == 0:  # the child: what a torch worker's first garbage collection does
+        gc.collect()
+        os._exit(0)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked child hung finalizing an inherited DataLoader")
+    assert os.waitstatus_to_exitcode(status) == 0
+    gc.collect()
