@@ -316,12 +316,16 @@ class _EpochIterator:
             max_batch = loader.batch_size
         else:  # a user's batch_sampler: batch sizes are known only after running it
             max_batch = max((len(b) for b in self._epoch.remaining()), default=1)
+        from fastload.pipelines.batch_decoder import BatchDecodeError
+
+        self._decode_error = BatchDecodeError
         self._decoder = loader._decoder_for(max(1, max_batch))
         self._decoder.reset()
         self._depth = max(1, loader.prefetch_factor or 2)
         self._queue: deque[_Batch] = deque()
         self._exhausted = False
         self._active = True
+        self._done = False
 
     def __iter__(self) -> _EpochIterator:
         return self
@@ -330,6 +334,8 @@ class _EpochIterator:
         return len(self._loader)
 
     def __next__(self) -> list[Any]:
+        if self._done:
+            raise StopIteration
         if not self._active:
             raise RuntimeError("this DataLoader iterator was superseded by a newer iter() on "
                                "the same loader (one epoch runs at a time per loader)")
@@ -343,9 +349,7 @@ class _EpochIterator:
             if head.error is None and head.indices:
                 try:
                     images = self._decoder.fetch()
-                except Exception as err:
-                    if type(err).__name__ != "BatchDecodeError":
-                        raise
+                except self._decode_error as err:
                     try:
                         images = self._recover(head, err)
                     except BaseException:
@@ -426,9 +430,7 @@ class _EpochIterator:
             try:
                 self._submit(single)
                 self._decoder.fetch()
-            except Exception as single_err:
-                if type(single_err).__name__ != "BatchDecodeError":
-                    raise
+            except self._decode_error:
                 bad.append(j)
         names = [self._source.name(head.indices[j]) for j in bad]
         message = getattr(err, "message", str(err))
@@ -453,6 +455,7 @@ class _EpochIterator:
 
     def _finish(self) -> None:
         self._active = False
+        self._done = True
         order = self._loader._order
         if order.current is self._epoch:
             order.finish_epoch()

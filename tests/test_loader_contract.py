@@ -193,3 +193,9 @@ def test_cpu_device_gives_cpu_tensors(train):
     images, labels = next(iter(fastload.DataLoader(train, 4, device="cpu", pin_memory=True)))
     assert images.device.type == labels.device.type == "cpu"
     assert images.shape == (4, 3, 16, 16)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without CUDA")
+def test_cuda_device_without_cuda_is_a_clear_error(train):
+    with pytest.raises(ValueError, match="device='cuda' needs CUDA"):
+        fastload.DataLoader(train, device="cuda")

@@ -140,6 +140,10 @@ def test_a_new_iter_supersedes_the_previous_iterator(train):
     assert len(run(loader)[0]) == 12
     with pytest.raises(RuntimeError, match="superseded"):
         next(old)
+    finished = iter(loader)
+    assert len(list(finished)) == 12
+    with pytest.raises(StopIteration):  # an exhausted iterator stays exhausted, as in torch
+        next(finished)
 
 
 def test_deleting_loaders_mid_epoch_leaks_no_threads_or_decoders(train):
