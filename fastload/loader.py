@@ -90,6 +90,8 @@ class DataLoader:
       ``"skip"`` (drop it from its batch, warn once; names in ``skipped``).
     * ``transform`` / ``target_transform``: when ``dataset`` is a path (an image folder, read
       with ImageFolder semantics, or a fastload LMDB directory).
+    * ``hw_decoder_load``: share of JPEG decoding given to the GPU's hardware decoder
+      (``device="cuda"`` only).
 
     Datasets: torchvision ``ImageFolder``/``DatasetFolder`` with the default PIL loader,
     ``fastload.LMDBDataset``, a ``Subset`` of either, or a path. ``num_workers`` sets the DALI
@@ -124,7 +126,8 @@ class DataLoader:
                  *, prefetch_factor: int | None = None, persistent_workers: bool = False,
                  pin_memory_device: str = "", in_order: bool = True, device: Any = None,
                  seed: int | None = None, strict: bool = False, on_error: str = "raise",
-                 transform: Any = None, target_transform: Any = None) -> None:
+                 transform: Any = None, target_transform: Any = None,
+                 hw_decoder_load: float = 0.65) -> None:
         if on_error not in ("raise", "skip"):
             raise ValueError(f"on_error should be 'raise' or 'skip', but got on_error={on_error!r}")
         if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
@@ -146,6 +149,9 @@ class DataLoader:
                 persistent_workers=persistent_workers, pin_memory_device=pin_memory_device,
                 in_order=in_order)
         self.device = _resolve_device(device)
+        if not 0.0 <= hw_decoder_load <= 1.0:
+            raise ValueError(f"hw_decoder_load should be in [0, 1], but got {hw_decoder_load!r}")
+        self.hw_decoder_load = hw_decoder_load
         self.on_error = on_error
         self.strict = strict
         self.dataset = dataset
@@ -261,6 +267,16 @@ class DataLoader:
                              f"torch's DataLoader because {self.fallback_reason}")
         self._order.load_state_dict(state)
 
+    def close(self) -> None:
+        """Release the DALI graph now (idempotent); a later ``iter()`` builds it again."""
+        old = self._live() if self._live is not None else None
+        if old is not None:
+            old._active = False
+            old._decoder = old._queue = None
+        decoder, self._decoder, self._decoder_size = self._decoder, None, 0
+        if decoder is not None and self.__dict__.get("_pid") == os.getpid():
+            decoder.close()
+
     def _decoder_for(self, max_batch: int) -> Any:
         if self._decoder is not None and self._decoder_size >= max_batch:
             return self._decoder
@@ -272,7 +288,7 @@ class DataLoader:
         self._decoder = BatchDecoder(
             self._plan, max_batch_size=max_batch, num_threads=max(1, self.num_workers),
             device="gpu" if cuda else "cpu", device_id=self.device.index if cuda else None,
-            queue_depth=max(1, self.prefetch_factor or 2))
+            queue_depth=max(1, self.prefetch_factor or 2), hw_decoder_load=self.hw_decoder_load)
         self._decoder_size = max_batch
         self._pid = os.getpid()
         _track(self._decoder)

@@ -166,6 +166,20 @@ def test_deleting_loaders_mid_epoch_leaks_no_threads_or_decoders(train):
     assert process.num_threads() <= baseline
 
 
+def test_close_releases_the_graph_and_a_later_epoch_rebuilds_it(train):
+    loader = fastload.DataLoader(train, batch_size=8)
+    it = iter(loader)
+    next(it)
+    decoder = weakref.ref(loader._decoder)
+    loader.close()
+    loader.close()
+    gc.collect()
+    assert decoder() is None
+    with pytest.raises(RuntimeError, match="superseded"):
+        next(it)
+    assert len(run(loader)[0]) == 6
+
+
 def test_a_forked_child_that_collects_garbage_loaders_does_not_hang(train):
     """torch DataLoader workers are forked; a loader that is garbage in a reference cycle
     is finalized in the child, where destroying its DALI pipeline would wait forever."""
