@@ -216,6 +216,8 @@ class BatchOrder:
         state: dict[str, Any] = {
             "version": STATE_VERSION, "seed": self.seed, "num_items": self.num_items,
             "epoch": self.next_epoch, "batches_yielded": 0, "remaining": None,
+            "batch_size": self.batch_size, "drop_last": self.drop_last,
+            "world_size": self.own.num_replicas if self.own is not None else 1,
         }
         if cur is not None:
             state["epoch"] = cur.epoch
@@ -236,6 +238,13 @@ class BatchOrder:
         if state["num_items"] != self.num_items:
             raise ValueError(f"state was saved for a dataset of {state['num_items']} samples, "
                              f"but this loader's dataset has {self.num_items}")
+        if self.own is not None and state["remaining"] is None:  # a replay needs the same cut
+            mine = {"batch_size": self.batch_size, "drop_last": self.drop_last,
+                    "world_size": self.own.num_replicas}
+            for key, value in mine.items():
+                if state.get(key) != value:
+                    raise ValueError(f"state was saved with {key}={state.get(key)!r}, but this "
+                                     f"loader has {key}={value!r}; resume with the same setting")
         self.seed = int(state["seed"])
         if self.own is not None:
             self.own.seed = self.seed

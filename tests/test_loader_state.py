@@ -113,6 +113,8 @@ def test_load_state_dict_rejects_a_state_for_another_dataset(train, synth_root):
         val.load_state_dict(state)
     with pytest.raises(ValueError, match="state_dict"):
         val.load_state_dict({"epoch": 3})
+    with pytest.raises(ValueError, match="batch_size=4.*batch_size=8"):
+        fastload.DataLoader(train, batch_size=8).load_state_dict(state)
 
 
 def test_two_loaders_iterate_at_once(train):

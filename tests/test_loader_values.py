@@ -93,3 +93,22 @@ def test_cuda_device_gives_cuda_batches_close_to_the_cpu_graph(synth_root):
         assert c_images.is_pinned() and c_labels.is_pinned()
         assert torch.equal(labels.cpu(), c_labels)
         assert (images.cpu() - c_images).abs().mean() < 0.01
+
+
+def test_image_sizes_from_headers_match_pillow(synth_root, tmp_path):
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    from fastload.sources import image_size, jpeg_size
+
+    for path in sorted((synth_root / "val").rglob("*.jpg")):
+        with Image.open(path) as img:
+            assert jpeg_size(path.read_bytes()) == (img.height, img.width)
+    pixels = np.zeros((37, 53, 3), dtype=np.uint8)
+    for fmt, options in (("JPEG", {"progressive": True}), ("PNG", {})):
+        buf = io.BytesIO()
+        Image.fromarray(pixels).save(buf, fmt, **options)
+        assert image_size(np.frombuffer(buf.getvalue(), np.uint8)) == (37, 53)
+    assert jpeg_size(b"\xff\xd8\xff") is None and image_size(b"not an image") is None
