@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from . import geometry, graph, torch_resample
+from .buffers import BatchBuffers
 from .translate import TransformPlan
 
 __all__ = ["BatchDecodeError", "BatchDecoder"]
@@ -138,6 +139,8 @@ class BatchDecoder:
         self._names = graph.input_names(plan, resample=self.resampler == "dali")
         self._pending: collections.deque = collections.deque()  # (feeds, encoded, params)
         self._pool = None
+        # Batches reuse the memory of earlier ones the caller no longer holds (see buffers).
+        self._buffers = BatchBuffers(keep=3)
         if self.resampler == "torch":  # worker threads, also for one: see torch_resample
             from concurrent.futures import ThreadPoolExecutor
 
@@ -189,7 +192,9 @@ class BatchDecoder:
             raise BatchDecodeError(str(exc), _unreadable(arrays)) from None
         _, _, params = self._pending.popleft()
         if self.resampler == "torch":
-            return torch_resample.resample_batch(self.plan, out, params, self._pool)
+            return torch_resample.resample_batch(
+                self.plan, out, params, self._pool, self._buffers
+            )
         return self._to_torch(out)
 
     @property
@@ -217,6 +222,7 @@ class BatchDecoder:
         self._pending.clear()
         pipe, self._pipe = self._pipe, None
         del pipe
+        self._buffers.clear()
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
@@ -296,7 +302,10 @@ class BatchDecoder:
             )
         if self.device == "gpu":
             return _gpu_copy(out, self.plan.output_dtype, self.device_id)
-        return torch.from_numpy(np.array(out.as_tensor()))
+        dense = np.asarray(out.as_tensor())  # a view of DALI's buffer, reused next batch
+        result = self._buffers.empty(dense.shape, self.plan.output_dtype)
+        result.copy_(torch.from_numpy(dense))
+        return result
 
 
 def _gpu_copy(out, dtype: torch.dtype, device_id: int) -> torch.Tensor:

@@ -51,12 +51,14 @@ def resample_batch(
     decoded: Sequence,
     params: Sequence[g.SampleParams],
     pool=None,
+    buffers=None,
 ) -> torch.Tensor:
     """Resize each decoded HWC uint8 sample to its ``params.resize``, flip, normalise; return
     an N x C x H x W tensor of ``plan.output_dtype`` (fresh memory). ``decoded[i]`` must
     stay valid during the call. ``pool``: an executor to spread samples over threads (on a
     loaded 2-core machine, calling these small ops from the main thread with torch's default
-    intra-op threads was measured up to 10x slower than from worker threads)."""
+    intra-op threads was measured up to 10x slower than from worker threads). ``buffers``: a
+    :class:`~fastload.pipelines.buffers.BatchBuffers` to take the output's memory from."""
     n = len(params)
     h, w = params[0].resize
     if any(p.resize != (h, w) for p in params):
@@ -64,7 +66,10 @@ def resample_batch(
         raise ValueError(
             f"the images of a batch have different sizes {sizes}; add a crop so they can be stacked"
         )
-    out = torch.empty((n, 3, h, w), dtype=plan.output_dtype)
+    if buffers is None:
+        out = torch.empty((n, 3, h, w), dtype=plan.output_dtype)
+    else:
+        out = buffers.empty((n, 3, h, w), plan.output_dtype)
     mode = _MODES[plan.interpolation]
     aa_out = _AA_OUT[mode]() if plan.antialias else None
     normalise = plan.output_dtype != torch.uint8
