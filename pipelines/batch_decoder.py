@@ -207,21 +207,22 @@ class BatchDecoder:
         if self._closed:
             return
         while self._pending:
-            self._pending.popleft()
-            try:
+            try:  # the batch's buffers stay referenced until DALI is done with them (no_copy)
                 self._pipe._pipe.Outputs()
             except RuntimeError:
-                self._pending.clear()
                 self._pipe = self._build()
+                self._pending.clear()
+            else:
+                self._pending.popleft()
 
     def close(self) -> None:
         """Release the DALI pipeline; idempotent."""
         if self._closed:
             return
         self._closed = True
-        self._pending.clear()
         pipe, self._pipe = self._pipe, None
-        del pipe
+        del pipe  # stops DALI before the encoded buffers it may still read are released
+        self._pending.clear()
         self._buffers.clear()
         if self._pool is not None:
             self._pool.shutdown(wait=True)

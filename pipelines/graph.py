@@ -20,6 +20,8 @@ from .translate import TransformPlan
 
 __all__ = ["INPUT_NAMES", "build_pipeline"]
 
+NO_COPY_ENCODED = True
+
 INPUT_NAMES = (
     "encoded",
     "decode_anchor",
@@ -171,7 +173,11 @@ def build_pipeline(
         inputs = {}
         for name in names:
             if name == "encoded":
-                inputs[name] = fn.external_source(name=name, dtype=types.UINT8, ndim=1)
+                # no_copy: DALI reads the caller's buffers in place (BatchDecoder keeps them
+                # alive until the batch is fetched) instead of copying every encoded byte.
+                inputs[name] = fn.external_source(
+                    name=name, dtype=types.UINT8, ndim=1, no_copy=NO_COPY_ENCODED
+                )
             elif name in ("decode_anchor", "decode_shape", "crop_anchor", "crop_shape"):
                 inputs[name] = fn.external_source(name=name, dtype=types.INT32, ndim=1)
             elif name in ("hflip", "vflip"):
