@@ -159,16 +159,7 @@ class _TorchRow(_Row):
     def _build(self) -> None:
         from torch.utils.data import DataLoader
 
-        transform = build_transform(self.spec.transforms, self.spec.image_size)
-        if self._source == "folder":
-            from torchvision.datasets import ImageFolder
-
-            dataset = ImageFolder(self.spec.folder, transform)
-        else:
-            from fastload.lmdb_dataset import LMDBDataset
-
-            dataset = LMDBDataset(_need(self.spec.lmdb, "lmdb"), transform)
-        self._loader = DataLoader(dataset, **_loader_kwargs(self.spec))
+        self._loader = DataLoader(_row_dataset(self.spec, self._source), **_loader_kwargs(self.spec))
 
     def _batches(self):
         return iter(self._loader)
@@ -188,16 +179,7 @@ class _FastloadRow(_Row):
     def _build(self) -> None:
         import fastload
 
-        transform = build_transform(self.spec.transforms, self.spec.image_size)
-        if self._source == "folder":
-            from torchvision.datasets import ImageFolder
-
-            dataset = ImageFolder(self.spec.folder, transform)
-        else:
-            from fastload.lmdb_dataset import LMDBDataset
-
-            path = self.spec.lmdb if self._source == "lmdb" else self.spec.lmdb_small
-            dataset = LMDBDataset(_need(path, self._source), transform)
+        dataset = _row_dataset(self.spec, self._source)
         kwargs = _loader_kwargs(self.spec)
         params = inspect.signature(fastload.DataLoader).parameters
         kwargs["device"] = "cuda" if self.spec.device == "gpu" else "cpu"
@@ -330,6 +312,19 @@ def _loader_kwargs(spec: RowSpec) -> dict:
         "pin_memory": spec.device == "gpu" and torch.cuda.is_available(),
         "generator": torch.Generator().manual_seed(spec.seed),
     }
+
+
+def _row_dataset(spec: RowSpec, source: str):
+    """The dataset a loader row reads: the folder, the LMDB, or the pre-resized LMDB."""
+    transform = build_transform(spec.transforms, spec.image_size)
+    if source == "folder":
+        from torchvision.datasets import ImageFolder
+
+        return ImageFolder(spec.folder, transform)
+    from fastload.lmdb_dataset import LMDBDataset
+
+    path = spec.lmdb if source == "lmdb" else spec.lmdb_small
+    return LMDBDataset(_need(path, source), transform)
 
 
 def _need(path: str | None, what: str) -> str:
