@@ -19,7 +19,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 
 test: lint
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q tests benchmarks --benchmark-disable
 
 demo: $(STAMP)
 	$(BIN)/fastload demo --workdir $(DEMO)
