@@ -2,9 +2,10 @@
 
 On CPU the resize, not the decode, dominates the graph. torch's antialiased bilinear resize of
 uint8 images reproduces Pillow's to one grey level and costs about half of DALI's CPU resize,
-so for plans whose resample is the last geometric step (``RandomResizedCrop`` and flips, or a
-``Resize`` to a fixed size) the DALI graph stops after decoding the region and this module
-resizes, flips and normalises each sample straight into the output batch.
+so for plans whose resample is followed only by flips and crops inside the image
+(``RandomResizedCrop`` and flips; ``Resize`` then ``CenterCrop``) the DALI graph stops after
+decoding (the region, where a crop comes first) and this module resizes, crops, flips and
+normalises each sample straight into the output batch.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ _AA_OUT = {
 
 
 def eligible(plan: TransformPlan) -> bool:
-    """The plan ends with its resample (only flips after it), with no padding or colour jitter."""
+    """After its resample the plan only crops inside the image (``CenterCrop``, unpadded
+    ``RandomCrop``) and flips; no padding, no colour jitter."""
     if not plan.has_resize or plan.pad_crop or plan.jitter is not None:
         return False
     if plan.interpolation not in _MODES:
@@ -41,9 +43,20 @@ def eligible(plan: TransformPlan) -> bool:
     for step in plan.steps:
         if isinstance(step, (g.Resize, g.RandomResizedCrop)):
             seen_resample = True
-        elif seen_resample and not isinstance(step, g.Flip):
+        elif seen_resample and not isinstance(step, (g.Flip, g.CenterCrop, g.RandomCrop)):
             return False
     return True
+
+
+def _full_resize(p: g.SampleParams) -> tuple[int, int, int, int]:
+    """``(height, width, top, left)``: the size the whole decoded region is resampled to, and
+    where the output lies in it (geometry folds a crop after the resize into ``resize_roi``;
+    its integers come back exactly from the float region)."""
+    dh, dw = p.decode[2], p.decode[3]
+    h, w = p.resize
+    (y0, x0), (y1, x1) = p.resize_roi
+    rh, rw = round(h * dh / (y1 - y0)), round(w * dw / (x1 - x0))
+    return rh, rw, round(y0 * rh / dh), round(x0 * rw / dw)
 
 
 def resample_batch(
@@ -80,12 +93,16 @@ def resample_batch(
 
     def one(i: int, buf: torch.Tensor) -> None:
         src = torch.from_numpy(np.asarray(decoded[i])).permute(2, 0, 1).unsqueeze(0)
+        rh, rw, top, left = _full_resize(params[i])
+        if (rh, rw) != (h, w):  # the output is a crop of the resampled image
+            buf = torch.empty((1, rh, rw, 3), dtype=torch.uint8).permute(0, 3, 1, 2)
         if aa_out is not None:  # into a channels-last buffer: no RGBA -> planar repack
-            y = aa_out(src, [h, w], False, None, None, out=buf)[0]
+            y = aa_out(src, [rh, rw], False, None, None, out=buf)[0]
         else:
             y = torch.nn.functional.interpolate(
-                src, size=(h, w), mode=mode, antialias=plan.antialias, align_corners=False
+                src, size=(rh, rw), mode=mode, antialias=plan.antialias, align_corners=False
             )[0]
+        y = y[:, top : top + h, left : left + w]
         flips = [d for d, on in ((-1, params[i].hflip), (-2, params[i].vflip)) if on]
         if flips:
             y = y.flip(flips)

@@ -55,10 +55,14 @@ def test_pil_to_tensor_gives_uint8_like_torchvision(photos):
     assert (out[0].int() - ref.int()).abs().float().mean() < 1.0
 
 
-@pytest.mark.parametrize("transform", [VAL, TRAIN], ids=["dali-resize", "torch-resize"])
-def test_variable_batch_sizes_and_queue_return_batches_in_order(photos, transform):
+@pytest.mark.parametrize(
+    ("transform", "resampler"), [(VAL, "dali"), (TRAIN, "torch")], ids=["dali-resize", "torch-resize"]
+)
+def test_variable_batch_sizes_and_queue_return_batches_in_order(photos, transform, resampler):
     sizes = [5, 1, 3]
-    with BatchDecoder(translate(transform), max_batch_size=5, queue_depth=3) as dec:
+    with BatchDecoder(
+        translate(transform), max_batch_size=5, queue_depth=3, resampler=resampler
+    ) as dec:
         for k, n in enumerate(sizes):
             dec.submit(*_batch(photos, 2 * k, n), torch.Generator().manual_seed(k))
         assert dec.outstanding == 3
@@ -84,12 +88,18 @@ def test_fetched_tensor_is_not_overwritten_by_later_batches(photos):
         assert torch.equal(first, kept)
 
 
-@pytest.mark.parametrize("transform", [VAL, TRAIN], ids=["dali-resize", "torch-resize"])
-def test_corrupt_jpeg_raises_batch_decode_error_then_decoder_continues(photos, transform):
+@pytest.mark.parametrize(
+    ("transform", "resampler"), [(VAL, "dali"), (TRAIN, "torch")], ids=["dali-resize", "torch-resize"]
+)
+def test_corrupt_jpeg_raises_batch_decode_error_then_decoder_continues(
+    photos, transform, resampler
+):
     encoded, sizes = _batch(photos, 0, 3)
     broken = list(encoded)
     broken[1] = b"this is not a jpeg at all" * 20
-    with BatchDecoder(translate(transform), max_batch_size=3, queue_depth=3) as dec:
+    with BatchDecoder(
+        translate(transform), max_batch_size=3, queue_depth=3, resampler=resampler
+    ) as dec:
         dec.submit(encoded, sizes, torch.Generator())
         dec.submit(broken, sizes, torch.Generator())
         dec.submit(encoded, sizes, torch.Generator())
@@ -117,12 +127,14 @@ def test_reset_drops_batches_in_flight_and_close_is_idempotent(photos):
         dec.submit(*_batch(photos, 0, 1), torch.Generator())
 
 
-def test_resampler_auto_uses_torch_only_where_the_resample_is_last():
+def test_resampler_auto_uses_torch_only_where_only_unpadded_crops_and_flips_follow():
     assert BatchDecoder(translate(TRAIN), max_batch_size=1).resampler == "torch"
-    assert BatchDecoder(translate(VAL), max_batch_size=1).resampler == "dali"
+    assert BatchDecoder(translate(VAL), max_batch_size=1).resampler == "torch"
     assert BatchDecoder(translate(TRAIN), max_batch_size=1, resampler="dali").resampler == "dali"
+    padded = translate(T.Compose([T.Resize(64), T.RandomCrop(70, pad_if_needed=True), T.ToTensor()]))
+    assert BatchDecoder(padded, max_batch_size=1).resampler == "dali"
     with pytest.raises(ValueError, match="resampler='torch'"):
-        BatchDecoder(translate(VAL), max_batch_size=1, resampler="torch")
+        BatchDecoder(padded, max_batch_size=1, resampler="torch")
     with pytest.raises(ValueError, match="resampler should be"):
         BatchDecoder(translate(VAL), max_batch_size=1, resampler="pil")
 

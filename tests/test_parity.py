@@ -63,8 +63,9 @@ def _per_image_mad(transform, photos, seed_base=None, **decoder_kwargs) -> list[
     return mads
 
 
-def test_val_transform_matches_torchvision_within_0_01_for_every_image(photos):
-    mads = _per_image_mad(VAL, photos)
+@pytest.mark.parametrize("resampler", ["dali", "torch"])
+def test_val_transform_matches_torchvision_within_0_01_for_every_image(photos, resampler):
+    mads = _per_image_mad(VAL, photos, resampler=resampler)
     assert len(mads) == 12
     assert max(mads) <= 0.01, f"per-image MAD max {max(mads):.5f}, median {np.median(mads):.5f}"
 
@@ -109,8 +110,14 @@ def test_train_transform_with_same_seed_reproduces_torchvision(photos, resampler
                 v2.ToDtype(torch.float16, scale=True),
             ]
         ),
+        T.Compose([T.Resize(256), T.CenterCrop(224), T.ToTensor(), T.Normalize(MEAN, STD)]),
+        T.Compose(
+            [T.RandomHorizontalFlip(), T.Resize(90), T.RandomCrop(80), T.RandomHorizontalFlip(),
+             T.PILToTensor()]
+        ),
     ],
-    ids=["bicubic-vflip", "fixed-size-uint8", "v2-no-antialias-float16"],
+    ids=["bicubic-vflip", "fixed-size-uint8", "v2-no-antialias-float16", "val",
+         "resize-randomcrop-hflip"],
 )
 def test_torch_resampler_reproduces_torchvision_to_a_grey_level(photos, transform):
     scale = 1.0 if translate(transform).output_dtype == torch.uint8 else 255.0
