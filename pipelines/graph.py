@@ -175,8 +175,9 @@ def build_pipeline(
             if name == "encoded":
                 # no_copy: DALI reads the caller's buffers in place (BatchDecoder keeps them
                 # alive until the batch is fetched) instead of copying every encoded byte.
+                # CPU graphs only: not yet run on a GPU machine.
                 inputs[name] = fn.external_source(
-                    name=name, dtype=types.UINT8, ndim=1, no_copy=NO_COPY_ENCODED
+                    name=name, dtype=types.UINT8, ndim=1, no_copy=NO_COPY_ENCODED and not gpu
                 )
             elif name in ("decode_anchor", "decode_shape", "crop_anchor", "crop_shape"):
                 inputs[name] = fn.external_source(name=name, dtype=types.INT32, ndim=1)
