@@ -144,7 +144,12 @@ class BatchDecoder:
         if self.resampler == "torch":  # worker threads, also for one: see torch_resample
             from concurrent.futures import ThreadPoolExecutor
 
-            self._pool = ThreadPoolExecutor(num_threads, thread_name_prefix="fastload-resample")
+            # each worker runs torch ops on its own thread only (no OpenMP team per worker)
+            self._pool = ThreadPoolExecutor(
+                num_threads,
+                thread_name_prefix="fastload-resample",
+                initializer=torch_resample.one_omp_thread,
+            )
         self._pipe = None
         self._closed = False
         self._pipe = self._build()

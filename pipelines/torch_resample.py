@@ -30,6 +30,38 @@ _AA_OUT = {
 }
 
 
+def one_omp_thread() -> None:
+    """Thread-pool initializer: this thread's torch ops run without an OpenMP team.
+
+    Each pool thread resamples its own share of the batch; torch would otherwise start a
+    team of ``omp_get_max_threads()`` (all cores) from every pool thread for each op over
+    32K elements, oversubscribing the cores DALI decodes on. OpenMP's thread count is a
+    per-thread setting, so the caller's threads (the training loop's
+    ``torch.get_num_threads()``) keep theirs."""
+    import ctypes
+
+    # torch sets this thread's OpenMP count on its first parallel op (from a global
+    # torch.set_num_threads value, if any): let that happen first, then override it.
+    torch.empty(1 << 16, dtype=torch.uint8).fill_(0)
+    lib = _openmp_library()
+    if lib is not None:
+        ctypes.CDLL(lib).omp_set_num_threads(1)
+
+
+def _openmp_library() -> str | None:
+    """Path of the OpenMP runtime loaded in this process (libgomp, libiomp5, libomp)."""
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                path = line.split()[-1]
+                name = path.rsplit("/", 1)[-1]
+                if name.startswith(("libgomp", "libiomp5", "libomp")) and ".so" in name:
+                    return path
+    except OSError:  # no /proc (not Linux): torch's default teams stay
+        pass
+    return None
+
+
 def eligible(plan: TransformPlan) -> bool:
     """After its resample the plan only crops inside the image (``CenterCrop``, unpadded
     ``RandomCrop``) and flips; no padding, no colour jitter."""

@@ -152,3 +152,21 @@ def test_bad_arguments_raise_clear_errors(photos):
             dec.submit([photos[0][0]], [], torch.Generator())
         with pytest.raises(RuntimeError, match="no batch in flight"):
             dec.fetch()
+
+
+def test_resample_threads_run_without_openmp_teams_and_leave_the_callers_thread_count():
+    import ctypes
+
+    from fastload.pipelines import torch_resample
+
+    lib = torch_resample._openmp_library()
+    if lib is None:
+        pytest.skip("torch is not built with an OpenMP runtime here")
+    omp = ctypes.CDLL(lib)
+    torch_threads, omp_threads = torch.get_num_threads(), omp.omp_get_max_threads()
+    with BatchDecoder(translate(TRAIN), max_batch_size=1) as dec:
+        assert dec.resampler == "torch"
+        in_pool = dec._pool.submit(omp.omp_get_max_threads).result()
+    assert in_pool == 1
+    assert torch.get_num_threads() == torch_threads
+    assert omp.omp_get_max_threads() == omp_threads
