@@ -7,7 +7,6 @@ Whatever cannot run on that path falls back to a real ``torch.utils.data.DataLoa
 
 from __future__ import annotations
 
-import os
 import warnings
 import weakref
 from collections import deque
@@ -27,26 +26,6 @@ _FROZEN = ("batch_size", "batch_sampler", "sampler", "drop_last", "dataset", "pe
 _COPIED = ("num_workers", "prefetch_factor", "pin_memory", "pin_memory_device", "timeout",
            "worker_init_fn", "multiprocessing_context", "in_order", "generator", "collate_fn",
            "persistent_workers", "batch_size", "drop_last", "sampler", "batch_sampler")
-
-
-# Decoders made in this process. A forked child (e.g. a torch DataLoader worker) inherits
-# them without DALI's threads, and destroying a DALI pipeline there waits forever on those
-# threads; so after a fork the child keeps every inherited decoder alive in _INHERITED.
-_LIVE_DECODERS: weakref.WeakSet = weakref.WeakSet()
-_INHERITED: list[Any] = []
-_FORK_HOOK: list[bool] = []
-
-
-def _keep_inherited_decoders() -> None:
-    _INHERITED.extend(_LIVE_DECODERS)
-    _LIVE_DECODERS.clear()
-
-
-def _track(decoder: Any) -> None:
-    if not _FORK_HOOK:
-        os.register_at_fork(after_in_child=_keep_inherited_decoders)
-        _FORK_HOOK.append(True)
-    _LIVE_DECODERS.add(decoder)
 
 
 class FallbackWarning(UserWarning):
@@ -274,7 +253,7 @@ class DataLoader:
             old._active = False
             old._decoder = old._queue = None
         decoder, self._decoder, self._decoder_size = self._decoder, None, 0
-        if decoder is not None and self.__dict__.get("_pid") == os.getpid():
+        if decoder is not None:
             decoder.close()
 
     def _decoder_for(self, max_batch: int) -> Any:
@@ -290,8 +269,6 @@ class DataLoader:
             device="gpu" if cuda else "cpu", device_id=self.device.index if cuda else None,
             queue_depth=max(1, self.prefetch_factor or 2), hw_decoder_load=self.hw_decoder_load)
         self._decoder_size = max_batch
-        self._pid = os.getpid()
-        _track(self._decoder)
         return self._decoder
 
     def _note_skip(self, names: list[str], why: str) -> None:
@@ -303,8 +280,8 @@ class DataLoader:
 
     def __del__(self) -> None:
         decoder = self.__dict__.get("_decoder")
-        if decoder is not None and self.__dict__.get("_pid") == os.getpid():
-            decoder.close()  # in a forked child _keep_inherited_decoders holds it instead
+        if decoder is not None:
+            decoder.close()  # in a forked child this keeps DALI's pipeline (see BatchDecoder.close)
 
 
 @dataclass

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import collections
 import io
+import os
+import weakref
 from collections.abc import Sequence
 
 import numpy as np
@@ -26,6 +28,27 @@ from .buffers import BatchBuffers
 from .translate import TransformPlan
 
 __all__ = ["BatchDecodeError", "BatchDecoder"]
+
+
+# DALI pipelines do not survive fork: a forked child (a torch DataLoader worker, say)
+# inherits them without DALI's threads, and destroying one there (its own finalizer runs
+# when the child's garbage collector meets a decoder in a reference cycle) waits forever.
+# So a child keeps every decoder it inherited alive, untouched, for its whole life.
+_LIVE: weakref.WeakSet = weakref.WeakSet()
+_INHERITED: list = []
+_FORK_HOOK: list[bool] = []
+
+
+def _keep_inherited() -> None:
+    _INHERITED.extend(_LIVE)
+    _LIVE.clear()
+
+
+def _track(decoder: BatchDecoder) -> None:
+    if not _FORK_HOOK:
+        os.register_at_fork(after_in_child=_keep_inherited)
+        _FORK_HOOK.append(True)
+    _LIVE.add(decoder)
 
 
 class BatchDecodeError(RuntimeError):
@@ -152,7 +175,9 @@ class BatchDecoder:
             )
         self._pipe = None
         self._closed = False
+        self._owner_pid = os.getpid()
         self._pipe = self._build()
+        _track(self)
 
     # ------------------------------------------------------------------ public
     def submit(
@@ -226,6 +251,10 @@ class BatchDecoder:
             return
         self._closed = True
         pipe, self._pipe = self._pipe, None
+        if os.getpid() != self._owner_pid:  # inherited through fork: see _keep_inherited
+            _INHERITED.append((pipe, list(self._pending)))
+            self._pending.clear()
+            return
         del pipe  # stops DALI before the encoded buffers it may still read are released
         self._pending.clear()
         self._buffers.clear()
