@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import json
 
-from fastload.tools.cli import main
-
 from fastload.convert import is_complete
 from fastload.lmdb_dataset import LMDBDataset
+from fastload.tools.cli import main
 
 
 def test_demo_generates_converts_verifies_and_learns_then_skips_on_rerun(tmp_path, capsys):

@@ -7,10 +7,10 @@ import pathlib
 
 import numpy as np
 import pytest
-from fastload.tools.cli import main
 from PIL import Image
 
 from fastload.synth import class_names, image_size, synth_image, synthesize, tree_stats
+from fastload.tools.cli import main
 
 
 def _tree_bytes(root: pathlib.Path) -> dict[str, bytes]:
