@@ -23,9 +23,13 @@ from __future__ import annotations
 import io
 import os
 import warnings
-import zlib
 
 from fastload.datum import datum_parts, encode_datum
+
+try:  # ISA-L's CRC-32: the same values as zlib.crc32, about 5x faster on this machine
+    from isal.isal_zlib import crc32
+except ImportError:  # pragma: no cover - isal is a dependency; zlib gives the same sums
+    from zlib import crc32
 
 # Start-of-frame markers a DALI decoder (libjpeg-turbo / nvJPEG) takes as they are.
 _SOF_KEEP = {0xC0, 0xC1, 0xC2}
@@ -275,7 +279,7 @@ def check_file(
         record = view[start:end]
     else:
         record = encode_datum(image, label, height, width, 3)
-    return ("ok", record, zlib.crc32(record), how)
+    return ("ok", record, crc32(record), how)
 
 
 def check_file_task(task: tuple[str, int, int | None, int, str]) -> tuple:

@@ -28,11 +28,11 @@ import os
 import signal
 import sys
 import time
-import zlib
 from array import array
 from pathlib import Path
 
 from fastload.datum import datum_fields
+from fastload.image_check import crc32
 from fastload.lmdb_format import (
     CHECKSUM_DTYPE,
     CHECKSUM_FILE,
@@ -230,7 +230,7 @@ class LMDBWriter:
                         f"partial conversion in {str(self.dst)!r} has record key {key!r} where "
                         f"{record_key(index)!r} was expected; pass --overwrite to start over"
                     )
-                self._checksums.append(zlib.crc32(value))
+                self._checksums.append(crc32(value))
                 self._labels.append(datum_fields(value)[1])
                 index += 1
             if index < self.stored:
