@@ -19,6 +19,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from fastload.image_check import Unreadable, parse_jpeg
+
 __all__ = [
     "FileSource",
     "SampleError",
@@ -45,39 +47,17 @@ class NotASource(ValueError):
     """The dataset cannot be read without running its own ``__getitem__``; ``str()`` says why."""
 
 
-# JPEG start-of-frame markers that carry the image size (all SOFn but DHT/JPG/DAC).
-_SOF_MARKERS = frozenset({0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF})
-
-
 def jpeg_size(data: bytes | memoryview | np.ndarray) -> tuple[int, int] | None:
     """``(height, width)`` from a JPEG's start-of-frame header, or None if ``data`` is not a
-    JPEG or its header is cut short. Reads only the markers before the first frame."""
+    JPEG, its header is broken or cut short, or it gives no size (a DNL-marker height)."""
     buf = memoryview(data).cast("B") if not isinstance(data, np.ndarray) else memoryview(data)
-    n = len(buf)
-    if n < 4 or buf[0] != 0xFF or buf[1] != 0xD8:
+    if len(buf) < 4 or buf[0] != 0xFF or buf[1] != 0xD8:
         return None
-    pos = 2
-    while pos + 4 <= n:
-        if buf[pos] != 0xFF:
-            return None
-        marker = buf[pos + 1]
-        if marker == 0xFF:  # fill byte
-            pos += 1
-            continue
-        if marker in (0x01, 0xD8) or 0xD0 <= marker <= 0xD7:  # markers without a length
-            pos += 2
-            continue
-        length = (buf[pos + 2] << 8) | buf[pos + 3]
-        if marker in _SOF_MARKERS:
-            if pos + 9 > n:
-                return None
-            height = (buf[pos + 5] << 8) | buf[pos + 6]
-            width = (buf[pos + 7] << 8) | buf[pos + 8]
-            return (height, width) if height and width else None
-        if marker == 0xD9 or length < 2:
-            return None
-        pos += 2 + length
-    return None
+    try:
+        _, _, height, width, _ = parse_jpeg(buf)
+    except Unreadable:
+        return None
+    return (height, width) if height and width else None
 
 
 def image_size(data: bytes | memoryview | np.ndarray) -> tuple[int, int] | None:
