@@ -5,16 +5,17 @@ Durability protocol (one writer process):
 1. ``fastload.partial.json`` is written (atomically) before the LMDB environment exists:
    it names the source, its fingerprint and the options, so a directory holding records
    but no sidecar is always recognisable as a partial, never as a finished database.
-2. Records are put in batches, one LMDB write transaction per batch. After each commit
-   the partial file is replaced (write + rename) with the records committed (``stored``),
+2. Records are put in batches of source files (``commit`` marks the end of one), written
+   in LMDB transactions of ``RECORDS_PER_TXN`` records. After each batch's last commit the
+   partial file is replaced (write + rename) with the records committed (``stored``),
    the source files consumed (``seen``) and the files skipped so far. Commits and progress
    records reach the page cache in that order, which is all a process crash (SIGKILL,
    OOM kill, Ctrl-C) can interrupt. They are flushed to disk (``fsync``) every
    ``DURABLE_EVERY_S`` seconds and at the end, not at every commit: per-commit flushes would
    cost more than the conversion itself. After a machine crash the last unflushed batches
    may be gone; a partial damaged that way is detected and refused (``--overwrite``).
-3. On resume the partial file says where to continue. Records past ``stored`` (a commit
-   that landed before its progress record) are deleted and redone, so the finished
+3. On resume the partial file says where to continue. Records past ``stored`` (commits
+   that landed before their batch's progress record) are deleted and redone, so the finished
    database is identical to an uninterrupted run. Checksums and labels of the kept prefix
    are recomputed from the records.
 4. Finishing writes ``checksums.crc32``, ``labels.i32`` and ``errors.json``, then
@@ -53,6 +54,10 @@ from fastload.lmdb_format import (
 
 MIN_MAP_SIZE = 64 << 20  # 64 MiB; LMDB's data.mdb is sparse, the map only reserves addresses
 DURABLE_EVERY_S = 30.0  # seconds between fsyncs of the database and its progress record
+# Small transactions: their dirty pages (~2.5 MB of photos) are still in the CPU cache when
+# the commit copies them into the page cache. A 256-record transaction (~20 MB) was
+# copied back from RAM: 35% more CPU time for the whole conversion (benchmarks/NOTES.md C2).
+RECORDS_PER_TXN = 32
 CRASH_ENV = "FASTLOAD_TEST_CRASH"  # test hook: "<point>:<n>" SIGKILLs at the n-th <point>
 CRASH_POINTS = ("mid_txn", "after_commit", "after_progress")
 
@@ -164,6 +169,13 @@ def prepare_destination(dst: Path, identity: dict, *, overwrite: bool) -> dict:
     return fresh
 
 
+def _delete_from(cursor, index: int) -> None:
+    """Delete every record at or past ``index`` (in the cursor's write transaction)."""
+    if cursor.set_range(record_key(index)):
+        while cursor.delete():
+            pass
+
+
 class MapFull(Exception):
     """The LMDB map filled inside a batch; it was rolled back and the map grown."""
 
@@ -238,9 +250,7 @@ class LMDBWriter:
                     f"partial conversion in {str(self.dst)!r} claims {self.stored} records but "
                     f"holds {index} (lost in a machine crash?); pass --overwrite to start over"
                 )
-            if cursor.set_range(record_key(self.stored)):
-                while cursor.delete():
-                    pass
+            _delete_from(cursor, self.stored)
 
     def add(self, value: bytes, crc: int, label: int, how: str) -> None:
         """Put one serialized Datum (``crc`` = its CRC-32) into the open batch.
@@ -259,6 +269,20 @@ class LMDBWriter:
         self._pending_crcs.append(crc)
         self._pending_labels.append(label)
         self._pending_counts[how] = self._pending_counts.get(how, 0) + 1
+        if len(self._pending_crcs) % RECORDS_PER_TXN == 0:
+            self._commit_txn()
+
+    def _commit_txn(self) -> None:
+        """Commit the open LMDB transaction (the batch's progress is recorded later)."""
+        if self._txn is None:
+            return
+        txn, self._txn = self._txn, None
+        try:
+            txn.commit()
+        except self._lmdb.MapFullError:
+            self._txn = txn
+            self._rollback_and_grow()
+            raise MapFull from None
 
     def skip(self, index: int, path: str, reason: str) -> None:
         """Record that source file ``index`` could not be used (kept by the next commit)."""
@@ -266,14 +290,7 @@ class LMDBWriter:
 
     def commit(self, seen: int) -> None:
         """Commit the open batch, then record that ``seen`` source files are done."""
-        if self._txn is not None:
-            txn, self._txn = self._txn, None
-            try:
-                txn.commit()
-            except self._lmdb.MapFullError:
-                self._txn = txn
-                self._rollback_and_grow()
-                raise MapFull from None
+        self._commit_txn()
         self._maybe_crash("after_commit")
         self._checksums.extend(self._pending_crcs)
         self._labels.extend(self._pending_labels)
@@ -301,12 +318,15 @@ class LMDBWriter:
         self._pending_skipped: list[dict] = []
 
     def _rollback_and_grow(self) -> None:
+        """Drop the open batch (its committed transactions too), then double the map."""
         if self._txn is not None:
             self._txn.abort()
             self._txn = None
         self._clear_pending()
         self._map_size *= 2
-        self.env.set_mapsize(self._map_size)
+        self.env.set_mapsize(self._map_size)  # first: deleting needs free pages too
+        with self.env.begin(write=True) as txn:
+            _delete_from(txn.cursor(), self.stored)
 
     def finish(self, meta: dict) -> dict:
         """Write the sidecars and ``fastload.json`` (last); returns the metadata written."""

@@ -360,11 +360,29 @@ def test_convert_resumes_after_sigkill_identically(mixed_tree, mixed_reference, 
     assert not (dst / PARTIAL_FILE).exists()
 
 
+def test_transactions_committed_after_the_last_progress_record_are_redone(
+        mixed_tree, mixed_reference, tmp_path):
+    dst = tmp_path / "db"
+    command = _convert_cmd(mixed_tree, dst)
+    command[command.index("--commit-every") + 1] = "60"  # one batch: its progress comes last
+    env = {**os.environ, "FASTLOAD_TEST_CRASH": "mid_txn:40"}  # after a 32-record commit
+    assert subprocess.run(command, env=env, capture_output=True).returncode == -signal.SIGKILL
+    import lmdb
+
+    with lmdb.open(str(dst), readonly=True, lock=False) as env_:
+        assert env_.stat()["entries"] == 32  # committed, but the progress record says 0
+    assert json.loads((dst / PARTIAL_FILE).read_text())["stored"] == 0
+    assert subprocess.run(command, capture_output=True).returncode == 0
+    assert _dump(dst) == mixed_reference
+
+
+@pytest.mark.parametrize("records_per_txn", [32, 4])
 def test_a_full_map_grows_and_the_batch_is_redone(mixed_tree, mixed_reference, tmp_path,
-                                                  monkeypatch):
+                                                  monkeypatch, records_per_txn):
     import fastload.convert
     import fastload.lmdb_writer
 
+    monkeypatch.setattr(fastload.lmdb_writer, "RECORDS_PER_TXN", records_per_txn)
     monkeypatch.setattr(fastload.lmdb_writer, "MIN_MAP_SIZE", 0)
     monkeypatch.setattr(fastload.convert, "_initial_map_size", lambda total, count: 256 << 10)
     convert_folder(mixed_tree, tmp_path / "db", workers=1, commit_every=20, progress=False)
