@@ -24,8 +24,8 @@ from fastload.convert_sources import list_source
 from fastload.image_check import (
     CHECKS,
     KEPT,
+    ScratchBuffer,
     check_file,
-    check_file_task,
     check_file_task_copy,
 )
 from fastload.lmdb_format import FORMAT_VERSION, META_FILE, STATE_COMPLETE
@@ -202,14 +202,15 @@ def _run_from(start, samples, writer, workers, options, strict, bar, commit_ever
             last_commit = index + 1
         bar.update(1)
 
+    scratch = ScratchBuffer()  # every kept record is put before the next file is read
     try:
         for index in range(start, len(samples)):
             path, label = samples[index]
             task = (path, label, *options)
             if workers == 1:
-                result = check_file_task(task)
-            else:
-                result = check_file(*task, keep_only=True)
+                result = check_file(*task, scratch=scratch)
+            else:  # a kept record waits in the window behind a worker's: own buffer then
+                result = check_file(*task, keep_only=True, scratch=None if pending else scratch)
                 if result is None:
                     if pool is None:
                         pool = multiprocessing.get_context().Pool(workers, initializer=_worker_init)

@@ -231,11 +231,32 @@ _HEADROOM = 32  # bytes reserved before the image for the Datum prefix (at most 
 _TAILROOM = 16  # bytes reserved after it for the suffix (at most 13)
 
 
-def _read_with_room(path: str) -> tuple[bytearray, int]:
-    """The file's bytes at offset ``_HEADROOM`` of a buffer with room for a Datum around them."""
+class ScratchBuffer:
+    """One buffer reused for every file a caller reads, grown when a file needs more.
+
+    A fresh ``bytearray`` per file is zero-filled and often freshly mapped: for 80 KB
+    photos that cost about 7% of a keep-bytes conversion (benchmarks/NOTES.md C3).
+    """
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+
+    def get(self, size: int) -> bytearray:
+        """A buffer of at least ``size`` bytes; its contents are overwritten by the next call."""
+        if len(self._buffer) < size:
+            self._buffer = bytearray(max(size, 2 * len(self._buffer)))
+        return self._buffer
+
+
+def _read_with_room(path: str, scratch: ScratchBuffer | None = None) -> tuple[bytearray, int]:
+    """The file's bytes at offset ``_HEADROOM`` of a buffer with room for a Datum around them.
+
+    The buffer is ``scratch``'s when given (valid until its next use), else a new one.
+    """
     with open(path, "rb") as handle:
         size = os.fstat(handle.fileno()).st_size
-        buffer = bytearray(_HEADROOM + size + _TAILROOM)
+        needed = _HEADROOM + size + _TAILROOM
+        buffer = scratch.get(needed) if scratch is not None else bytearray(needed)
         got = handle.readinto(memoryview(buffer)[_HEADROOM:_HEADROOM + size])
         rest = handle.read()  # the file grew since fstat
     if rest or got != size:
@@ -247,17 +268,18 @@ def _read_with_room(path: str) -> tuple[bytearray, int]:
 
 def check_file(
     path: str, label: int, max_side: int | None = None, quality: int = 90,
-    check: str = "markers", *, keep_only: bool = False,
+    check: str = "markers", *, keep_only: bool = False, scratch: ScratchBuffer | None = None,
 ) -> tuple | None:
     """``("ok", datum record, its CRC-32, how)`` or ``("skip", reason)``.
 
     A kept JPEG's record is assembled around the bytes as read (no copy); the record is
-    then a ``memoryview`` (``bytes`` when ``check_file_task_copy`` runs it in a worker).
+    then a ``memoryview`` (``bytes`` when ``check_file_task_copy`` runs it in a worker),
+    of ``scratch``'s buffer when given: valid only until ``scratch`` is used again.
     With ``keep_only``, a file that needs decoding returns ``None`` (the cheap check that
     the converter's main process runs before handing such files to worker processes).
     """
     try:
-        buffer, size = _read_with_room(path)
+        buffer, size = _read_with_room(path, scratch)
     except OSError as exc:
         return ("skip", f"cannot read file: {exc.strerror or exc}")
     view = memoryview(buffer)
@@ -282,13 +304,9 @@ def check_file(
     return ("ok", record, crc32(record), how)
 
 
-def check_file_task(task: tuple[str, int, int | None, int, str]) -> tuple:
-    """``check_file`` over one ``(path, label, max_side, quality, check)`` tuple."""
-    return check_file(*task)
-
-
 def check_file_task_copy(task: tuple[str, int, int | None, int, str]) -> tuple:
-    """:func:`check_file_task` for a worker process: the record as picklable ``bytes``."""
+    """``check_file`` over one ``(path, label, max_side, quality, check)`` tuple, for a
+    worker process: the record as picklable ``bytes``."""
     result = check_file(*task)
     if result[0] == "ok" and isinstance(result[1], memoryview):
         result = ("ok", result[1].tobytes(), *result[2:])
