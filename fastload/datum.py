@@ -45,6 +45,8 @@ class Datum:
 
 
 def _encode_varint(value: int) -> bytes:
+    if 0 <= value < 0x80:
+        return _ONE_BYTE[value]
     if value < 0:  # int32 negatives are sign-extended to 64 bits, as protobuf does
         value += 1 << 64
     out = bytearray()
@@ -58,8 +60,20 @@ def _encode_varint(value: int) -> bytes:
             return bytes(out)
 
 
+_ONE_BYTE = [bytes((value,)) for value in range(0x80)]
+
+
 def _tag(field: int, wire_type: int) -> bytes:
     return _encode_varint((field << 3) | wire_type)
+
+
+# Tags of the fields fastload writes, encoded once (datum_parts runs once per record).
+_TAG_CHANNELS = _tag(_FIELD_CHANNELS, _VARINT)
+_TAG_HEIGHT = _tag(_FIELD_HEIGHT, _VARINT)
+_TAG_WIDTH = _tag(_FIELD_WIDTH, _VARINT)
+_TAG_DATA = _tag(_FIELD_DATA, _LENGTH_DELIMITED)
+_SUFFIX_LABEL = _tag(_FIELD_LABEL, _VARINT)
+_SUFFIX_ENCODED = _tag(_FIELD_ENCODED, _VARINT) + b"\x01"
 
 
 def encode_datum(data: bytes, label: int, height: int = 0, width: int = 0, channels: int = 3) -> bytes:
@@ -76,16 +90,12 @@ def datum_parts(
     Lets a writer assemble a record around image bytes already in a buffer, without a copy.
     """
     prefix = b"".join((
-        _tag(_FIELD_CHANNELS, _VARINT), _encode_varint(channels),
-        _tag(_FIELD_HEIGHT, _VARINT), _encode_varint(height),
-        _tag(_FIELD_WIDTH, _VARINT), _encode_varint(width),
-        _tag(_FIELD_DATA, _LENGTH_DELIMITED), _encode_varint(data_length),
+        _TAG_CHANNELS, _encode_varint(channels),
+        _TAG_HEIGHT, _encode_varint(height),
+        _TAG_WIDTH, _encode_varint(width),
+        _TAG_DATA, _encode_varint(data_length),
     ))
-    suffix = b"".join((
-        _tag(_FIELD_LABEL, _VARINT), _encode_varint(label),
-        _tag(_FIELD_ENCODED, _VARINT), b"\x01",
-    ))
-    return prefix, suffix
+    return prefix, _SUFFIX_LABEL + _encode_varint(label) + _SUFFIX_ENCODED
 
 
 def _decode_varint(buf: memoryview, pos: int) -> tuple[int, int]:
