@@ -283,6 +283,7 @@ class LMDBWriter:
             self._txn = txn
             self._rollback_and_grow()
             raise MapFull from None
+        _start_writeback(self._data_fd)  # per transaction: the final fsync waits for ~2.5 MB
 
     def skip(self, index: int, path: str, reason: str) -> None:
         """Record that source file ``index`` could not be used (kept by the next commit)."""
@@ -308,7 +309,6 @@ class LMDBWriter:
             "state": STATE_PARTIAL, **self.identity, "stored": self.stored, "seen": self.seen,
             "skipped": self.skipped, "counts": self.counts,
         }, durable=durable)
-        _start_writeback(self._data_fd)
         self._maybe_crash("after_progress")
 
     def _clear_pending(self) -> None:
