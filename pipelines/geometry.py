@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import math
+import threading
 from dataclasses import dataclass
 
 import torch
@@ -111,6 +112,30 @@ def center_crop_offsets(height: int, width: int, crop_h: int, crop_w: int) -> tu
     return top, left
 
 
+# One-element tensors the draws below write into, one pair per thread. ``t.uniform_(a, b)``
+# and ``t.random_(lo, hi)`` consume the generator exactly as torchvision's
+# ``torch.empty(1).uniform_(a, b)``, ``torch.rand(1)`` and ``torch.randint(lo, hi, (1,))``
+# do (those allocate a tensor and then call the same in-place ops): the same numbers,
+# without an allocation per draw (drawing is the loader's serial part, ~64 samples a batch).
+_SCRATCH = threading.local()
+
+
+def _uniform(low: float, high: float, generator: torch.Generator) -> float:
+    """``torch.empty(1).uniform_(low, high, generator=generator).item()``."""
+    scratch = getattr(_SCRATCH, "float", None)
+    if scratch is None:
+        scratch = _SCRATCH.float = torch.empty(1)
+    return scratch.uniform_(low, high, generator=generator).item()
+
+
+def _randint(low: int, high: int, generator: torch.Generator) -> int:
+    """``int(torch.randint(low, high, size=(1,), generator=generator).item())``."""
+    scratch = getattr(_SCRATCH, "long", None)
+    if scratch is None:
+        scratch = _SCRATCH.long = torch.empty(1, dtype=torch.long)
+    return int(scratch.random_(low, high, generator=generator).item())
+
+
 @functools.lru_cache(maxsize=64)
 def _log_ratio(ratio: tuple[float, float]) -> tuple[float, float]:
     """``torch.log(torch.tensor(ratio))`` as torchvision computes it (float32), as floats."""
@@ -129,13 +154,13 @@ def random_resized_crop_params(
     area = height * width
     log_lo, log_hi = _log_ratio(ratio)
     for _ in range(10):
-        target_area = area * torch.empty(1).uniform_(scale[0], scale[1], generator=generator).item()
-        aspect = math.exp(torch.empty(1).uniform_(log_lo, log_hi, generator=generator).item())
+        target_area = area * _uniform(scale[0], scale[1], generator)
+        aspect = math.exp(_uniform(log_lo, log_hi, generator))
         w = int(round(math.sqrt(target_area * aspect)))
         h = int(round(math.sqrt(target_area / aspect)))
         if 0 < w <= width and 0 < h <= height:
-            i = int(torch.randint(0, height - h + 1, size=(1,), generator=generator).item())
-            j = int(torch.randint(0, width - w + 1, size=(1,), generator=generator).item())
+            i = _randint(0, height - h + 1, generator)
+            j = _randint(0, width - w + 1, generator)
             return i, j, h, w
     in_ratio = float(width) / float(height)
     if in_ratio < min(ratio):
@@ -160,8 +185,8 @@ def random_crop_params(
         )
     if height == crop_h and width == crop_w:
         return 0, 0
-    i = int(torch.randint(0, height - crop_h + 1, size=(1,), generator=generator).item())
-    j = int(torch.randint(0, width - crop_w + 1, size=(1,), generator=generator).item())
+    i = _randint(0, height - crop_h + 1, generator)
+    j = _randint(0, width - crop_w + 1, generator)
     return i, j
 
 
@@ -182,7 +207,7 @@ def color_jitter_params(
         if rng is None:
             out.append(neutral)
         else:
-            out.append(float(torch.empty(1).uniform_(rng[0], rng[1], generator=generator).item()))
+            out.append(_uniform(rng[0], rng[1], generator))
     return out[0], out[1], out[2], out[3]
 
 
@@ -294,7 +319,7 @@ def draw_sample(
             apply_crop(top, left, h, w)
             apply_resize(*step.size)
         elif isinstance(step, Flip):
-            if torch.rand(1, generator=generator).item() < step.p:
+            if _uniform(0.0, 1.0, generator) < step.p:  # torch.rand(1)
                 if step.vertical:
                     vflip = not vflip
                 else:
