@@ -253,7 +253,7 @@ def _read_with_room(path: str, scratch: ScratchBuffer | None = None) -> tuple[by
 
     The buffer is ``scratch``'s when given (valid until its next use), else a new one.
     """
-    with open(path, "rb") as handle:
+    with open(path, "rb", buffering=0) as handle:  # one read into our buffer: no buffering
         size = os.fstat(handle.fileno()).st_size
         needed = _HEADROOM + size + _TAILROOM
         buffer = scratch.get(needed) if scratch is not None else bytearray(needed)
