@@ -315,3 +315,26 @@ def test_flip_before_crop_moves_the_crop_not_the_image():
     top, left, h, w = params.decode
     got = image[:, top : top + h, left : left + w].flip(-1) if params.hflip else None
     assert got is not None and torch.equal(got, expected)
+
+
+@pytest.mark.parametrize("transform", [
+    T.Compose([T.RandomResizedCrop(96), T.RandomHorizontalFlip(), T.ToTensor(), T.Normalize(MEAN, STD)]),
+    T.Compose([T.Resize(80), T.CenterCrop(64), T.RandomVerticalFlip(), T.ToTensor(), T.Normalize(MEAN, STD)]),
+])
+def test_c_normalise_kernel_gives_the_torch_fallbacks_exact_values(photos, transform, monkeypatch):
+    from fastload.pipelines import torch_resample
+
+    if torch_resample._hwc_to_chw is None:
+        pytest.skip("the C kernel was not built (no compiler at install time)")
+    plan = translate(transform)
+    gen = torch.Generator().manual_seed(3)
+    params = [g.draw_sample(plan.steps, *size, gen) for _, _, size in photos[:16]]
+    decoded = []
+    for (path, _, _), p in zip(photos[:16], params, strict=True):
+        top, left, h, w = p.decode
+        decoded.append(np.asarray(_pil(path))[top:top + h, left:left + w].copy())
+    assert any(p.hflip or p.vflip for p in params) and not all(p.hflip for p in params)
+    with_kernel = torch_resample.resample_batch(plan, decoded, params)
+    monkeypatch.setattr(torch_resample, "_hwc_to_chw", None)
+    without = torch_resample.resample_batch(plan, decoded, params)
+    assert torch.equal(with_kernel, without)

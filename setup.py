@@ -1,0 +1,18 @@
+"""Only the optional C kernel lives here; everything else is in pyproject.toml.
+
+``optional=True``: without a C compiler the install still succeeds and fastload uses the
+torch fallback (the same values, slower: see pipelines/torch_resample.py).
+"""
+
+from setuptools import Extension, setup
+
+setup(
+    ext_modules=[
+        Extension(
+            "fastload.pipelines._normalize",
+            sources=["pipelines/_normalize.c"],
+            extra_compile_args=["-O3"],
+            optional=True,
+        )
+    ]
+)
