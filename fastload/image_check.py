@@ -235,7 +235,7 @@ class ScratchBuffer:
     """One buffer reused for every file a caller reads, grown when a file needs more.
 
     A fresh ``bytearray`` per file is zero-filled and often freshly mapped: for 80 KB
-    photos that cost about 7% of a keep-bytes conversion (benchmarks/NOTES.md C3).
+    photos that cost about 7% of a keep-bytes conversion (benchmarks/NOTES.md C4).
     """
 
     def __init__(self) -> None:

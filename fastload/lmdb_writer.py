@@ -56,7 +56,7 @@ MIN_MAP_SIZE = 64 << 20  # 64 MiB; LMDB's data.mdb is sparse, the map only reser
 DURABLE_EVERY_S = 30.0  # seconds between fsyncs of the database and its progress record
 # Small transactions: their dirty pages (~2.5 MB of photos) are still in the CPU cache when
 # the commit copies them into the page cache. A 256-record transaction (~20 MB) was
-# copied back from RAM: 35% more CPU time for the whole conversion (benchmarks/NOTES.md C2).
+# copied back from RAM: the whole conversion took 1.3-1.6x as long (benchmarks/NOTES.md C3).
 RECORDS_PER_TXN = 32
 CRASH_ENV = "FASTLOAD_TEST_CRASH"  # test hook: "<point>:<n>" SIGKILLs at the n-th <point>
 CRASH_POINTS = ("mid_txn", "after_commit", "after_progress")
