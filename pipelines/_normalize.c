@@ -76,23 +76,15 @@ hwc_to_chw(PyObject *self, PyObject *args)
     Py_BEGIN_ALLOW_THREADS
     const Py_ssize_t plane = height * width;
     float *out = (float *)dst.buf;
+    /* mirrored: read each row from its last pixel backwards */
+    const Py_ssize_t first = hflip ? 3 * (width - 1) : 0, step = hflip ? -3 : 3;
     for (Py_ssize_t y = 0; y < height; y++) {
-        const unsigned char *row = (const unsigned char *)src.buf + y * src.strides[0];
+        const unsigned char *px = (const unsigned char *)src.buf + y * src.strides[0] + first;
         float *r = out + y * width, *g = r + plane, *b = g + plane;
-        if (hflip) {
-            for (Py_ssize_t x = 0; x < width; x++) {
-                const unsigned char *px = row + 3 * (width - 1 - x);
-                r[x] = table[0][px[0]];
-                g[x] = table[1][px[1]];
-                b[x] = table[2][px[2]];
-            }
-        } else {
-            for (Py_ssize_t x = 0; x < width; x++) {
-                const unsigned char *px = row + 3 * x;
-                r[x] = table[0][px[0]];
-                g[x] = table[1][px[1]];
-                b[x] = table[2][px[2]];
-            }
+        for (Py_ssize_t x = 0; x < width; x++, px += step) {
+            r[x] = table[0][px[0]];
+            g[x] = table[1][px[1]];
+            b[x] = table[2][px[2]];
         }
     }
     Py_END_ALLOW_THREADS
