@@ -19,7 +19,6 @@ Rows:
 from __future__ import annotations
 
 import importlib.util
-import inspect
 import os
 from dataclasses import dataclass
 
@@ -148,54 +147,45 @@ class _Row:
         pass
 
 
-class _TorchRow(_Row):
-    """(a) / (b): torch DataLoader, tuned as the usual advice says."""
+class _LoaderRow(_Row):
+    """A row that iterates a DataLoader over ``source`` (folder, LMDB or small LMDB)."""
 
     def __init__(self, spec: RowSpec, source: str) -> None:
         super().__init__(spec)
         self._source = source
         self._loader = None
+
+    def _batches(self):
+        return iter(self._loader)
+
+    def close(self) -> None:
+        closer = getattr(self._loader, "close", None)  # torch's has none: its persistent
+        if closer is not None:  # workers stop with their iterator
+            closer()
+        self._loader = None
+
+
+class _TorchRow(_LoaderRow):
+    """(a) / (b): torch DataLoader, tuned as the usual advice says."""
 
     def _build(self) -> None:
         from torch.utils.data import DataLoader
 
         self._loader = DataLoader(_row_dataset(self.spec, self._source), **_loader_kwargs(self.spec))
 
-    def _batches(self):
-        return iter(self._loader)
 
-    def close(self) -> None:
-        self._loader = None  # persistent workers stop with their iterator
-
-
-class _FastloadRow(_Row):
+class _FastloadRow(_LoaderRow):
     """(c) / (d) / (e): fastload.DataLoader with the same arguments as rows (a) / (b)."""
-
-    def __init__(self, spec: RowSpec, source: str) -> None:
-        super().__init__(spec)
-        self._source = source
-        self._loader = None
 
     def _build(self) -> None:
         import fastload
 
-        dataset = _row_dataset(self.spec, self._source)
         kwargs = _loader_kwargs(self.spec)
-        params = inspect.signature(fastload.DataLoader).parameters
         kwargs["device"] = "cuda" if self.spec.device == "gpu" else "cpu"
         kwargs["strict"] = True  # a torch fallback would measure row (a) or (b) again
-        if "hw_decoder_load" in params and self.spec.device == "gpu":
+        if self.spec.device == "gpu":
             kwargs["hw_decoder_load"] = self.spec.hw_decoder_load
-        self._loader = fastload.DataLoader(dataset, **kwargs)
-
-    def _batches(self):
-        return iter(self._loader)
-
-    def close(self) -> None:
-        closer = getattr(self._loader, "close", None)
-        if closer is not None:
-            closer()
-        self._loader = None
+        self._loader = fastload.DataLoader(_row_dataset(self.spec, self._source), **kwargs)
 
 
 class _CeilingRow(_Row):
