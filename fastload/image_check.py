@@ -253,17 +253,30 @@ def _read_with_room(path: str, scratch: ScratchBuffer | None = None) -> tuple[by
 
     The buffer is ``scratch``'s when given (valid until its next use), else a new one.
     """
-    with open(path, "rb", buffering=0) as handle:  # one read into our buffer: no buffering
-        size = os.fstat(handle.fileno()).st_size
+    # os.open + one readv: four system calls and no file object; open() makes a FileIO
+    # (an extra fstat) and needs a second read to see the end (NOTES.md C8).
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        size = os.fstat(fd).st_size
         needed = _HEADROOM + size + _TAILROOM
         buffer = scratch.get(needed) if scratch is not None else bytearray(needed)
-        got = handle.readinto(memoryview(buffer)[_HEADROOM:_HEADROOM + size])
-        rest = handle.read()  # the file grew since fstat
-    if rest or got != size:
-        data = bytes(buffer[_HEADROOM:_HEADROOM + got]) + rest
-        buffer = bytearray(_HEADROOM) + data + bytearray(_TAILROOM)
-        got = len(data)
+        # One byte past the size: a regular file reads short only at its end, so a full
+        # read means it grew since fstat.
+        got = os.readv(fd, [memoryview(buffer)[_HEADROOM:_HEADROOM + size + 1]])
+        if got > size:
+            data = bytes(buffer[_HEADROOM:_HEADROOM + got]) + _read_rest(fd)
+            buffer = bytearray(_HEADROOM) + data + bytearray(_TAILROOM)
+            got = len(data)
+    finally:
+        os.close(fd)
     return buffer, got
+
+
+def _read_rest(fd: int) -> bytes:
+    chunks = []
+    while chunk := os.read(fd, 1 << 20):
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def check_file(

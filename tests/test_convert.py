@@ -400,3 +400,23 @@ def test_resume_refuses_different_options_or_source(mixed_tree, synth_root, tmp_
         convert_folder(synth_root / "train", dst, progress=False)
     report = convert_folder(mixed_tree, dst, max_side=64, overwrite=True, progress=False)
     assert report.resumed_from == 0 and report.seen == 53
+
+
+@pytest.mark.parametrize("stat_error", [-1000, +1000], ids=["grew", "shrank"])
+def test_a_file_whose_size_changed_since_its_stat_is_read_whole(tmp_path, monkeypatch, stat_error):
+    from fastload import image_check
+
+    path = tmp_path / "photo.jpg"
+    payload = os.urandom(5000)
+    path.write_bytes(payload)
+    real_fstat = os.fstat
+
+    def stale_fstat(fd):
+        result = real_fstat(fd)
+        return os.stat_result((*result[:6], result.st_size + stat_error, *result[7:]))
+
+    monkeypatch.setattr(image_check.os, "fstat", stale_fstat)
+    buffer, size = image_check._read_with_room(str(path), image_check.ScratchBuffer())
+    start = image_check._HEADROOM
+    assert bytes(buffer[start:start + size]) == payload
+    assert len(buffer) >= start + size + image_check._TAILROOM
