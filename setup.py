@@ -11,7 +11,7 @@ setup(
         Extension(
             "fastload.pipelines._normalize",
             sources=["pipelines/_normalize.c"],
-            extra_compile_args=["-O3"],
+            extra_compile_args=["-O3", "-ffp-contract=off"],
             optional=True,
         )
     ]

@@ -73,7 +73,8 @@ def row_label(key: str, max_side: int = 256) -> str:
 def row_unavailable(key: str) -> str | None:
     """Why row ``key`` cannot run in this environment, or None when it can."""
     if key == "h" and importlib.util.find_spec("ffcv") is None:
-        return "ffcv is not installed (optional; needs OpenCV and libjpeg-turbo headers)"
+        return ("ffcv is not installed (optional: `bash benchmarks/ffcv_env.sh` sets up .venv-ffcv; "
+                "it needs the OpenCV and libjpeg-turbo headers)")
     return None
 
 
@@ -232,7 +233,7 @@ class _DaliRow(_Row):
 
 class _FfcvRow(_Row):
     """(h): FFCV's Loader on a .beton written from the same files (original resolution,
-    JPEG quality 90). Untested where ffcv is not installed."""
+    JPEG quality 90). Its test runs where ffcv is installed (benchmarks/ffcv_env.sh)."""
 
     def _build(self) -> None:
         import numpy as np

@@ -127,6 +127,28 @@ def test_reference_graph_gives_each_sample_once_per_epoch_normalised(synth_root,
         loader.close()
 
 
+@pytest.mark.parametrize("transforms", ["train", "val"])
+def test_ffcv_row_gives_each_sample_once_per_epoch_normalised(synth_root, tmp_path, transforms):
+    pytest.importorskip("ffcv", reason="row (h) needs ffcv: bash benchmarks/ffcv_env.sh")
+    from fastload.bench_rows import RowSpec, folder_samples, make_row
+
+    labels = [label for _, label in folder_samples(synth_root / "val")]
+    spec = RowSpec(folder=str(synth_root / "val"), beton=str(tmp_path / "val.beton"),
+                   batch_size=6, image_size=32, transforms=transforms, threads=1)
+    row = make_row("h", spec)
+    row.setup()
+    try:
+        for _ in range(2):
+            seen = []
+            for images, batch_labels in row._batches():
+                assert images.dtype.is_floating_point and images.shape[1:] == (3, 32, 32)
+                assert -3.0 < float(images.min()) and float(images.max()) < 3.0
+                seen += batch_labels.tolist()
+            assert sorted(seen) == sorted(labels)
+    finally:
+        row.close()
+
+
 def test_reference_graph_rejects_mismatched_labels():
     from fastload.pipelines.reference_graph import build_reference_pipeline
 

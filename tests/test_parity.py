@@ -338,3 +338,23 @@ def test_c_normalise_kernel_gives_the_torch_fallbacks_exact_values(photos, trans
     monkeypatch.setattr(torch_resample, "_hwc_to_chw", None)
     without = torch_resample.resample_batch(plan, decoded, params)
     assert torch.equal(with_kernel, without)
+
+
+@pytest.mark.parametrize("width", [1, 7, 255, 256, 257, 600])
+@pytest.mark.parametrize("hflip", [False, True])
+def test_c_normalise_kernel_matches_torch_at_any_width_mirrored_or_not(width, hflip):
+    from fastload.pipelines import torch_resample
+
+    if torch_resample._hwc_to_chw is None:
+        pytest.skip("the C kernel was not built (no compiler at install time)")
+    gen = torch.Generator().manual_seed(width)
+    image = torch.randint(0, 256, (5, width + 9, 3), dtype=torch.uint8, generator=gen)
+    src = image[:, 4:4 + width]  # strided rows, as a crop of a decoded image is
+    mean = torch.tensor([v * 255 for v in MEAN]).view(3, 1, 1)
+    inv_std = (1.0 / torch.tensor([v * 255 for v in STD])).view(3, 1, 1)
+    planar = src.permute(2, 0, 1).flip(-1) if hflip else src.permute(2, 0, 1)
+    expected = torch.empty(3, 5, width).copy_(planar).sub_(mean).mul_(inv_std)
+    got = torch.empty(3, 5, width)
+    torch_resample._hwc_to_chw(src.numpy(), got.numpy(), mean.flatten().tolist(),
+                               inv_std.flatten().tolist(), hflip)
+    assert torch.equal(got, expected)
