@@ -4,6 +4,7 @@
 # by side, but a busy neighbour still adds noise. Writes docs/*.json, docs/bench.png and
 # a log per step under $OUT (default docs/).
 #   bash benchmarks/readme_figures.sh [WORKDIR]
+# Row (h) of the bench runs only where ffcv is installed: BIN=.venv-ffcv/bin (benchmarks/ffcv_env.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-.venv/bin}
