@@ -102,7 +102,8 @@ def model_from_checkpoint(path: str | os.PathLike) -> tuple[nn.Module, dict]:
 
 
 def _val_loader(config: dict, data: str | None):
-    from fastload.finetune import FinetuneConfig, _dataset, _transforms, resolve_data
+    from fastload.finetune import FinetuneConfig, resolve_data
+    from fastload.finetune_data import open_dataset, train_val_transforms
 
     fields = {k: v for k, v in config.items() if k in ("data", "train_lmdb", "val_lmdb", "data_format")}
     if data is not None:
@@ -113,8 +114,8 @@ def _val_loader(config: dict, data: str | None):
         return None
     if val_path is None:
         return None
-    _, val_tf = _transforms(config["img_size"])
-    dataset = _dataset(fmt, val_path, val_tf)
+    _, val_tf = train_val_transforms(config["img_size"])
+    dataset = open_dataset(fmt, val_path, val_tf)
     return torch.utils.data.DataLoader(dataset, batch_size=32, num_workers=0)
 
 

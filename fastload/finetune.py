@@ -27,13 +27,19 @@ import pathlib
 import time
 import warnings
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch.utils.data import Dataset
 
 from fastload.amp import NanGuard, ScalerConfig, autocast, grad_norm, make_scaler
-from fastload.finetune_data import ResumableSampler, SeededDataset
+from fastload.finetune_data import (
+    ResumableSampler,
+    SeededDataset,
+    make_loader,
+    open_dataset,
+    train_val_transforms,
+)
 from fastload.metrics import EpochStats, JsonLog, MemoryMonitor, StepTimer, all_reduce, to_mib
 
 __all__ = ["FinetuneConfig", "FinetuneResult", "finetune", "resolve_data"]
@@ -124,39 +130,6 @@ def resolve_data(config: FinetuneConfig) -> tuple[str, pathlib.Path, pathlib.Pat
     return fmt, train, val if val.is_dir() else None
 
 
-def _transforms(img_size: int):
-    from torchvision import transforms as T
-
-    norm = T.Normalize(mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))
-    train = T.Compose([T.RandomResizedCrop(img_size), T.RandomHorizontalFlip(), T.ToTensor(), norm])
-    val = T.Compose([T.Resize(int(img_size / 0.875)), T.CenterCrop(img_size), T.ToTensor(), norm])
-    return train, val
-
-
-def _dataset(fmt: str, path: pathlib.Path, transform) -> Dataset:
-    if fmt == "lmdb":
-        from fastload.lmdb_dataset import LMDBDataset
-
-        return LMDBDataset(path, transform=transform)
-    from torchvision.datasets import ImageFolder
-
-    return ImageFolder(str(path), transform=transform)
-
-
-def _loader(kind: str, dataset, batch_size: int, sampler, workers: int, device: torch.device,
-            seed: int = 0):
-    """torch or fastload DataLoader; ``sampler=None`` means fastload's own shuffled order."""
-    kwargs = dict(batch_size=batch_size, num_workers=workers,
-                  pin_memory=device.type == "cuda", drop_last=False)
-    if kind == "torch":
-        return torch.utils.data.DataLoader(dataset, sampler=sampler, **kwargs)
-    from fastload.loader import DataLoader
-
-    if sampler is None:
-        return DataLoader(dataset, shuffle=True, seed=seed, device=device, **kwargs)
-    return DataLoader(dataset, sampler=sampler, device=device, **kwargs)
-
-
 def _validate(config: FinetuneConfig) -> None:
     from fastload.amp import AMP_MODES
     from fastload.optim import OPTIMIZERS
@@ -217,6 +190,188 @@ def evaluate(model, loader, device: torch.device, amp: str, channels_last: bool)
     return correct, total, loss_sum
 
 
+@dataclass
+class _Run:
+    """What the steps of one run share: the model and its optimisation state, the step count
+    and every micro-batch loss. Built once by :func:`finetune`."""
+
+    config: FinetuneConfig
+    model: torch.nn.Module
+    train_model: torch.nn.Module  # the DDP wrapper when world > 1
+    forward: Any  # train_model, or its torch.compile
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    scaler: Any
+    guard: NanGuard
+    device: torch.device
+    world: int
+    jlog: JsonLog
+    micro_per_epoch: int
+    loss_hook: Any = None
+    step: int = 0
+    losses: list[float] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+
+
+@dataclass
+class _EpochTotals:
+    """This process's figures of one epoch's training part."""
+
+    images: int = 0
+    loss_sum: float = 0.0  # over the finite micro-batch losses, weighted by batch size
+    loss_count: int = 0
+    micro: int = 0  # micro-batches of the epoch done (resumed ones included)
+    stopped: bool = False  # max_steps was reached
+
+
+def _train_loaders(config: FinetuneConfig, train_ds, val_ds, rank: int, world: int,
+                   device: torch.device):
+    """``(train_loader, sampler, fed_train, val_loader, fallback)``. ``sampler`` is None when
+    the fastload loader orders the epoch itself; otherwise the order is a
+    :class:`ResumableSampler` over ``fed_train`` (a :class:`SeededDataset`)."""
+
+    def resumable():
+        return (ResumableSampler(len(train_ds), shuffle=True, seed=config.seed, rank=rank,
+                                 world_size=world), SeededDataset(train_ds, config.seed))
+
+    sampler, fed_train = None, train_ds
+    if config.loader == "torch":
+        sampler, fed_train = resumable()
+    train_loader = make_loader(config.loader, fed_train, config.batch_size, sampler,
+                           config.num_workers, device, config.seed)
+    fallback = getattr(train_loader, "fallback_reason", None)
+    if fallback is not None:  # fastload runs torch's loader: resume needs our own order
+        sampler, fed_train = resumable()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the first loader already warned with the reason
+            train_loader = make_loader(config.loader, fed_train, config.batch_size, sampler,
+                                   config.num_workers, device, config.seed)
+    val_loader = None
+    if val_ds is not None:
+        val_sampler = ResumableSampler(len(val_ds), shuffle=False, rank=rank, world_size=world, pad=False)
+        val_loader = make_loader(config.loader, val_ds, config.batch_size, val_sampler, config.num_workers, device)
+    return train_loader, sampler, fed_train, val_loader, fallback
+
+
+def _restore(run: _Run, train_loader, own_order: bool) -> tuple[int, int]:
+    """Load ``run.config.resume`` into the run; ``(epoch, micro-batches of it done)``."""
+    from fastload.checkpoint import load_checkpoint
+
+    config = run.config
+    state = load_checkpoint(config.resume)
+    run.model.load_state_dict(state["model"])
+    run.optimizer.load_state_dict(state["optimizer"])
+    run.scaler.load_state_dict(state["scaler"])
+    run.scheduler.load_state_dict(state["scheduler"])
+    epoch, run.step = int(state["loader"]["epoch"]), int(state["step"])
+    micro_done = int(state["loader"]["micro_step"])
+    if micro_done and state["loader"].get("kind") != config.loader:
+        raise ValueError(
+            f"checkpoint {config.resume!r} was written mid-epoch with --loader "
+            f"{state['loader'].get('kind')}; resume it with the same --loader")
+    if micro_done and own_order:
+        train_loader.load_state_dict(state["loader"]["fastload"])
+    run.guard.skipped_total = int(state.get("skipped_total", 0))
+    torch.set_rng_state(state["rng"])
+    return epoch, micro_done
+
+
+def _optimizer_step(run: _Run, epoch: int, loss: float, inputs_ok: bool, losses_ok: bool,
+                    timer: StepTimer) -> None:
+    """End of an accumulation window: step unless anything was non-finite on any rank."""
+    scaler, optimizer = run.scaler, run.optimizer
+    if scaler.is_enabled():
+        scaler.unscale_(optimizer)
+    norm = grad_norm(run.params)
+    ok = inputs_ok and losses_ok and math.isfinite(norm)
+    ok = all_reduce([0.0 if ok else 1.0], "max", run.world)[0] == 0.0
+    scale = scaler.get_scale() if scaler.is_enabled() else None
+    if ok:
+        scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad(set_to_none=True)
+    current_lr = optimizer.param_groups[0]["lr"]
+    run.scheduler.step()
+    run.step += 1
+    timer.step_done()
+    run.jlog({"event": "step", "epoch": epoch, "step": run.step, "loss": loss, "lr": current_lr,
+              "grad_norm": norm, "loss_scale": scale, "skipped": not ok})
+    if ok:
+        run.guard.record_ok()
+    else:
+        run.guard.record_skip(step=run.step, epoch=epoch, loss=loss, grad_norm=norm,
+                              loss_scale=scale, lr=current_lr, inputs_finite=inputs_ok,
+                              model=run.model)
+
+
+def _train_one_epoch(run: _Run, train_loader, epoch: int, first: int, timer: StepTimer, bar,
+                     save) -> _EpochTotals:
+    """Micro-batches ``first..`` of ``epoch``; an optimizer step at the end of each window of
+    ``accum_steps`` (DDP syncs gradients only then); ``save(epoch, micro)`` every
+    ``checkpoint_every`` steps."""
+    config, device = run.config, run.device
+    totals = _EpochTotals(micro=first)
+    inputs_ok = losses_ok = True  # over the micro-batches of the current window
+    for images, labels in train_loader:
+        timer.batch_ready()
+        images = images.to(device, non_blocking=True)
+        labels = labels.to(device, non_blocking=True)
+        if config.channels_last:
+            images = images.contiguous(memory_format=torch.channels_last)
+        inputs_ok &= bool(torch.isfinite(images).all())
+        window_start = (totals.micro // config.accum_steps) * config.accum_steps
+        window = min(config.accum_steps, run.micro_per_epoch - window_start)
+        last = totals.micro + 1 == window_start + window
+        sync = run.train_model.no_sync() if run.world > 1 and not last else contextlib.nullcontext()
+        with sync:
+            with autocast(config.amp, device.type):
+                logits = run.forward(images)
+            loss = F.cross_entropy(logits.float(), labels)
+            if run.loss_hook is not None:
+                loss = run.loss_hook(run.step, loss)
+            run.scaler.scale(loss / window).backward()
+        value = float(loss.detach())
+        losses_ok &= math.isfinite(value)
+        run.losses.append(value)
+        if math.isfinite(value):
+            totals.loss_sum += value * labels.numel()
+            totals.loss_count += labels.numel()
+        totals.images += labels.numel()
+        totals.micro += 1
+        bar.update(1)
+        if not last:
+            timer.step_done()
+            continue
+        _optimizer_step(run, epoch, value, inputs_ok, losses_ok, timer)
+        inputs_ok = losses_ok = True
+        bar.set_postfix(loss=f"{value:.3f}", refresh=False)
+        if config.checkpoint_every and run.step % config.checkpoint_every == 0:
+            save(epoch, totals.micro)
+        if config.max_steps is not None and run.step >= config.max_steps:
+            totals.stopped = True
+            break
+    return totals
+
+
+def _epoch_stats(run: _Run, epoch: int, totals: _EpochTotals, val: tuple[int, int, float],
+                 train_time: float, timer: StepTimer, peaks: tuple[int, int],
+                 steps: int) -> EpochStats:
+    """One epoch's figures over all ranks: counts and losses summed, times and memory maxed."""
+    peak, peak_above = peaks
+    sums = all_reduce([totals.images, totals.loss_sum, totals.loss_count, *val], "sum", run.world)
+    maxes = all_reduce([train_time, timer.data_wait, timer.compute, peak_above, peak], "max", run.world)
+    return EpochStats(
+        epoch=epoch, images=int(sums[0]), epoch_time_s=maxes[0], data_wait_s=maxes[1],
+        compute_s=maxes[2], train_loss=sums[1] / sums[2] if sums[2] else float("nan"),
+        peak_mem_mb=to_mib(maxes[3]), peak_rss_mb=to_mib(maxes[4]),
+        val_top1=sums[3] / sums[4] if sums[4] else None,
+        val_loss=sums[5] / sums[4] if sums[4] else None,
+        lr=run.optimizer.param_groups[0]["lr"], steps=steps,
+        skipped_steps=run.guard.skipped_total)
+
+
 def finetune(config: FinetuneConfig, *, loss_hook=None) -> FinetuneResult:
     """Train ``config.model`` on ``config.data``; return per-epoch figures and every loss.
 
@@ -224,7 +379,9 @@ def finetune(config: FinetuneConfig, *, loss_hook=None) -> FinetuneResult:
     (e.g. with NaN) before backward. Raises :class:`fastload.amp.NonFiniteTrainingError`
     when ``max_skips`` consecutive steps were non-finite.
     """
-    from fastload.checkpoint import load_checkpoint, save_checkpoint
+    from tqdm import tqdm
+
+    from fastload.checkpoint import save_checkpoint
     from fastload.model import create_model, enable_grad_checkpointing, freeze_parameters
     from fastload.optim import cosine_schedule, create_optimizer, default_lr
 
@@ -234,9 +391,9 @@ def finetune(config: FinetuneConfig, *, loss_hook=None) -> FinetuneResult:
     jlog = JsonLog(config.log, rank == 0)
     try:
         torch.manual_seed(config.seed)
-        train_tf, val_tf = _transforms(config.img_size)
-        train_ds = _dataset(fmt, train_path, train_tf)
-        val_ds = _dataset(fmt, val_path, val_tf) if val_path is not None else None
+        train_tf, val_tf = train_val_transforms(config.img_size)
+        train_ds = open_dataset(fmt, train_path, train_tf)
+        val_ds = open_dataset(fmt, val_path, val_tf) if val_path is not None else None
         classes = list(train_ds.classes)
         if val_ds is not None and list(val_ds.classes) != classes:
             raise ValueError(f"{val_path} has classes {val_ds.classes}, but {train_path} has {classes}")
@@ -249,25 +406,8 @@ def finetune(config: FinetuneConfig, *, loss_hook=None) -> FinetuneResult:
             model.to(memory_format=torch.channels_last)
         lr = config.lr if config.lr is not None else default_lr(config.weights is not None)
         optimizer = create_optimizer(model, config.optimizer, lr, config.weight_decay)
-
-        sampler, fed_train = None, train_ds
-        if config.loader == "torch":
-            sampler = ResumableSampler(len(train_ds), shuffle=True, seed=config.seed, rank=rank, world_size=world)
-            fed_train = SeededDataset(train_ds, config.seed)
-        train_loader = _loader(config.loader, fed_train, config.batch_size, sampler,
-                               config.num_workers, device, config.seed)
-        fallback = getattr(train_loader, "fallback_reason", None)
-        if fallback is not None:  # fastload runs torch's loader: resume needs our own order
-            sampler = ResumableSampler(len(train_ds), shuffle=True, seed=config.seed, rank=rank, world_size=world)
-            fed_train = SeededDataset(train_ds, config.seed)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # the first loader already warned with the reason
-                train_loader = _loader(config.loader, fed_train, config.batch_size, sampler,
-                                       config.num_workers, device, config.seed)
-        val_loader = None
-        if val_ds is not None:
-            val_sampler = ResumableSampler(len(val_ds), shuffle=False, rank=rank, world_size=world, pad=False)
-            val_loader = _loader(config.loader, val_ds, config.batch_size, val_sampler, config.num_workers, device)
+        train_loader, sampler, fed_train, val_loader, fallback = _train_loaders(
+            config, train_ds, val_ds, rank, world, device)
 
         micro_per_epoch = math.ceil(math.ceil(len(train_ds) / world) / config.batch_size)
         steps_per_epoch = math.ceil(micro_per_epoch / config.accum_steps)
@@ -275,35 +415,24 @@ def finetune(config: FinetuneConfig, *, loss_hook=None) -> FinetuneResult:
         if warmup is None:
             warmup = round(config.warmup_epochs * steps_per_epoch)
         total_steps = config.epochs * steps_per_epoch
-        scheduler = cosine_schedule(optimizer, total_steps, min(warmup, total_steps))
-        scaler = make_scaler(config.amp, device.type, config.scaler)
-        guard = NanGuard(config.max_skips, config.amp, config.scaler.init_scale, emit=jlog)
+        run = _Run(
+            config=config, model=model, train_model=model, forward=model, optimizer=optimizer,
+            scheduler=cosine_schedule(optimizer, total_steps, min(warmup, total_steps)),
+            scaler=make_scaler(config.amp, device.type, config.scaler),
+            guard=NanGuard(config.max_skips, config.amp, config.scaler.init_scale, emit=jlog),
+            device=device, world=world, jlog=jlog, micro_per_epoch=micro_per_epoch,
+            loss_hook=loss_hook)
 
-        start_epoch, step, micro_done = 0, 0, 0
+        start_epoch, micro_done = 0, 0
         if config.resume:
-            state = load_checkpoint(config.resume)
-            model.load_state_dict(state["model"])
-            optimizer.load_state_dict(state["optimizer"])
-            scaler.load_state_dict(state["scaler"])
-            scheduler.load_state_dict(state["scheduler"])
-            start_epoch, step = int(state["loader"]["epoch"]), int(state["step"])
-            micro_done = int(state["loader"]["micro_step"])
-            if micro_done and state["loader"].get("kind") != config.loader:
-                raise ValueError(
-                    f"checkpoint {config.resume!r} was written mid-epoch with --loader "
-                    f"{state['loader'].get('kind')}; resume it with the same --loader")
-            if micro_done and sampler is None:
-                train_loader.load_state_dict(state["loader"]["fastload"])
-            guard.skipped_total = int(state.get("skipped_total", 0))
-            torch.set_rng_state(state["rng"])
+            start_epoch, micro_done = _restore(run, train_loader, own_order=sampler is None)
 
-        train_model = model
         if world > 1:
             from torch.nn.parallel import DistributedDataParallel
 
-            train_model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
-        forward = torch.compile(train_model) if config.compile else train_model
-        params = [p for p in model.parameters() if p.requires_grad]
+            run.train_model = DistributedDataParallel(
+                model, device_ids=[device.index] if device.type == "cuda" else None)
+        run.forward = torch.compile(run.train_model) if config.compile else run.train_model
         jlog({"event": "start", "rank_count": world, "device": str(device), "data_format": fmt,
               "trainable_params": trainable, "total_params": total, "lr": lr, "loader_fallback": fallback,
               "config": dataclasses.asdict(config)})
@@ -314,11 +443,11 @@ def finetune(config: FinetuneConfig, *, loss_hook=None) -> FinetuneResult:
             if config.checkpoint and rank == 0:
                 save_checkpoint(config.checkpoint, {
                     "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                    "scaler": scaler.state_dict(), "scheduler": scheduler.state_dict(),
+                    "scaler": run.scaler.state_dict(), "scheduler": run.scheduler.state_dict(),
                     "loader": {"epoch": epoch, "micro_step": micro, "kind": config.loader,
                                "consumed": micro * config.batch_size, "seed": config.seed,
                                **({"fastload": train_loader.state_dict()} if sampler is None else {})},
-                    "epoch": epoch, "step": step, "skipped_total": guard.skipped_total,
+                    "epoch": epoch, "step": run.step, "skipped_total": run.guard.skipped_total,
                     "rng": torch.get_rng_state(), "classes": classes,
                     "config": json.dumps(dataclasses.asdict(config))})
             if world > 1:
@@ -328,8 +457,6 @@ def finetune(config: FinetuneConfig, *, loss_hook=None) -> FinetuneResult:
         monitor.set_baseline()
         timer = StepTimer(device)
         epochs: list[EpochStats] = []
-        losses: list[float] = []
-        stopped = False
         for epoch in range(start_epoch, config.epochs):
             first = micro_done if epoch == start_epoch else 0
             if sampler is not None:
@@ -339,107 +466,38 @@ def finetune(config: FinetuneConfig, *, loss_hook=None) -> FinetuneResult:
             else:
                 train_loader.set_epoch(epoch)  # keeps a resume of this very epoch
             model.train()
-            from tqdm import tqdm
-
             bar = tqdm(total=micro_per_epoch, initial=first, desc=f"epoch {epoch + 1}/{config.epochs}",
                        unit="batch", disable=not (config.progress and rank == 0), leave=False)
             monitor.start()
             started = time.perf_counter()
             timer.reset()
-            images_seen, loss_sum, loss_count, steps_before = 0, 0.0, 0, step
-            inputs_ok = losses_ok = True  # over the micro-batches of the current window
-            micro = first
-            for images, labels in train_loader:
-                timer.batch_ready()
-                images = images.to(device, non_blocking=True)
-                labels = labels.to(device, non_blocking=True)
-                if config.channels_last:
-                    images = images.contiguous(memory_format=torch.channels_last)
-                inputs_ok &= bool(torch.isfinite(images).all())
-                window_start = (micro // config.accum_steps) * config.accum_steps
-                window = min(config.accum_steps, micro_per_epoch - window_start)
-                last = micro + 1 == window_start + window
-                sync = train_model.no_sync() if world > 1 and not last else contextlib.nullcontext()
-                with sync:
-                    with autocast(config.amp, device.type):
-                        logits = forward(images)
-                    loss = F.cross_entropy(logits.float(), labels)
-                    if loss_hook is not None:
-                        loss = loss_hook(step, loss)
-                    scaler.scale(loss / window).backward()
-                value = float(loss.detach())
-                losses_ok &= math.isfinite(value)
-                losses.append(value)
-                if math.isfinite(value):
-                    loss_sum += value * labels.numel()
-                    loss_count += labels.numel()
-                images_seen += labels.numel()
-                micro += 1
-                bar.update(1)
-                if last:
-                    if scaler.is_enabled():
-                        scaler.unscale_(optimizer)
-                    norm = grad_norm(params)
-                    ok = inputs_ok and losses_ok and math.isfinite(norm)
-                    ok = all_reduce([0.0 if ok else 1.0], "max", world)[0] == 0.0
-                    scale = scaler.get_scale() if scaler.is_enabled() else None
-                    if ok:
-                        scaler.step(optimizer)
-                    scaler.update()
-                    optimizer.zero_grad(set_to_none=True)
-                    current_lr = optimizer.param_groups[0]["lr"]
-                    scheduler.step()
-                    step += 1
-                    timer.step_done()
-                    jlog({"event": "step", "epoch": epoch, "step": step, "loss": value, "lr": current_lr,
-                          "grad_norm": norm, "loss_scale": scale, "skipped": not ok})
-                    if ok:
-                        guard.record_ok()
-                    else:
-                        guard.record_skip(step=step, epoch=epoch, loss=value, grad_norm=norm, loss_scale=scale,
-                                          lr=current_lr, inputs_finite=inputs_ok, model=model)
-                    inputs_ok = losses_ok = True
-                    bar.set_postfix(loss=f"{value:.3f}", refresh=False)
-                    if config.checkpoint_every and step % config.checkpoint_every == 0:
-                        save(epoch, micro)
-                    if config.max_steps is not None and step >= config.max_steps:
-                        stopped = True
-                        break
-                else:
-                    timer.step_done()
+            steps_before = run.step
+            totals = _train_one_epoch(run, train_loader, epoch, first, timer, bar, save)
             train_time = time.perf_counter() - started
             peak, peak_above = monitor.stop()
             bar.close()
-            if stopped and micro < micro_per_epoch:
-                save(epoch, micro)
+            if totals.stopped and totals.micro < micro_per_epoch:
+                save(epoch, totals.micro)
             else:
                 save(epoch + 1, 0)
             val = (0, 0, 0.0)
             if val_loader is not None:
                 val = evaluate(model, val_loader, device, config.amp, config.channels_last)
-            sums = all_reduce([images_seen, loss_sum, loss_count, *val], "sum", world)
-            maxes = all_reduce([train_time, timer.data_wait, timer.compute, peak_above, peak], "max", world)
-            stats = EpochStats(
-                epoch=epoch, images=int(sums[0]), epoch_time_s=maxes[0], data_wait_s=maxes[1],
-                compute_s=maxes[2], train_loss=sums[1] / sums[2] if sums[2] else float("nan"),
-                peak_mem_mb=to_mib(maxes[3]), peak_rss_mb=to_mib(maxes[4]),
-                val_top1=sums[3] / sums[4] if sums[4] else None,
-                val_loss=sums[5] / sums[4] if sums[4] else None,
-                lr=optimizer.param_groups[0]["lr"], steps=step - steps_before,
-                skipped_steps=guard.skipped_total)
+            stats = _epoch_stats(run, epoch, totals, val, train_time, timer, (peak, peak_above),
+                                 run.step - steps_before)
             epochs.append(stats)
             jlog(stats.as_dict())
             if rank == 0:
                 log.info("epoch %d/%d: %.1f img/s, data stall %.0f%%, loss %.4f, val top-1 %s",
                          epoch + 1, config.epochs, stats.images_per_s, 100 * stats.data_stall_share,
                          stats.train_loss, "n/a" if stats.val_top1 is None else f"{stats.val_top1:.3f}")
-            if stopped:
+            if totals.stopped:
                 break
         result = FinetuneResult(
-            epochs=epochs, losses=losses, steps=step, skipped_steps=guard.skipped_total,
+            epochs=epochs, losses=run.losses, steps=run.step, skipped_steps=run.guard.skipped_total,
             trainable_params=trainable, total_params=total, classes=classes,
             val_top1=epochs[-1].val_top1 if epochs else None, checkpoint=config.checkpoint)
-        jlog({"event": "end", "steps": step, "skipped_steps": guard.skipped_total,
+        jlog({"event": "end", "steps": run.step, "skipped_steps": run.guard.skipped_total,
               "val_top1": result.val_top1})
         return result
     finally:

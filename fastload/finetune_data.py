@@ -8,17 +8,22 @@ every rank gets the same count), that can start part-way through an epoch after 
 :class:`SeededDataset` makes each sample's random augmentation a pure function of
 ``(seed, epoch, index)``, whatever the worker count or resume point, by running the wrapped
 dataset's ``__getitem__`` under a forked torch RNG seeded for that sample.
+
+Also the loop's transforms, datasets and loaders, shared with ``fastload export``.
 """
 
 from __future__ import annotations
 
 import math
+import pathlib
 from collections.abc import Iterator
 
 import torch
 from torch.utils.data import Dataset, Sampler
 
-__all__ = ["ResumableSampler", "SeededDataset"]
+__all__ = [
+    "ResumableSampler", "SeededDataset", "make_loader", "open_dataset", "train_val_transforms",
+]
 
 
 class ResumableSampler(Sampler[int]):
@@ -101,3 +106,40 @@ class SeededDataset(Dataset):
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(sample_seed % (1 << 63))
             return self.dataset[index]
+
+
+def train_val_transforms(img_size: int):
+    """The loop's torchvision transforms: RandomResizedCrop + flip for training; Resize to
+    ``img_size / 0.875`` + CenterCrop for validation; ImageNet normalisation for both."""
+    from torchvision import transforms as T
+
+    norm = T.Normalize(mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))
+    train = T.Compose([T.RandomResizedCrop(img_size), T.RandomHorizontalFlip(), T.ToTensor(), norm])
+    val = T.Compose([T.Resize(int(img_size / 0.875)), T.CenterCrop(img_size), T.ToTensor(), norm])
+    return train, val
+
+
+def open_dataset(fmt: str, path: pathlib.Path, transform) -> Dataset:
+    """``fmt`` "lmdb": a :class:`fastload.LMDBDataset`; "folder": torchvision's ImageFolder."""
+    if fmt == "lmdb":
+        from fastload.lmdb_dataset import LMDBDataset
+
+        return LMDBDataset(path, transform=transform)
+    from torchvision.datasets import ImageFolder
+
+    return ImageFolder(str(path), transform=transform)
+
+
+def make_loader(kind: str, dataset, batch_size: int, sampler, workers: int,
+                device: torch.device, seed: int = 0):
+    """torch or fastload DataLoader with the same arguments; ``sampler=None`` means
+    fastload's own shuffled order (``seed``)."""
+    kwargs = dict(batch_size=batch_size, num_workers=workers,
+                  pin_memory=device.type == "cuda", drop_last=False)
+    if kind == "torch":
+        return torch.utils.data.DataLoader(dataset, sampler=sampler, **kwargs)
+    from fastload.loader import DataLoader
+
+    if sampler is None:
+        return DataLoader(dataset, shuffle=True, seed=seed, device=device, **kwargs)
+    return DataLoader(dataset, sampler=sampler, device=device, **kwargs)
