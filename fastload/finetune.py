@@ -210,6 +210,7 @@ class _Run:
     loss_hook: Any = None
     step: int = 0
     losses: list[float] = field(default_factory=list)
+    params: list[torch.nn.Parameter] = field(init=False)  # the trainable ones, for grad_norm
 
     def __post_init__(self) -> None:
         self.params = [p for p in self.model.parameters() if p.requires_grad]
@@ -240,14 +241,14 @@ def _train_loaders(config: FinetuneConfig, train_ds, val_ds, rank: int, world: i
     if config.loader == "torch":
         sampler, fed_train = resumable()
     train_loader = make_loader(config.loader, fed_train, config.batch_size, sampler,
-                           config.num_workers, device, config.seed)
+                               config.num_workers, device, config.seed)
     fallback = getattr(train_loader, "fallback_reason", None)
     if fallback is not None:  # fastload runs torch's loader: resume needs our own order
         sampler, fed_train = resumable()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the first loader already warned with the reason
             train_loader = make_loader(config.loader, fed_train, config.batch_size, sampler,
-                                   config.num_workers, device, config.seed)
+                                       config.num_workers, device, config.seed)
     val_loader = None
     if val_ds is not None:
         val_sampler = ResumableSampler(len(val_ds), shuffle=False, rank=rank, world_size=world, pad=False)

@@ -15,7 +15,7 @@
 #include <Python.h>
 
 static int
-get_table(PyObject *seq, const char *name, float out[3])
+get_three(PyObject *seq, const char *name, float out[3])
 {
     PyObject *fast = PySequence_Fast(seq, name);
     if (fast == NULL)
@@ -91,8 +91,8 @@ hwc_to_chw(PyObject *self, PyObject *args)
     int hflip;
     if (!PyArg_ParseTuple(args, "OOOOp", &src_obj, &dst_obj, &sub_obj, &mul_obj, &hflip))
         return NULL;
-    float sub[3], mul[3];
-    if (get_table(sub_obj, "sub", sub) < 0 || get_table(mul_obj, "mul", mul) < 0)
+    Norm norm;
+    if (get_three(sub_obj, "sub", norm.sub) < 0 || get_three(mul_obj, "mul", norm.mul) < 0)
         return NULL;
 
     Py_buffer src, dst;
@@ -117,12 +117,6 @@ hwc_to_chw(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError,
                         "dst should be a contiguous float32 3 x H x W array matching src");
         goto done;
-    }
-
-    Norm norm;
-    for (int c = 0; c < 3; c++) {
-        norm.sub[c] = sub[c];
-        norm.mul[c] = mul[c];
     }
 
     Py_BEGIN_ALLOW_THREADS
