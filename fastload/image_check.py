@@ -255,7 +255,7 @@ def _read_with_room(path: str, scratch: ScratchBuffer | None = None) -> tuple[by
     """
     # os.open + one readv: four system calls and no file object; open() makes a FileIO
     # (an extra fstat) and needs a second read to see the end (NOTES.md C8).
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    fd = os.open(path, os.O_RDONLY)  # not inherited by children (PEP 446)
     try:
         size = os.fstat(fd).st_size
         needed = _HEADROOM + size + _TAILROOM
