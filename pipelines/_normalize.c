@@ -6,7 +6,7 @@
  * again. Here each row is converted in one loop the compiler vectorises (a subtraction,
  * then a multiplication, each rounded to float32 as torch rounds them: identical values).
  * A mirrored row is converted into a small buffer and then copied out in reverse order
- * (a reversed store does not vectorise). On x86-64 Linux the row loops are also compiled
+ * (a reversed store does not vectorise). On x86-64 with glibc the row loops are also compiled
  * for AVX2 and picked at load time; the baseline SSE2 build is about as fast as the
  * 256-entry lookup table this replaced (benchmarks/NOTES.md P16).
  * The GIL is released while the loop runs.
@@ -37,7 +37,7 @@ get_three(PyObject *seq, const char *name, float out[3])
     return 0;
 }
 
-#if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__)
+#if defined(__x86_64__) && defined(__GLIBC__) && defined(__GNUC__) /* ifunc: glibc only */
 #define ROW_LOOP __attribute__((target_clones("avx2", "default")))
 #else
 #define ROW_LOOP
