@@ -25,11 +25,7 @@ import os
 import warnings
 
 from fastload.datum import datum_parts, encode_datum
-
-try:  # ISA-L's CRC-32: the same values as zlib.crc32, about 5x faster on this machine
-    from isal.isal_zlib import crc32
-except ImportError:  # pragma: no cover - isal is a dependency; zlib gives the same sums
-    from zlib import crc32
+from fastload.lmdb_format import crc32
 
 # Start-of-frame markers a DALI decoder (libjpeg-turbo / nvJPEG) takes as they are.
 _SOF_KEEP = {0xC0, 0xC1, 0xC2}

@@ -33,7 +33,6 @@ from array import array
 from pathlib import Path
 
 from fastload.datum import datum_fields
-from fastload.image_check import crc32
 from fastload.lmdb_format import (
     CHECKSUM_DTYPE,
     CHECKSUM_FILE,
@@ -49,6 +48,7 @@ from fastload.lmdb_format import (
     PARTIAL_FILE,
     STATE_COMPLETE,
     STATE_PARTIAL,
+    crc32,
     record_key,
 )
 

@@ -12,12 +12,11 @@ from __future__ import annotations
 import io
 import os
 import random
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from fastload.datum import datum_fields
-from fastload.lmdb_format import CHECKSUM_DTYPE, CHECKSUM_FILE, record_key
+from fastload.lmdb_format import CHECKSUM_DTYPE, CHECKSUM_FILE, crc32, record_key
 from fastload.lmdb_reader import acquire_env, load_labels, load_meta, release_env
 
 
@@ -114,7 +113,7 @@ def verify_lmdb(path: str | os.PathLike, full: bool = False, sample: int = 64,
 def _check_record(value, index, checksums, labels, to_decode, report) -> str | None:
     if index < len(checksums):
         report.checksums_checked += 1
-        actual = zlib.crc32(value)
+        actual = crc32(value)
         if actual != int(checksums[index]):
             return f"checksum mismatch (stored {int(checksums[index]):08x}, computed {actual:08x})"
     try:
