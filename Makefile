@@ -7,10 +7,10 @@ DEMO   := .demo
 
 .PHONY: install test lint demo bench clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[test]'
 	touch $(STAMP)
 
 install: $(STAMP)

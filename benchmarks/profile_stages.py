@@ -22,7 +22,7 @@ import time
 
 import psutil
 
-from fastload.bench_rows import RowSpec, make_row
+from fastload.bench.rows import RowSpec, make_row
 
 
 def _tree_cpu(me: psutil.Process) -> float:

@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from fastload.convert import convert_folder
+from fastload.data.convert import convert_folder
 
 ROUNDS = 3
 RATIO_ROUNDS = 15  # alternating runs for the ratio (a run of each takes ~0.1 s)

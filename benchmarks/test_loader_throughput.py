@@ -1,6 +1,6 @@
 """Loader throughput: one epoch of each ``fastload bench`` row, as pytest-benchmark rounds.
 
-The same rows as ``fastload bench`` (see ``fastload.bench_rows``), run in this process on
+The same rows as ``fastload bench`` (see ``fastload.bench.rows``), run in this process on
 the generated tree of ``benchmarks/conftest.py`` (``convert_tree``): torchvision's loader
 (a), torch over the LMDB (b), fastload on the folder (c), the LMDB (d) and a
 ``--max-side 256`` LMDB (e), the Pillow decode ceiling (f), the hand-written DALI graph (g)
@@ -19,8 +19,8 @@ import os
 
 import pytest
 
-from fastload.bench import BenchConfig, prepare_data
-from fastload.bench_rows import make_row, row_unavailable
+from fastload.bench.harness import BenchConfig, prepare_data
+from fastload.bench.rows import make_row, row_unavailable
 
 ROWS = "abcdefgh"
 

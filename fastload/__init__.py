@@ -1,6 +1,6 @@
 """fastload: fast image training input for PyTorch."""
 
-from fastload.datum import Datum, decode_datum, encode_datum
+from fastload.data.datum import Datum, decode_datum, encode_datum
 
 __version__ = "0.1.0"
 
@@ -10,11 +10,11 @@ __all__ = ["DataLoader", "Datum", "LMDBDataset", "decode_datum", "encode_datum",
 def __getattr__(name: str):
     # Lazy exports (PEP 562): `import fastload` stays free of torch until they are used.
     if name == "DataLoader":
-        from fastload.loader import DataLoader
+        from fastload.loader.dataloader import DataLoader
 
         return DataLoader
     if name == "LMDBDataset":
-        from fastload.lmdb_dataset import LMDBDataset
+        from fastload.data.dataset import LMDBDataset
 
         return LMDBDataset
     raise AttributeError(f"module 'fastload' has no attribute {name!r}")

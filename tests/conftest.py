@@ -18,7 +18,7 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session")
 def synth_root(tmp_path_factory):
     """A small generated ImageFolder tree: 4 classes, 48 train / 16 val, 64-160 px sides."""
-    from fastload.synth import synthesize
+    from fastload.data.synth import synthesize
 
     root = tmp_path_factory.mktemp("synth_small")
     return synthesize(
@@ -29,7 +29,7 @@ def synth_root(tmp_path_factory):
 @pytest.fixture(scope="session")
 def synth_photos(tmp_path_factory):
     """A tiny tree of full-size generated photos: 2 classes, 8 train / 4 val, 300-800 px."""
-    from fastload.synth import synthesize
+    from fastload.data.synth import synthesize
 
     root = tmp_path_factory.mktemp("synth_photos")
     return synthesize(root, train=8, val=4, classes=2, seed=0, workers=1)
@@ -37,8 +37,8 @@ def synth_photos(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def synth_lmdb(synth_root, tmp_path_factory):
-    """``synth_root/train`` converted by ``fastload.convert.convert_folder`` (do not modify)."""
-    from fastload.convert import convert_folder
+    """``synth_root/train`` converted by ``fastload.data.convert.convert_folder`` (do not modify)."""
+    from fastload.data.convert import convert_folder
 
     dst = tmp_path_factory.mktemp("synth_lmdb") / "train.lmdb"
     convert_folder(synth_root / "train", dst, workers=1, progress=False)
@@ -48,7 +48,7 @@ def synth_lmdb(synth_root, tmp_path_factory):
 @pytest.fixture(scope="session")
 def synth_lmdb_data(synth_root, tmp_path_factory):
     """A DATA folder holding ``train.lmdb`` and ``val.lmdb`` converted from ``synth_root``."""
-    from fastload.convert import convert_folder
+    from fastload.data.convert import convert_folder
 
     data = tmp_path_factory.mktemp("synth_lmdb_data")
     for split in ("train", "val"):
@@ -61,7 +61,7 @@ def two_epoch_run(synth_root, synth_lmdb_data):
     """``two_epoch_run(loader)``: one cached 2-epoch fp32 CPU fine-tune of ViT-Tiny at 32 px
     (batch 8, 2 micro-batches per step) — ``"torch"`` from ``synth_root``'s folders,
     ``"fastload"`` from ``synth_lmdb_data``'s LMDBs. Returns ``(FinetuneConfig kwargs, result)``."""
-    from fastload.finetune import FinetuneConfig, finetune
+    from fastload.train.finetune import FinetuneConfig, finetune
 
     cache = {}
 

@@ -90,8 +90,8 @@ def test_bench_missing_data_folder_is_one_clear_error(tmp_path, capsys):
 
 
 def test_decode_ceiling_decodes_every_file_once_per_epoch(synth_root):
-    from fastload.bench_rows import folder_samples
-    from fastload.ceiling import DecodeCeiling
+    from fastload.bench.ceiling import DecodeCeiling
+    from fastload.bench.rows import folder_samples
 
     files = [path for path, _ in folder_samples(synth_root / "val")]
     ceiling = DecodeCeiling(files, processes=1)
@@ -106,8 +106,8 @@ def test_decode_ceiling_decodes_every_file_once_per_epoch(synth_root):
 
 @pytest.mark.parametrize("train", [True, False])
 def test_reference_graph_gives_each_sample_once_per_epoch_normalised(synth_root, train):
-    from fastload.bench_rows import folder_samples
-    from fastload.pipelines.reference_graph import ReferenceLoader
+    from fastload.bench.reference_graph import ReferenceLoader
+    from fastload.bench.rows import folder_samples
 
     samples = folder_samples(synth_root / "val")
     labels = [label for _, label in samples]
@@ -130,7 +130,7 @@ def test_reference_graph_gives_each_sample_once_per_epoch_normalised(synth_root,
 @pytest.mark.parametrize("transforms", ["train", "val"])
 def test_ffcv_row_gives_each_sample_once_per_epoch_normalised(synth_root, tmp_path, transforms):
     pytest.importorskip("ffcv", reason="row (h) needs ffcv: bash benchmarks/ffcv_env.sh")
-    from fastload.bench_rows import RowSpec, folder_samples, make_row
+    from fastload.bench.rows import RowSpec, folder_samples, make_row
 
     labels = [label for _, label in folder_samples(synth_root / "val")]
     spec = RowSpec(folder=str(synth_root / "val"), beton=str(tmp_path / "val.beton"),
@@ -150,7 +150,7 @@ def test_ffcv_row_gives_each_sample_once_per_epoch_normalised(synth_root, tmp_pa
 
 
 def test_reference_graph_rejects_mismatched_labels():
-    from fastload.pipelines.reference_graph import build_reference_pipeline
+    from fastload.bench.reference_graph import build_reference_pipeline
 
     with pytest.raises(ValueError, match="same length"):
         build_reference_pipeline(["a.jpg", "b.jpg"], [0], batch_size=2)
@@ -159,9 +159,9 @@ def test_reference_graph_rejects_mismatched_labels():
 
 
 def test_prepare_data_converts_the_subset_once_and_reuses_the_cache(synth_root, tmp_path):
-    from fastload.bench import BenchConfig, prepare_data
-    from fastload.bench_rows import folder_samples
-    from fastload.lmdb_dataset import LMDBDataset
+    from fastload.bench.harness import BenchConfig, prepare_data
+    from fastload.bench.rows import folder_samples
+    from fastload.data.dataset import LMDBDataset
 
     config = BenchConfig(data=synth_root, rows="bde", limit=8, threads=1,
                          workdir=tmp_path / "cache", max_side=64)

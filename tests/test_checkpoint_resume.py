@@ -9,8 +9,8 @@ import sys
 import pytest
 import torch
 
-from fastload.checkpoint import load_checkpoint, save_checkpoint
-from fastload.finetune import FinetuneConfig, finetune
+from fastload.train.checkpoint import load_checkpoint, save_checkpoint
+from fastload.train.finetune import FinetuneConfig, finetune
 
 
 @pytest.mark.parametrize("loader", ["torch", "fastload"])

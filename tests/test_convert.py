@@ -17,11 +17,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from fastload.convert import ConvertError, convert_folder
-from fastload.convert_sources import list_source
-from fastload.lmdb_format import CHECKSUM_FILE, ERRORS_FILE, LABELS_FILE, PARTIAL_FILE
-from fastload.lmdb_reader import LMDBReader, acquire_env, release_env
-from fastload.verify import verify_lmdb
+from fastload.data.convert import ConvertError, convert_folder
+from fastload.data.convert_sources import list_source
+from fastload.data.format import CHECKSUM_FILE, ERRORS_FILE, LABELS_FILE, PARTIAL_FILE
+from fastload.data.reader import LMDBReader, acquire_env, release_env
+from fastload.data.verify import verify_lmdb
 
 
 def cli(argv: list[str]) -> int:
@@ -379,12 +379,12 @@ def test_transactions_committed_after_the_last_progress_record_are_redone(
 @pytest.mark.parametrize("records_per_txn", [32, 4])
 def test_a_full_map_grows_and_the_batch_is_redone(mixed_tree, mixed_reference, tmp_path,
                                                   monkeypatch, records_per_txn):
-    import fastload.convert
-    import fastload.lmdb_writer
+    import fastload.data.convert
+    import fastload.data.writer
 
-    monkeypatch.setattr(fastload.lmdb_writer, "RECORDS_PER_TXN", records_per_txn)
-    monkeypatch.setattr(fastload.lmdb_writer, "MIN_MAP_SIZE", 0)
-    monkeypatch.setattr(fastload.convert, "_initial_map_size", lambda total, count: 256 << 10)
+    monkeypatch.setattr(fastload.data.writer, "RECORDS_PER_TXN", records_per_txn)
+    monkeypatch.setattr(fastload.data.writer, "MIN_MAP_SIZE", 0)
+    monkeypatch.setattr(fastload.data.convert, "_initial_map_size", lambda total, count: 256 << 10)
     convert_folder(mixed_tree, tmp_path / "db", workers=1, commit_every=20, progress=False)
     assert (tmp_path / "db" / "data.mdb").stat().st_size > 256 << 10  # the map had to grow
     assert _dump(tmp_path / "db") == mixed_reference
@@ -404,7 +404,7 @@ def test_resume_refuses_different_options_or_source(mixed_tree, synth_root, tmp_
 
 @pytest.mark.parametrize("stat_error", [-1000, +1000], ids=["grew", "shrank"])
 def test_a_file_whose_size_changed_since_its_stat_is_read_whole(tmp_path, monkeypatch, stat_error):
-    from fastload import image_check
+    from fastload.data import image_check
 
     path = tmp_path / "photo.jpg"
     payload = os.urandom(5000)

@@ -7,9 +7,9 @@ import json
 import pytest
 import torch
 
-from fastload.export import model_from_checkpoint, quantize_dynamic_int8
-from fastload.finetune import FinetuneConfig, finetune
 from fastload.tools.cli import main
+from fastload.train.export import model_from_checkpoint, quantize_dynamic_int8
+from fastload.train.finetune import FinetuneConfig, finetune
 
 
 @pytest.mark.filterwarnings("ignore:TypedStorage is deprecated")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from fastload.finetune import FinetuneConfig, resolve_data
-from fastload.model import create_model, freeze_parameters
+from fastload.train.finetune import FinetuneConfig, resolve_data
+from fastload.train.model import create_model, freeze_parameters
 
 CHANCE = 0.25  # 4 classes
 
@@ -45,7 +45,7 @@ def test_missing_data_folder_is_one_clear_error(tmp_path):
 def test_local_weights_load_except_a_classifier_of_another_size(tmp_path):
     from safetensors.torch import save_file
 
-    from fastload.optim import default_lr
+    from fastload.train.optim import default_lr
 
     source = create_model("vit_tiny_patch16_224", num_classes=10, img_size=32)
     path = tmp_path / "w.safetensors"
@@ -58,7 +58,7 @@ def test_local_weights_load_except_a_classifier_of_another_size(tmp_path):
 
 
 def test_compare_rows_add_one_technique_at_a_time(tmp_path):
-    from fastload.compare import format_table, row_configs
+    from fastload.train.compare import format_table, row_configs
 
     base = FinetuneConfig(data=str(tmp_path), img_size=32, batch_size=16, amp="fp16",
                           loader="fastload", freeze=("head.*",))

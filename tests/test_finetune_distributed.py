@@ -9,7 +9,7 @@ import sys
 
 import torch
 
-from fastload.checkpoint import load_checkpoint
+from fastload.train.checkpoint import load_checkpoint
 
 
 def test_torchrun_two_gloo_ranks_shard_data_and_reduce_metrics(synth_lmdb_data, tmp_path):

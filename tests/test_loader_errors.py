@@ -13,7 +13,7 @@ from torch.utils.data import TensorDataset
 from torchvision.datasets import ImageFolder
 
 import fastload
-from fastload.loader import FallbackWarning, SampleError
+from fastload.loader.dataloader import FallbackWarning, SampleError
 
 SMALL = T.Compose([T.Resize(16), T.CenterCrop(16), T.ToTensor()])
 

@@ -10,7 +10,7 @@ from torch.utils.data import Subset
 from torchvision.datasets import ImageFolder
 
 import fastload
-from fastload.lmdb_dataset import LMDBDataset
+from fastload.data.dataset import LMDBDataset
 
 EVAL = T.Compose([T.Resize(32), T.CenterCrop(32), T.ToTensor()])
 
@@ -101,7 +101,7 @@ def test_image_sizes_from_headers_match_pillow(synth_root, tmp_path):
     import numpy as np
     from PIL import Image
 
-    from fastload.sources import image_size, jpeg_size
+    from fastload.loader.sources import image_size, jpeg_size
 
     for path in sorted((synth_root / "val").rglob("*.jpg")):
         with Image.open(path) as img:

@@ -9,8 +9,8 @@ import warnings
 import pytest
 import torch
 
-from fastload.amp import NanGuard, NonFiniteTrainingError, ScalerConfig
-from fastload.finetune import FinetuneConfig, finetune
+from fastload.train.amp import NanGuard, NonFiniteTrainingError, ScalerConfig
+from fastload.train.finetune import FinetuneConfig, finetune
 
 
 def _nan_on(steps_nan):

@@ -8,10 +8,10 @@ import zlib
 import numpy as np
 import pytest
 
-from fastload.datum import encode_datum
-from fastload.lmdb_format import CHECKSUM_FILE, LABELS_FILE, PARTIAL_FILE, record_key
-from fastload.lmdb_reader import LMDBReader
-from fastload.verify import verify_lmdb
+from fastload.data.datum import encode_datum
+from fastload.data.format import CHECKSUM_FILE, LABELS_FILE, PARTIAL_FILE, record_key
+from fastload.data.reader import LMDBReader
+from fastload.data.verify import verify_lmdb
 
 
 def cli(argv: list[str]) -> int:

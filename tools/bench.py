@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from fastload.bench_rows import ROW_KEYS
+from fastload.bench.rows import ROW_KEYS
 
 _ROWS_HELP = (
     "rows to run, as letters (default: all): a torchvision ImageFolder + torch DataLoader; "
@@ -68,7 +68,7 @@ def _device(choice: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fastload.bench import BenchConfig, format_table, run_bench, write_json, write_plot
+    from fastload.bench.harness import BenchConfig, format_table, run_bench, write_json, write_plot
 
     rows = "".join(ch for ch in args.rows.lower() if ch not in ", ")
 

@@ -41,7 +41,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fastload.convert import DEFAULT_COMMIT_EVERY, ConvertError, convert_folder
+    from fastload.data.convert import DEFAULT_COMMIT_EVERY, ConvertError, convert_folder
 
     try:
         report = convert_folder(

@@ -4,9 +4,9 @@ Each step prints one line and is skipped when its output already exists, so an
 interrupted demo resumes where it stopped and a finished one reruns in seconds::
 
     DIR/synth.json            arguments of the finished generation (its completion marker)
-    DIR/images/{train,val}/   generated ImageFolder tree (fastload.synth)
-    DIR/lmdb/{train,val}/     fastload LMDB databases (fastload.convert)
-    DIR/finetune.json         settings and figures of the finished fine-tune (fastload.finetune)
+    DIR/images/{train,val}/   generated ImageFolder tree (fastload.data.synth)
+    DIR/lmdb/{train,val}/     fastload LMDB databases (fastload.data.convert)
+    DIR/finetune.json         settings and figures of the finished fine-tune (fastload.train.finetune)
     DIR/finetune.jsonl        its per-step log
 
 The fine-tune trains a ViT-Tiny from scratch for two epochs with ``fastload.DataLoader``
@@ -81,7 +81,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def _synth_step(workdir: Path, config: DemoConfig, workers: int | None, progress: bool) -> str:
-    from fastload.synth import synthesize, tree_stats
+    from fastload.data.synth import synthesize, tree_stats
 
     images = workdir / "images"
     marker = workdir / "synth.json"
@@ -107,7 +107,7 @@ def _synth_step(workdir: Path, config: DemoConfig, workers: int | None, progress
 
 
 def _convert_step(workdir: Path, split: str, workers: int | None, progress: bool) -> str:
-    from fastload.convert import convert_folder, is_complete
+    from fastload.data.convert import convert_folder, is_complete
 
     dst = workdir / "lmdb" / split
     if is_complete(dst):
@@ -121,7 +121,7 @@ def _convert_step(workdir: Path, split: str, workers: int | None, progress: bool
 
 
 def _verify_step(workdir: Path, split: str) -> tuple[bool, str]:
-    from fastload.verify import verify_lmdb
+    from fastload.data.verify import verify_lmdb
 
     dst = workdir / "lmdb" / split
     report = verify_lmdb(dst)
@@ -138,7 +138,7 @@ def _finetune_step(workdir: Path, training: DemoTraining, seed: int, progress: b
         done = json.loads(marker.read_text(encoding="utf-8"))
         if done.get("settings") == wanted:
             return "finetune: " + done["line"] + " (done already, skipped)"
-    from fastload.finetune import FinetuneConfig, finetune
+    from fastload.train.finetune import FinetuneConfig, finetune
 
     config = FinetuneConfig(
         train_lmdb=str(workdir / "lmdb" / "train"), val_lmdb=str(workdir / "lmdb" / "val"),

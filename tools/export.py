@@ -24,7 +24,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fastload.export import export_checkpoint
+    from fastload.train.export import export_checkpoint
 
     try:
         report = export_checkpoint(args.checkpoint, args.output, args.data)

@@ -76,8 +76,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def config_from_args(args: argparse.Namespace):
     """The :class:`FinetuneConfig` for parsed arguments."""
-    from fastload.amp import ScalerConfig
-    from fastload.finetune import FinetuneConfig
+    from fastload.train.amp import ScalerConfig
+    from fastload.train.finetune import FinetuneConfig
 
     return FinetuneConfig(
         data=args.data, train_lmdb=args.train_lmdb, val_lmdb=args.val_lmdb,
@@ -108,20 +108,20 @@ def _print_epochs(result) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fastload.amp import NonFiniteTrainingError
+    from fastload.train.amp import NonFiniteTrainingError
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    logging.getLogger("fastload.finetune").setLevel(logging.INFO)
+    logging.getLogger("fastload.train.finetune").setLevel(logging.INFO)
     try:
         config = config_from_args(args)
         if args.compare:
-            from fastload.compare import format_table, run_compare
+            from fastload.train.compare import format_table, run_compare
 
             rows = None if args.compare == "all" else [r.strip() for r in args.compare.split(",")]
             results = run_compare(config, rows, args.compare_out, progress=config.progress)
             print(format_table(results))
             return 0
-        from fastload.finetune import finetune
+        from fastload.train.finetune import finetune
 
         result = finetune(config)
     except NonFiniteTrainingError as error:

@@ -31,7 +31,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 
 def run(args: argparse.Namespace) -> int:
-    from fastload.synth import synthesize, tree_stats
+    from fastload.data.synth import synthesize, tree_stats
 
     start = time.perf_counter()
     root = synthesize(

@@ -26,7 +26,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fastload.verify import verify_lmdb
+    from fastload.data.verify import verify_lmdb
 
     try:
         report = verify_lmdb(args.dst, full=args.full, sample=args.sample, seed=args.seed)

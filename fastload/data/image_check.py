@@ -24,8 +24,8 @@ import io
 import os
 import warnings
 
-from fastload.datum import datum_parts, encode_datum
-from fastload.lmdb_format import crc32
+from fastload.data.datum import datum_parts, encode_datum
+from fastload.data.format import crc32
 
 # Start-of-frame markers a DALI decoder (libjpeg-turbo / nvJPEG) takes as they are.
 _SOF_KEEP = {0xC0, 0xC1, 0xC2}

@@ -1,10 +1,10 @@
 """``fastload convert``: an ImageFolder tree or ``path,label`` CSV into a fastload LMDB.
 
 The main process reads every file and keeps a JPEG whose markers pass the keep-bytes
-check itself (see :mod:`fastload.image_check`): that costs less than handing the bytes to
+check itself (see :mod:`fastload.data.image_check`): that costs less than handing the bytes to
 another process. Files that need Pillow (other formats, ``--max-side``, ``--check decode``)
 go to ``workers`` worker processes. Results are consumed in source order and the main
-process alone writes, in committed batches (see :mod:`fastload.lmdb_writer`). The order is
+process alone writes, in committed batches (see :mod:`fastload.data.writer`). The order is
 fixed by the source, so a resumed or re-run conversion produces the same records whatever
 ``workers`` or ``commit_every``.
 """
@@ -20,16 +20,16 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from fastload.convert_sources import list_source
-from fastload.image_check import (
+from fastload.data.convert_sources import list_source
+from fastload.data.format import FORMAT_VERSION, META_FILE, STATE_COMPLETE
+from fastload.data.image_check import (
     CHECKS,
     KEPT,
     ScratchBuffer,
     check_file,
     check_file_task_copy,
 )
-from fastload.lmdb_format import FORMAT_VERSION, META_FILE, STATE_COMPLETE
-from fastload.lmdb_writer import LMDBWriter, MapFull, prepare_destination
+from fastload.data.writer import LMDBWriter, MapFull, prepare_destination
 
 DEFAULT_COMMIT_EVERY = 256  # source files per LMDB write transaction
 WORKER_TIMEOUT_S = 600  # longest wait for one image from a worker process

@@ -29,7 +29,7 @@ __all__ = [
 
 AMP_MODES = ("off", "fp16", "bf16")
 _DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
-log = logging.getLogger("fastload.finetune")
+log = logging.getLogger("fastload.train.finetune")
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """``fastload bench``: loaders side by side on the same files, in interleaved rounds.
 
-Each row (see :mod:`fastload.bench_rows`) runs in its own spawned process, so its peak RSS
+Each row (see :mod:`fastload.bench.rows`) runs in its own spawned process, so its peak RSS
 is its own. All row processes are started and set up first; then the harness asks them for
 one epoch at a time in interleaved rounds (a, b, c, ..., a, b, c, ...), so drift of a
 shared machine hits every row alike. The first ``warmup_epochs`` rounds are not measured.
@@ -29,9 +29,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fastload.bench_process import PeakRss, RowProcess
-from fastload.bench_report import format_table, machine_info, write_json, write_plot
-from fastload.bench_rows import (
+from fastload.bench.process import PeakRss, RowProcess
+from fastload.bench.report import format_table, machine_info, write_json, write_plot
+from fastload.bench.rows import (
     ROW_KEYS,
     RowSpec,
     folder_samples,
@@ -160,10 +160,10 @@ def _subset_tree(folder: Path, limit: int, dst: Path) -> Path:
 
 def _ensure_lmdb(folder: Path, dst: Path, count: int, threads: int, max_side: int | None,
                  log: Callable[[str], None]) -> None:
-    from fastload.convert import convert_folder, is_complete
+    from fastload.data.convert import convert_folder, is_complete
 
     if is_complete(dst):
-        from fastload.lmdb_reader import LMDBReader
+        from fastload.data.reader import LMDBReader
 
         if len(LMDBReader(dst)) == count:
             return

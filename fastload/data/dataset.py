@@ -10,7 +10,7 @@ from typing import Any
 
 from torch.utils.data import Dataset
 
-from fastload.lmdb_reader import LMDBReader
+from fastload.data.reader import LMDBReader
 
 
 class LMDBDataset(Dataset):
@@ -20,7 +20,7 @@ class LMDBDataset(Dataset):
     applied, exactly as ImageFolder gives sample ``i`` of the folder that was converted
     (when the conversion skipped no file and kept every JPEG's bytes). ``classes``,
     ``class_to_idx`` and ``targets`` mean what they mean on ImageFolder; ``reader`` is the
-    underlying :class:`~fastload.lmdb_reader.LMDBReader`. The LMDB environment is opened
+    underlying :class:`~fastload.data.reader.LMDBReader`. The LMDB environment is opened
     lazily in each process, so the dataset pickles to DataLoader workers (fork or spawn).
     There is no ``samples`` list of file paths: records are keys (``reader.key(i)``).
     """

@@ -91,8 +91,8 @@ def _latency_ms(model: nn.Module, img_size: int) -> float:
 
 def model_from_checkpoint(path: str | os.PathLike) -> tuple[nn.Module, dict]:
     """The fp32 model saved in a ``fastload finetune`` checkpoint, and that run's config dict."""
-    from fastload.checkpoint import load_checkpoint
-    from fastload.model import create_model
+    from fastload.train.checkpoint import load_checkpoint
+    from fastload.train.model import create_model
 
     state = load_checkpoint(path)
     config = json.loads(state["config"])
@@ -102,8 +102,8 @@ def model_from_checkpoint(path: str | os.PathLike) -> tuple[nn.Module, dict]:
 
 
 def _val_loader(config: dict, data: str | None):
-    from fastload.finetune import FinetuneConfig, resolve_data
-    from fastload.finetune_data import open_dataset, train_val_transforms
+    from fastload.train.finetune import FinetuneConfig, resolve_data
+    from fastload.train.finetune_data import open_dataset, train_val_transforms
 
     fields = {k: v for k, v in config.items() if k in ("data", "train_lmdb", "val_lmdb", "data_format")}
     if data is not None:
@@ -131,7 +131,7 @@ def export_checkpoint(
     The int8 file loads with ``torch.load(weights_only=True)`` into
     ``quantize_dynamic_int8(create_model(...))``.
     """
-    from fastload.finetune import evaluate
+    from fastload.train.finetune import evaluate
 
     fp32, config = model_from_checkpoint(checkpoint)
     int8 = quantize_dynamic_int8(fp32)

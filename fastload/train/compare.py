@@ -10,7 +10,7 @@ Rows (cumulative, in this order unless ``rows=`` picks a subset, which stays cum
                (same effective batch)
     freeze     + patch embedding, position embedding and the first half of the blocks frozen
 
-Each row runs in its own fresh Python process (``python -m fastload.compare``), so its peak
+Each row runs in its own fresh Python process (``python -m fastload.train.compare``), so its peak
 memory is its own: ``ru_maxrss`` and RSS never go down within a process.
 """
 
@@ -24,8 +24,8 @@ import subprocess
 import sys
 import tempfile
 
-from fastload.amp import ScalerConfig
-from fastload.finetune import FinetuneConfig
+from fastload.train.amp import ScalerConfig
+from fastload.train.finetune import FinetuneConfig
 
 __all__ = ["ROWS", "row_configs", "run_compare", "format_table"]
 
@@ -48,7 +48,7 @@ def _amp_mode() -> str:
 
 
 def _freeze_patterns(model_name: str, img_size: int) -> tuple[str, ...]:
-    from fastload.model import create_model
+    from fastload.train.model import create_model
 
     model = create_model(model_name, 2, img_size)
     depth = len(getattr(model, "blocks", []))
@@ -89,7 +89,7 @@ def row_configs(base: FinetuneConfig, rows: list[str]) -> list[tuple[str, Finetu
 
 
 def _ensure_lmdb(data: pathlib.Path, progress: bool) -> None:
-    from fastload.convert import convert_folder, is_complete
+    from fastload.data.convert import convert_folder, is_complete
 
     for split in ("train", "val"):
         dst = data / f"{split}.lmdb"
@@ -135,7 +135,7 @@ def run_compare(base: FinetuneConfig, rows: list[str] | None = None, out: str | 
             cfg_path = pathlib.Path(tmp, f"{row}.json")
             res_path = pathlib.Path(tmp, f"{row}.result.json")
             cfg_path.write_text(json.dumps(dataclasses.asdict(config)))
-            subprocess.run([sys.executable, "-m", "fastload.compare", str(cfg_path), str(res_path)],
+            subprocess.run([sys.executable, "-m", "fastload.train.compare", str(cfg_path), str(res_path)],
                            check=True, env=dict(os.environ))
             results.append(_summarise(row, config, json.loads(res_path.read_text())))
     if out:
@@ -169,7 +169,7 @@ def _config_from_json(data: dict) -> FinetuneConfig:
 
 def _main(argv: list[str]) -> int:
     """Child process: run one row's config, write its epochs as JSON."""
-    from fastload.finetune import finetune
+    from fastload.train.finetune import finetune
 
     config = _config_from_json(json.loads(pathlib.Path(argv[0]).read_text()))
     result = finetune(config)

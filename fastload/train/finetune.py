@@ -32,21 +32,21 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from fastload.amp import NanGuard, ScalerConfig, autocast, grad_norm, make_scaler
-from fastload.finetune_data import (
+from fastload.train.amp import NanGuard, ScalerConfig, autocast, grad_norm, make_scaler
+from fastload.train.finetune_data import (
     ResumableSampler,
     SeededDataset,
     make_loader,
     open_dataset,
     train_val_transforms,
 )
-from fastload.metrics import EpochStats, JsonLog, MemoryMonitor, StepTimer, all_reduce, to_mib
+from fastload.train.metrics import EpochStats, JsonLog, MemoryMonitor, StepTimer, all_reduce, to_mib
 
 __all__ = ["FinetuneConfig", "FinetuneResult", "finetune", "resolve_data"]
 
 LOADERS = ("torch", "fastload")
 DATA_FORMATS = ("auto", "folder", "lmdb")
-log = logging.getLogger("fastload.finetune")
+log = logging.getLogger("fastload.train.finetune")
 
 
 @dataclass
@@ -131,8 +131,8 @@ def resolve_data(config: FinetuneConfig) -> tuple[str, pathlib.Path, pathlib.Pat
 
 
 def _validate(config: FinetuneConfig) -> None:
-    from fastload.amp import AMP_MODES
-    from fastload.optim import OPTIMIZERS
+    from fastload.train.amp import AMP_MODES
+    from fastload.train.optim import OPTIMIZERS
 
     if config.loader not in LOADERS:
         raise ValueError(f"--loader should be one of {LOADERS}, but got {config.loader!r}")
@@ -258,7 +258,7 @@ def _train_loaders(config: FinetuneConfig, train_ds, val_ds, rank: int, world: i
 
 def _restore(run: _Run, train_loader, own_order: bool) -> tuple[int, int]:
     """Load ``run.config.resume`` into the run; ``(epoch, micro-batches of it done)``."""
-    from fastload.checkpoint import load_checkpoint
+    from fastload.train.checkpoint import load_checkpoint
 
     config = run.config
     state = load_checkpoint(config.resume)
@@ -377,14 +377,14 @@ def finetune(config: FinetuneConfig, *, loss_hook=None) -> FinetuneResult:
     """Train ``config.model`` on ``config.data``; return per-epoch figures and every loss.
 
     ``loss_hook(step, loss) -> loss``, for tests, may replace the loss of a micro-batch
-    (e.g. with NaN) before backward. Raises :class:`fastload.amp.NonFiniteTrainingError`
+    (e.g. with NaN) before backward. Raises :class:`fastload.train.amp.NonFiniteTrainingError`
     when ``max_skips`` consecutive steps were non-finite.
     """
     from tqdm import tqdm
 
-    from fastload.checkpoint import save_checkpoint
-    from fastload.model import create_model, enable_grad_checkpointing, freeze_parameters
-    from fastload.optim import cosine_schedule, create_optimizer, default_lr
+    from fastload.train.checkpoint import save_checkpoint
+    from fastload.train.model import create_model, enable_grad_checkpointing, freeze_parameters
+    from fastload.train.optim import cosine_schedule, create_optimizer, default_lr
 
     _validate(config)
     fmt, train_path, val_path = resolve_data(config)

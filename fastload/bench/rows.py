@@ -3,7 +3,7 @@
 Every runner has the same three-step life: ``setup()`` (build the loader, start workers),
 ``run_epoch() -> images`` (iterate one full epoch, consuming each batch the same way) and
 ``close()``. :func:`make_row` picks the runner for a row letter. The harness in
-:mod:`fastload.bench` runs each in its own process; the pytest-benchmark suites call them
+:mod:`fastload.bench.harness` runs each in its own process; the pytest-benchmark suites call them
 in-process.
 
 Rows:
@@ -193,7 +193,7 @@ class _CeilingRow(_Row):
     """(f): Pillow full decode of the same files on all cores (no batches, no tensors)."""
 
     def _build(self) -> None:
-        from fastload.ceiling import DecodeCeiling
+        from fastload.bench.ceiling import DecodeCeiling
 
         files = [path for path, _ in folder_samples(self.spec.folder)]
         self._ceiling = DecodeCeiling(files, processes=self.spec.threads)
@@ -209,7 +209,7 @@ class _DaliRow(_Row):
     """(g): the hand-written DALI graph, DALI's own file reader choosing the order."""
 
     def _build(self) -> None:
-        from fastload.pipelines.reference_graph import ReferenceLoader
+        from fastload.bench.reference_graph import ReferenceLoader
 
         samples = folder_samples(self.spec.folder)
         self._loader = ReferenceLoader(
@@ -312,7 +312,7 @@ def _row_dataset(spec: RowSpec, source: str):
         from torchvision.datasets import ImageFolder
 
         return ImageFolder(spec.folder, transform)
-    from fastload.lmdb_dataset import LMDBDataset
+    from fastload.data.dataset import LMDBDataset
 
     path = spec.lmdb if source == "lmdb" else spec.lmdb_small
     return LMDBDataset(_need(path, source), transform)

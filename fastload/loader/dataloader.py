@@ -17,8 +17,8 @@ import torch
 from torch.utils.data import BatchSampler, Dataset, default_collate
 from torch.utils.data import DataLoader as TorchDataLoader
 
-from fastload.sampling import BatchOrder, EpochSampler, distributed_settings, mix_seed
-from fastload.sources import NotASource, SampleError, make_source, resolve_dataset
+from fastload.loader.sampling import BatchOrder, EpochSampler, distributed_settings, mix_seed
+from fastload.loader.sources import NotASource, SampleError, make_source, resolve_dataset
 
 __all__ = ["DataLoader", "FallbackWarning", "SampleError"]
 
@@ -186,7 +186,7 @@ class DataLoader:
 
     def _fast_init(self, shuffle: Any, sampler: Any, batch_sampler: Any,
                    generator: torch.Generator | None, seed: int | None) -> None:
-        from fastload.sampling import shared_base_seed
+        from fastload.loader.sampling import shared_base_seed
 
         base_seed = shared_base_seed(seed, generator)
         self.generator = generator

@@ -12,8 +12,8 @@ import json
 import os
 from pathlib import Path
 
-from fastload.datum import datum_fields
-from fastload.lmdb_format import (
+from fastload.data.datum import datum_fields
+from fastload.data.format import (
     FORMAT_NAME,
     LABELS_DTYPE,
     LABELS_FILE,

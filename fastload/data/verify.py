@@ -15,9 +15,9 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fastload.datum import datum_fields
-from fastload.lmdb_format import CHECKSUM_DTYPE, CHECKSUM_FILE, crc32, record_key
-from fastload.lmdb_reader import acquire_env, load_labels, load_meta, release_env
+from fastload.data.datum import datum_fields
+from fastload.data.format import CHECKSUM_DTYPE, CHECKSUM_FILE, crc32, record_key
+from fastload.data.reader import acquire_env, load_labels, load_meta, release_env
 
 
 @dataclass

@@ -32,8 +32,8 @@ import time
 from array import array
 from pathlib import Path
 
-from fastload.datum import datum_fields
-from fastload.lmdb_format import (
+from fastload.data.datum import datum_fields
+from fastload.data.format import (
     CHECKSUM_DTYPE,
     CHECKSUM_FILE,
     DATA_FILE,

@@ -16,7 +16,7 @@ import traceback
 
 import psutil
 
-from fastload.bench_rows import RowSpec, make_row
+from fastload.bench.rows import RowSpec, make_row
 
 __all__ = ["PeakRss", "RowProcess"]
 

@@ -122,7 +122,7 @@ def train_val_transforms(img_size: int):
 def open_dataset(fmt: str, path: pathlib.Path, transform) -> Dataset:
     """``fmt`` "lmdb": a :class:`fastload.LMDBDataset`; "folder": torchvision's ImageFolder."""
     if fmt == "lmdb":
-        from fastload.lmdb_dataset import LMDBDataset
+        from fastload.data.dataset import LMDBDataset
 
         return LMDBDataset(path, transform=transform)
     from torchvision.datasets import ImageFolder
@@ -138,7 +138,7 @@ def make_loader(kind: str, dataset, batch_size: int, sampler, workers: int,
                   pin_memory=device.type == "cuda", drop_last=False)
     if kind == "torch":
         return torch.utils.data.DataLoader(dataset, sampler=sampler, **kwargs)
-    from fastload.loader import DataLoader
+    from fastload.loader.dataloader import DataLoader
 
     if sampler is None:
         return DataLoader(dataset, shuffle=True, seed=seed, device=device, **kwargs)

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fastload.image_check import Unreadable, parse_jpeg
+from fastload.data.image_check import Unreadable, parse_jpeg
 
 __all__ = [
     "FileSource",
@@ -213,7 +213,7 @@ def make_source(dataset: Any) -> _Source:
         return SubsetSource(make_source(dataset.dataset), dataset.indices)
     if isinstance(dataset, DatasetFolder):
         return _folder_source(dataset)
-    from fastload.lmdb_dataset import LMDBDataset
+    from fastload.data.dataset import LMDBDataset
 
     if isinstance(dataset, LMDBDataset):
         if type(dataset).__getitem__ is not LMDBDataset.__getitem__:
@@ -240,10 +240,10 @@ def resolve_dataset(dataset: Any, transform: Any, target_transform: Any) -> Any:
             f"dataset path '{root}' is not a directory; pass an image folder (one "
             "subfolder per class) or a fastload LMDB directory"
         )
-    from fastload.lmdb_format import META_FILE
+    from fastload.data.format import META_FILE
 
     if (root / META_FILE).exists() or (root / "data.mdb").exists():
-        from fastload import lmdb_dataset
+        from fastload.data import dataset as lmdb_dataset
 
         return lmdb_dataset.LMDBDataset(root, transform=transform,
                                         target_transform=target_transform)
