@@ -4,7 +4,10 @@ from fastload.data.datum import Datum, decode_datum, encode_datum
 
 __version__ = "0.1.0"
 
-__all__ = ["DataLoader", "Datum", "LMDBDataset", "decode_datum", "encode_datum", "__version__"]
+__all__ = [
+    "DataLoader", "Datum", "FallbackWarning", "LMDBDataset", "SampleError", "StallMeter",
+    "decode_datum", "encode_datum", "__version__",
+]
 
 
 def __getattr__(name: str):
@@ -17,4 +20,16 @@ def __getattr__(name: str):
         from fastload.data.dataset import LMDBDataset
 
         return LMDBDataset
+    if name == "FallbackWarning":
+        from fastload.loader.dataloader import FallbackWarning
+
+        return FallbackWarning
+    if name == "SampleError":
+        from fastload.loader.sources import SampleError
+
+        return SampleError
+    if name == "StallMeter":
+        from fastload.loader.stall import StallMeter
+
+        return StallMeter
     raise AttributeError(f"module 'fastload' has no attribute {name!r}")
