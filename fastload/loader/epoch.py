@@ -1,0 +1,190 @@
+"""One epoch of a ``fastload.DataLoader`` on the DALI path: read, submit, fetch, deliver.
+
+The loader decides the batches (order, sampling, resume); this iterator reads their encoded
+samples, keeps ``prefetch_factor`` of them in the decoder and turns each into ``[images,
+labels]``.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from fastload.loader.sampling import mix_seed
+from fastload.loader.sources import SampleError
+
+if TYPE_CHECKING:
+    from fastload.loader.dataloader import DataLoader
+
+
+@dataclass
+class _Batch:
+    position: int
+    indices: list[int]
+    encoded: list[Any]
+    sizes: list[tuple[int, int]]
+    seed: int
+    error: BaseException | None = None
+    submitted: bool = False
+
+
+class _EpochIterator:
+    """One epoch of a DataLoader on the DALI path, keeping ``prefetch_factor`` batches in
+    the decoder while the caller works. A newer ``iter()`` on the loader supersedes it."""
+
+    def __init__(self, loader: DataLoader) -> None:
+        self._loader = loader
+        self._source = loader._source
+        self._epoch = loader._order.start_epoch()
+        if loader._order.own is not None:
+            max_batch = loader.batch_size
+        elif loader.batch_size is not None:
+            max_batch = loader.batch_size
+        else:  # a user's batch_sampler: batch sizes are known only after running it
+            max_batch = max((len(b) for b in self._epoch.remaining()), default=1)
+        from fastload.pipelines.batch_decoder import BatchDecodeError
+
+        self._decode_error = BatchDecodeError
+        self._decoder = loader._decoder_for(max(1, max_batch))
+        self._decoder.reset()
+        self._depth = max(1, loader.prefetch_factor or 2)
+        self._queue: deque[_Batch] = deque()
+        self._exhausted = False
+        self._active = True
+        self._done = False
+
+    def __iter__(self) -> _EpochIterator:
+        return self
+
+    def __len__(self) -> int:
+        return len(self._loader)
+
+    def __next__(self) -> list[Any]:
+        if self._done:
+            raise StopIteration
+        if not self._active:
+            raise RuntimeError("this DataLoader iterator was superseded by a newer iter() on "
+                               "the same loader (one epoch runs at a time per loader)")
+        while True:
+            self._fill()
+            if not self._queue:
+                self._finish()
+                raise StopIteration
+            head = self._queue[0]
+            images = None
+            if head.error is None and head.indices:
+                try:
+                    images = self._decoder.fetch()
+                except self._decode_error as err:
+                    try:
+                        images = self._recover(head, err)
+                    except BaseException:
+                        self._queue.popleft()  # the batch is consumed, as in torch
+                        self._epoch.mark_yielded()
+                        raise
+            self._queue.popleft()
+            self._epoch.mark_yielded()
+            if head.error is not None:
+                raise head.error
+            if images is None:  # every sample of the batch was skipped
+                continue
+            self._fill()
+            return self._deliver(head, images)
+
+    def _deliver(self, batch: _Batch, images: torch.Tensor) -> list[Any]:
+        loader = self._loader
+        labels = self._source.labels(batch.indices)
+        if images.device.type == "cuda" and isinstance(labels, torch.Tensor):
+            labels = labels.to(images.device, non_blocking=True)
+        elif loader.pin_memory and torch.cuda.is_available():
+            images = images.pin_memory()
+            labels = labels.pin_memory() if isinstance(labels, torch.Tensor) else labels
+        loader.last_batch_indices = list(batch.indices)
+        return [images, labels]
+
+    def _fill(self) -> None:
+        """Submit batches that wait (after an error) and pull new ones up to the depth."""
+        for batch in self._queue:
+            if not batch.submitted and batch.error is None and batch.indices:
+                self._submit(batch)
+        while len(self._queue) < self._depth and not self._exhausted:
+            pulled = self._epoch.next()
+            if pulled is None:
+                self._exhausted = True
+                break
+            batch = self._read(*pulled)
+            self._queue.append(batch)
+            if batch.error is None and batch.indices:
+                self._submit(batch)
+
+    def _submit(self, batch: _Batch) -> None:
+        gen = torch.Generator()
+        gen.manual_seed(batch.seed)
+        self._decoder.submit(batch.encoded, batch.sizes, gen)
+        batch.submitted = True
+
+    def _read(self, position: int, indices: list[int]) -> _Batch:
+        loader = self._loader
+        seed = mix_seed(loader._order.seed, self._epoch.epoch, loader._rank, position)
+        batch = _Batch(position, [], [], [], seed)
+        for i in indices:
+            try:
+                data, size = self._source.read(i)
+            except Exception as err:
+                if not isinstance(err, OSError | SampleError):
+                    name = self._source.name(i)
+                    err = SampleError(f"sample {i}: cannot read {name}: {err}", [name])
+                if loader.on_error == "raise":
+                    batch.error = err
+                    return batch
+                loader._note_skip([self._source.name(i)], str(err))
+                continue
+            batch.indices.append(i)
+            batch.encoded.append(data)
+            batch.sizes.append(size)
+        return batch
+
+    def _recover(self, head: _Batch, err: BaseException) -> torch.Tensor | None:
+        """The decoder failed on ``head``: find the culprit samples by decoding each alone,
+        then raise naming them or (on_error="skip") decode the batch without them."""
+        self._decoder.reset()
+        for batch in self._queue:
+            batch.submitted = False
+        bad = []
+        for j in range(len(head.indices)):
+            single = _Batch(-1, [head.indices[j]], [head.encoded[j]], [head.sizes[j]], head.seed)
+            try:
+                self._submit(single)
+                self._decoder.fetch()
+            except self._decode_error:
+                bad.append(j)
+        names = [self._source.name(head.indices[j]) for j in bad]
+        message = getattr(err, "message", str(err))
+        if not bad or self._loader.on_error == "raise":
+            if not bad:
+                names = [self._source.name(i) for i in head.indices]
+                raise SampleError(f"decoding failed for a batch of {', '.join(names)}, though "
+                                  f"each decodes alone: {message}", names) from err
+            raise SampleError(f"cannot decode {', '.join(names)}: {message}", names) from err
+        self._loader._note_skip(names, "cannot be decoded")
+        keep = [j for j in range(len(head.indices)) if j not in set(bad)]
+        head.indices = [head.indices[j] for j in keep]
+        head.encoded = [head.encoded[j] for j in keep]
+        head.sizes = [head.sizes[j] for j in keep]
+        if not head.indices:
+            return None
+        self._submit(head)
+        for batch in list(self._queue)[1:]:
+            if batch.error is None and batch.indices:
+                self._submit(batch)
+        return self._decoder.fetch()
+
+    def _finish(self) -> None:
+        self._active = False
+        self._done = True
+        order = self._loader._order
+        if order.current is self._epoch:
+            order.finish_epoch()
