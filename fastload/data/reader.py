@@ -14,6 +14,7 @@ from pathlib import Path
 
 from fastload.data.datum import datum_fields
 from fastload.data.format import (
+    DATA_FILE,
     FORMAT_NAME,
     LABELS_DTYPE,
     LABELS_FILE,
@@ -23,6 +24,7 @@ from fastload.data.format import (
     SUPPORTED_VERSIONS,
     record_key,
 )
+from fastload.data.lmdb_meta import check_data_file
 
 MAX_READERS = 1024
 
@@ -32,8 +34,13 @@ MAX_READERS = 1024
 _ENVS: dict[str, list] = {}
 
 
-def acquire_env(path: Path):
-    """This process's read-only environment for ``path`` (opened on first use)."""
+def acquire_env(path: Path, count: int | None = None):
+    """This process's read-only environment for ``path`` (opened on first use).
+
+    Before opening, ``data.mdb`` is checked against LMDB's meta pages (and ``count``, the
+    sidecar's record count): a truncated file raises ``DamagedDatabase`` (an OSError)
+    instead of a SIGBUS on the first page past its end.
+    """
     import lmdb
 
     key = os.path.realpath(path)
@@ -47,6 +54,7 @@ def acquire_env(path: Path):
             pass
         entry = None
     if entry is None:
+        check_data_file(Path(key) / DATA_FILE, count)
         try:
             env = lmdb.open(
                 key, readonly=True, lock=False, readahead=False, subdir=True,
@@ -109,6 +117,12 @@ def load_meta(path: Path) -> dict:
             f"{str(path)!r} is a partial conversion (state {meta.get('state')!r}); rerun the "
             "same `fastload convert` command to finish it"
         )
+    count = meta.get("count")
+    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+        raise ValueError(
+            f"{str(meta_path)!r} states count={count!r}, not a record count; the sidecar is "
+            "damaged: restore it or reconvert with --overwrite"
+        )
     return meta
 
 
@@ -141,6 +155,7 @@ class LMDBReader:
         self.class_to_idx: dict[str, int] = {name: i for i, name in enumerate(self.classes)}
         self.targets: list[int] = load_labels(self.path, self.meta)
         self._count = int(self.meta["count"])
+        check_data_file(self.path / DATA_FILE, self._count)
         self._env = None
         self._txn = None
         self._pid: int | None = None
@@ -174,7 +189,7 @@ class LMDBReader:
     def _transaction(self):
         if self._pid != os.getpid():  # first use here, or inherited through fork
             self._env = self._txn = None
-            self._env = acquire_env(self.path)
+            self._env = acquire_env(self.path, self._count)
             self._pid = os.getpid()
             self._txn = self._env.begin(write=False, buffers=False)
         return self._txn

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fastload.data.datum import datum_fields
-from fastload.data.format import CHECKSUM_DTYPE, CHECKSUM_FILE, crc32, record_key
+from fastload.data.format import CHECKSUM_DTYPE, CHECKSUM_FILE, DATA_FILE, crc32, record_key
 from fastload.data.reader import acquire_env, load_labels, load_meta, release_env
 
 
@@ -87,7 +87,11 @@ def verify_lmdb(path: str | os.PathLike, full: bool = False, sample: int = 64,
     else:
         to_decode = set(random.Random(seed).sample(range(expected), min(sample, expected)))
 
-    env = acquire_env(root)
+    try:
+        env = acquire_env(root)
+    except OSError as exc:  # truncated or not LMDB: never map it (see lmdb_meta)
+        report.bad.append((DATA_FILE, str(exc)))
+        return report
     try:
         with env.begin(buffers=True) as txn:
             index = 0
