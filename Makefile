@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
-DEMO   := .demo
+DEMO   := runs/demo
 
 .PHONY: install test lint demo bench clean
 

@@ -9,30 +9,40 @@ from fastload.data.dataset import LMDBDataset
 from fastload.tools.cli import main
 
 
-def test_demo_generates_converts_verifies_and_learns_then_skips_on_rerun(tmp_path, capsys):
+def test_demo_generates_converts_verifies_measures_learns_and_reports_then_skips(tmp_path,
+                                                                                capsys):
     workdir = tmp_path / "demo"
     assert main(["demo", "--workdir", str(workdir), "--tiny", "--workers", "1"]) == 0
     first = capsys.readouterr().out.strip().splitlines()
-    assert [line.split(":")[0] for line in first] == [
-        "[1/6] synth", "[2/6] convert train", "[3/6] convert val",
-        "[4/6] verify train", "[5/6] verify val", "[6/6] finetune",
+    assert [line.split(":")[0] for line in first[:8]] == [
+        "[1/8] synth", "[2/8] convert train", "[3/8] convert val",
+        "[4/8] verify train", "[5/8] verify val", "[6/8] bench", "[7/8] finetune A/B",
+        "[8/8] report",
     ]
     assert "stored 48 + skipped 0 = seen 48" in first[1]
     assert "OK: 16/16 records" in first[4]
     for split, count in (("train", 48), ("val", 16)):
-        assert is_complete(workdir / "lmdb" / split)
-        dataset = LMDBDataset(workdir / "lmdb" / split)
+        assert is_complete(workdir / "data" / f"{split}.lmdb")
+        dataset = LMDBDataset(workdir / "data" / f"{split}.lmdb")
         assert len(dataset) == count
         assert dataset.classes == ["class_00", "class_01", "class_02", "class_03"]
-    # One epoch of a ViT-Tiny on 48 generated images: labels line up, so it beats chance (25%).
-    finetune = json.loads((workdir / "finetune.json").read_text(encoding="utf-8"))
-    assert finetune["settings"]["loader"] == "fastload"
-    assert finetune["epochs"][-1]["images"] == 48
-    assert finetune["epochs"][-1]["val_top1"] > 0.4, first[5]
+    # The headline names the measured speed-up against torchvision's loader.
+    assert any(line.strip().startswith("loader: fastload x") for line in first[8:])
+    bench = json.loads((workdir / "bench.json").read_text(encoding="utf-8"))["bench"]
+    assert {r["row"] for r in bench["rows"] if r["images_per_s"]} == {"a", "d", "f"}
+    ab = json.loads((workdir / "ab.json").read_text(encoding="utf-8"))["rows"]
+    assert [r["row"] for r in ab] == ["baseline", "fastload", "amp", "gc"]
+    # Two epochs of a ViT-Tiny on 48 generated images: labels line up, so it beats chance.
+    assert all(r["epochs"][-1]["images"] == 48 for r in ab)
+    assert ab[1]["val_top1"] > 0.4, first[6]
+    report = (workdir / "report.md").read_text(encoding="utf-8")
+    for chart in ("throughput.png", "step_time.png", "training.png", "memory.png"):
+        assert f"]({chart})" in report
+        assert (workdir / chart).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     assert main(["demo", "--workdir", str(workdir), "--tiny", "--workers", "1"]) == 0
     second = capsys.readouterr().out.strip().splitlines()
-    assert all("skipped" in line for line in second[:3] + second[5:])
+    assert all("skipped" in line for line in second[:3] + second[5:7])
     assert "OK" in second[3] and "OK" in second[4]
 
 
@@ -49,7 +59,7 @@ def test_demo_finishes_a_conversion_left_unfinished(tmp_path, capsys):
     argv = ["demo", "--workdir", str(workdir), "--tiny", "--workers", "1", "--epochs", "0"]
     assert main(argv) == 0
     capsys.readouterr()
-    meta = workdir / "lmdb" / "val" / "fastload.json"
+    meta = workdir / "data" / "val.lmdb" / "fastload.json"
     meta.unlink()  # the completion marker goes first when a conversion is cut short
     assert main(argv) == 0
     lines = capsys.readouterr().out.strip().splitlines()

@@ -1,38 +1,42 @@
-"""``fastload demo --workdir DIR``: generate a data set, convert it to LMDB, verify it, fine-tune.
+"""``fastload demo --workdir DIR``: generate, convert, verify, measure, fine-tune, report.
 
-Each step prints one line and is skipped when its output already exists, so an
-interrupted demo resumes where it stopped and a finished one reruns in seconds::
+What `make demo` runs. Each step prints one line and is skipped when its output already
+exists with the same settings, so an interrupted demo resumes where it stopped and a
+finished one reruns in seconds::
 
-    DIR/synth.json            arguments of the finished generation (its completion marker)
-    DIR/images/{train,val}/   generated ImageFolder tree (fastload.data.synth)
-    DIR/lmdb/{train,val}/     fastload LMDB databases (fastload.data.convert)
-    DIR/finetune.json         settings and figures of the finished fine-tune (fastload.train.finetune)
-    DIR/finetune.jsonl        its per-step log
+    DIR/synth.json              arguments of the finished generation (its completion marker)
+    DIR/data/{train,val}/       generated ImageFolder tree (fastload.data.synth)
+    DIR/data/{train,val}.lmdb/  fastload LMDB databases (fastload.data.convert)
+    DIR/bench.json              `fastload bench` rows on the train images
+    DIR/ab.json                 the fine-tune A/B rows (fastload.train.compare)
+    DIR/report.md, DIR/*.png    the report and its charts (fastload.bench.demo_report)
 
-The fine-tune trains a ViT-Tiny from scratch for two epochs with ``fastload.DataLoader``
-reading the LMDBs; the generated classes are learnable, so validation top-1 far above
-chance shows that images and labels line up end to end.
+The A/B trains a ViT-Tiny from scratch on the generated classes, which are learnable, so
+validation top-1 far above chance shows that images and labels line up end to end.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import platform
 import sys
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 SPLITS = ("train", "val")
+AB_ROWS = ("baseline", "fastload", "amp", "gc")
 
 
 @dataclass(frozen=True)
 class DemoConfig:
-    """Sizes of the demo data set."""
+    """Sizes of the demo data set (ImageNet-like: 300-800 px photos, mean about 445x380)."""
 
     classes: int = 10
-    train: int = 400
-    val: int = 100
+    train: int = 2000
+    val: int = 400
     seed: int = 0
     min_side: int = 300
     max_side: int = 800
@@ -40,27 +44,33 @@ class DemoConfig:
 
 @dataclass(frozen=True)
 class DemoTraining:
-    """Settings of the demo fine-tune (small images, so it takes about a minute on 2 cores)."""
+    """The measured parts: a short loader bench and the fine-tune A/B."""
 
     model: str = "vit_tiny_patch16_224"
     img_size: int = 64
     epochs: int = 2
     batch_size: int = 32
-    loader: str = "fastload"
+    bench_rows: str = "acdef"
+    bench_epochs: int = 2
+    bench_limit: int | None = 1000
 
 
 TINY = DemoConfig(classes=4, train=48, val=16, seed=0, min_side=64, max_side=160)
-TINY_TRAINING = DemoTraining(img_size=32, epochs=1, batch_size=16)
+TINY_TRAINING = DemoTraining(img_size=32, epochs=2, batch_size=16, bench_rows="adf",
+                             bench_epochs=1, bench_limit=None)
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "demo",
-        help="generate images, convert them to LMDB and verify (what `make demo` runs)",
-        description="Generate a realistic image data set, convert its train and val splits "
-        "to fastload LMDB databases and verify them. Steps whose output exists are skipped.",
+        help="generate images, convert, verify, bench and fine-tune, then write a report "
+        "(what `make demo` runs)",
+        description="Generate an ImageNet-like data set, convert it to fastload LMDB and "
+        "verify it, measure loaders side by side, run a short fine-tune A/B, and write "
+        "DIR/report.md with charts. Steps whose output exists are skipped.",
     )
-    parser.add_argument("--workdir", default=".demo", help="working folder (default .demo)")
+    parser.add_argument("--workdir", default="runs/demo",
+                        help="working folder (default runs/demo)")
     parser.add_argument("--classes", type=int, default=DemoConfig.classes,
                         help=f"classes to generate (default {DemoConfig.classes})")
     parser.add_argument("--train", type=int, default=DemoConfig.train,
@@ -73,17 +83,51 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--img-size", type=int, default=DemoTraining.img_size,
                         help=f"fine-tune resolution in px (default {DemoTraining.img_size})")
     parser.add_argument("--epochs", type=int, default=None,
-                        help=f"fine-tune epochs (default {DemoTraining.epochs}; 0 skips it)")
+                        help=f"fine-tune epochs (default {DemoTraining.epochs}; 0 skips the "
+                        "bench and the A/B)")
     # Test hook: a tiny data set with small images, so the whole demo runs in seconds.
     parser.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)
     parser.set_defaults(run=run)
     return parser
 
 
+def _cached(path: Path, settings: dict) -> dict | None:
+    """The record at ``path`` when it was made with ``settings``, else None."""
+    if not path.exists():
+        return None
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return record if record.get("settings") == settings else None
+
+
+def _device() -> str:
+    import torch
+
+    return "gpu" if torch.cuda.is_available() else "cpu"
+
+
+def _machine_line(device: str) -> str:
+    cpu = platform.processor() or "CPU"
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            cpu = next((line.split(":", 1)[1].strip() for line in handle
+                        if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    if device == "gpu":
+        import torch
+
+        return f"{torch.cuda.get_device_name(0)} GPU, {cores} CPU cores ({cpu})"
+    return f"{cores} CPU cores ({cpu}), no GPU"
+
+
 def _synth_step(workdir: Path, config: DemoConfig, workers: int | None, progress: bool) -> str:
     from fastload.data.synth import synthesize, tree_stats
 
-    images = workdir / "images"
+    images = workdir / "data"
     marker = workdir / "synth.json"
     wanted = asdict(config)
     if marker.exists() and json.loads(marker.read_text(encoding="utf-8")) == wanted:
@@ -109,10 +153,10 @@ def _synth_step(workdir: Path, config: DemoConfig, workers: int | None, progress
 def _convert_step(workdir: Path, split: str, workers: int | None, progress: bool) -> str:
     from fastload.data.convert import convert_folder, is_complete
 
-    dst = workdir / "lmdb" / split
+    dst = workdir / "data" / f"{split}.lmdb"
     if is_complete(dst):
         return f"convert {split}: {dst} is already a finished database, skipped"
-    report = convert_folder(workdir / "images" / split, dst, workers=workers, progress=progress)
+    report = convert_folder(workdir / "data" / split, dst, workers=workers, progress=progress)
     resumed = f", resumed after {report.resumed_from} files" if report.resumed_from else ""
     return (
         f"convert {split}: {report.summary()} -> {dst} in {report.seconds:.1f} s "
@@ -123,51 +167,83 @@ def _convert_step(workdir: Path, split: str, workers: int | None, progress: bool
 def _verify_step(workdir: Path, split: str) -> tuple[bool, str]:
     from fastload.data.verify import verify_lmdb
 
-    dst = workdir / "lmdb" / split
-    report = verify_lmdb(dst)
+    report = verify_lmdb(workdir / "data" / f"{split}.lmdb")
     line = f"verify {split}: {report.summary()}"
     if not report.ok:
         line += "; first problems: " + "; ".join(f"{k}: {why}" for k, why in report.bad[:3])
     return report.ok, line
 
 
-def _finetune_step(workdir: Path, training: DemoTraining, seed: int, progress: bool) -> str:
-    marker = workdir / "finetune.json"
-    wanted = {**asdict(training), "seed": seed}
-    if marker.exists():
-        done = json.loads(marker.read_text(encoding="utf-8"))
-        if done.get("settings") == wanted:
-            return "finetune: " + done["line"] + " (done already, skipped)"
-    from fastload.train.finetune import FinetuneConfig, finetune
+def _bench_command(workdir: Path, training: DemoTraining, device: str) -> str:
+    limit = f" --limit {training.bench_limit}" if training.bench_limit else ""
+    return (f"fastload bench {workdir / 'data'} --rows {training.bench_rows} --epochs "
+            f"{training.bench_epochs}{limit} --device {device}")
 
-    config = FinetuneConfig(
-        train_lmdb=str(workdir / "lmdb" / "train"), val_lmdb=str(workdir / "lmdb" / "val"),
-        model=training.model, img_size=training.img_size, loader=training.loader,
-        epochs=training.epochs, batch_size=training.batch_size, seed=seed,
-        log=str(workdir / "finetune.jsonl"), progress=progress,
-    )
+
+def _bench_step(workdir: Path, training: DemoTraining, seed: int, device: str) -> tuple[dict, str]:
+    settings = {"rows": training.bench_rows, "epochs": training.bench_epochs,
+                "limit": training.bench_limit, "seed": seed, "device": device}
+    done = _cached(workdir / "bench.json", settings)
+    if done is not None:
+        return done["bench"], "bench: " + done["line"] + " (done already, skipped)"
+    from fastload.bench.harness import BenchConfig, run_bench
+    from fastload.bench.report import write_json
+
+    config = BenchConfig(data=workdir / "data", rows=training.bench_rows,
+                         epochs=training.bench_epochs, limit=training.bench_limit,
+                         workdir=workdir / "bench-cache", device=device, seed=seed)
+    report = run_bench(config, log=lambda line: None)
+    bench = json.loads(write_json(report, workdir / "bench-cache" / "bench.json").read_text())
+    rows = {r["row"]: r for r in bench["rows"] if r.get("images_per_s")}
+    parts = [f"({k}) {r['images_per_s']:,.0f} img/s" for k, r in rows.items()]
+    line = ", ".join(parts) + f" [{report.seconds:.0f} s]"
+    (workdir / "bench.json").write_text(
+        json.dumps({"settings": settings, "line": line, "bench": bench}, indent=2) + "\n",
+        encoding="utf-8")
+    return bench, "bench: " + line
+
+
+def _ab_step(workdir: Path, training: DemoTraining, seed: int, device: str,
+             progress: bool) -> tuple[list[dict], str]:
+    settings = {**asdict(training), "seed": seed, "device": device, "rows": list(AB_ROWS)}
+    done = _cached(workdir / "ab.json", settings)
+    if done is not None:
+        return done["rows"], "finetune A/B: " + done["line"] + " (done already, skipped)"
+    from fastload.train.compare import run_compare
+    from fastload.train.finetune import FinetuneConfig
+
+    base = FinetuneConfig(data=str(workdir / "data"), model=training.model,
+                          img_size=training.img_size, epochs=training.epochs,
+                          batch_size=training.batch_size, seed=seed, progress=False,
+                          device="cuda" if device == "gpu" else "cpu")
     start = time.perf_counter()
-    result = finetune(config)
+    rows = run_compare(base, rows=list(AB_ROWS), progress=progress)
     seconds = time.perf_counter() - start
-    top1 = " -> ".join(
-        "n/a" if e.val_top1 is None else f"{100 * e.val_top1:.0f}%" for e in result.epochs
-    )
-    images = sum(e.images for e in result.epochs)
-    busy = sum(e.epoch_time_s for e in result.epochs)
-    stall = sum(e.data_wait_s for e in result.epochs) / max(
-        sum(e.data_wait_s + e.compute_s for e in result.epochs), 1e-9
-    )
-    line = (
-        f"{training.model} from scratch, {training.img_size} px, {training.epochs} epoch(s), "
-        f"{training.loader} loader on LMDB: val top-1 by epoch {top1} "
-        f"(chance {100 / len(result.classes):.0f}%), {images / max(busy, 1e-9):.1f} img/s, "
-        f"data stall {100 * stall:.1f}%, peak RSS {max(e.peak_rss_mb for e in result.epochs):.0f} "
-        f"MiB, {seconds:.0f} s"
-    )
-    marker.write_text(json.dumps({"settings": wanted, "line": line,
-                                  "epochs": [e.as_dict() for e in result.epochs]}, indent=2)
-                      + "\n", encoding="utf-8")
-    return "finetune: " + line
+    top1 = rows[-1]["val_top1"]
+    line = (f"{len(rows)} configurations, {training.model} from scratch at {training.img_size} "
+            f"px, {training.epochs} epochs: {rows[-1]['images_per_s'] / rows[0]['images_per_s']:.2f}x "
+            f"images/s against the baseline, val top-1 "
+            f"{'n/a' if top1 is None else f'{100 * top1:.0f}%'} [{seconds:.0f} s]")
+    (workdir / "ab.json").write_text(
+        json.dumps({"settings": settings, "line": line, "rows": rows}, indent=2) + "\n",
+        encoding="utf-8")
+    return rows, "finetune A/B: " + line
+
+
+def _report_step(workdir: Path, config: DemoConfig, training: DemoTraining, device: str,
+                 bench: dict | None, ab_rows: list[dict] | None) -> list[str]:
+    from fastload.bench.demo_report import headline, write_report
+
+    data = (f"{config.train} train / {config.val} val generated JPEGs, {config.classes} "
+            f"classes, {config.min_side}-{config.max_side} px")
+    finetune = (f"fastload finetune {workdir / 'data'} --compare {','.join(AB_ROWS)} "
+                f"--img-size {training.img_size} --epochs {training.epochs} "
+                f"--batch-size {training.batch_size}")
+    report = write_report(workdir, bench=bench, ab_rows=ab_rows, machine=_machine_line(device),
+                          data=data, gpu=device == "gpu",
+                          commands={"bench": _bench_command(workdir, training, device),
+                                    "finetune": finetune})
+    return [f"report: {report}"] + ["  " + line for line in headline(bench, ab_rows).lines()]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -183,8 +259,10 @@ def run(args: argparse.Namespace) -> int:
             return 2
         training = replace(training, epochs=args.epochs)
     workdir = Path(args.workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
     progress = sys.stderr.isatty()
-    steps = 1 + 2 * len(SPLITS) + (1 if training.epochs > 0 else 0)
+    measured = training.epochs > 0
+    steps = 1 + 2 * len(SPLITS) + (3 if measured else 0)
     step = 0
 
     def say(line: str) -> None:
@@ -201,8 +279,19 @@ def run(args: argparse.Namespace) -> int:
             split_ok, line = _verify_step(workdir, split)
             ok = ok and split_ok
             say(line)
-        if ok and training.epochs > 0:
-            say(_finetune_step(workdir, training, config.seed, progress))
+        if ok and measured:
+            device = _device()
+            if device == "gpu":
+                print("a CUDA GPU is present: DALI decodes on it and training runs on it",
+                      flush=True)
+            bench, line = _bench_step(workdir, training, config.seed, device)
+            say(line)
+            ab_rows, line = _ab_step(workdir, training, config.seed, device, progress)
+            say(line)
+            lines = _report_step(workdir, config, training, device, bench, ab_rows)
+            say(lines[0])
+            for line in lines[1:]:
+                print(line, flush=True)
     except (FileExistsError, FileNotFoundError, ValueError) as exc:
         print(f"fastload demo: error: {exc}", file=sys.stderr)
         return 1

@@ -110,6 +110,7 @@ def _summarise(row: str, config: FinetuneConfig, record: dict) -> dict:
         "peak_mem_mb": max(e["peak_mem_mb"] for e in epochs),
         "peak_rss_mb": max(e["peak_rss_mb"] for e in epochs),
         "val_top1": epochs[-1]["val_top1"],
+        "epochs": epochs,
         "config": dataclasses.asdict(config),
     }
 

@@ -1,0 +1,231 @@
+"""The `make demo` report: a Markdown page with four PNG charts, from measured results only.
+
+Inputs are the plain records the demo already wrote: the ``fastload bench`` JSON (rows with
+``images_per_s``, spreads and ``ratio_to_a``) and the fine-tune A/B rows of
+:func:`fastload.train.compare.run_compare` (each with its per-epoch records). Nothing here
+measures; every number on the page is one of those records.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["DemoHeadline", "headline", "write_report"]
+
+_BASELINE_COLOUR = "#ff7f0e"
+_FASTLOAD_COLOUR = "#1f77b4"
+_CEILING_COLOUR = "#7f7f7f"
+
+
+@dataclass(frozen=True)
+class DemoHeadline:
+    """The figures the demo prints at the end."""
+
+    loader_speedup: float | None  # best fastload loader row / torchvision's loader, same data
+    ceiling_share: float | None  # that row as a share of the decode ceiling
+    finetune_speedup: float | None  # last A/B row's images/s / the baseline's
+    baseline_stall: float | None  # share of the baseline epoch spent waiting for input
+    fastload_stall: float | None  # the same for the last A/B row
+
+    def lines(self) -> list[str]:
+        out = []
+        if self.loader_speedup is not None:
+            share = ("" if self.ceiling_share is None
+                     else f", {100 * self.ceiling_share:.0f}% of the JPEG decode ceiling")
+            out.append(f"loader: fastload x{self.loader_speedup:.2f} against torchvision's "
+                       f"DataLoader on this machine{share}")
+        if self.finetune_speedup is not None:
+            out.append(
+                f"fine-tune: x{self.finetune_speedup:.2f} images/s against the baseline; data "
+                f"stall {100 * (self.baseline_stall or 0):.0f}% -> "
+                f"{100 * (self.fastload_stall or 0):.0f}% of each epoch")
+        return out
+
+
+def _measured(bench: dict) -> list[dict]:
+    return [r for r in bench.get("rows", []) if r.get("images_per_s")]
+
+
+def headline(bench: dict | None, ab_rows: list[dict] | None) -> DemoHeadline:
+    """The headline figures of a bench JSON and an A/B run (None where one is missing)."""
+    speedup = share = None
+    rows = {r["row"]: r for r in _measured(bench or {})}
+    fast = [rows[k] for k in "cde" if k in rows]
+    if "a" in rows and fast:
+        best = max(fast, key=lambda r: r["images_per_s"])
+        speedup = best["images_per_s"] / rows["a"]["images_per_s"]
+        if "f" in rows:
+            share = best["images_per_s"] / rows["f"]["images_per_s"]
+    ft = base_stall = fast_stall = None
+    if ab_rows and len(ab_rows) > 1 and ab_rows[0]["images_per_s"] > 0:
+        ft = ab_rows[-1]["images_per_s"] / ab_rows[0]["images_per_s"]
+        base_stall = ab_rows[0]["data_stall_share"]
+        fast_stall = ab_rows[-1]["data_stall_share"]
+    return DemoHeadline(speedup, share, ft, base_stall, fast_stall)
+
+
+def _figure(width: float, height: float):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(width, height), dpi=110, layout="constrained")
+    FigureCanvasAgg(figure)
+    return figure
+
+
+def _throughput_chart(bench: dict, title: str, path: Path) -> Path:
+    rows = _measured(bench)
+    figure = _figure(9.5, 1.4 + 0.5 * len(rows))
+    axes = figure.add_subplot(1, 1, 1)
+    base = next((r["images_per_s"] for r in rows if r["row"] == "a"), None)
+    labels, values, low, high, colours = [], [], [], [], []
+    for r in reversed(rows):
+        labels.append(f"({r['row']}) {r['loader']}")
+        values.append(r["images_per_s"])
+        low.append(r["images_per_s"] - (r.get("spread_min") or r["images_per_s"]))
+        high.append((r.get("spread_max") or r["images_per_s"]) - r["images_per_s"])
+        colours.append(_CEILING_COLOUR if r["row"] == "f" else
+                       _BASELINE_COLOUR if r["row"] in "ab" else _FASTLOAD_COLOUR)
+    axes.barh(range(len(rows)), values, xerr=[low, high], color=colours, capsize=3)
+    axes.set_yticks(range(len(rows)), labels)
+    for y, value in enumerate(values):
+        note = f"{value:,.0f}" + (f"  x{value / base:.2f}" if base else "")
+        axes.text(value, y, "  " + note, va="center", fontsize=8)
+    axes.set_xlim(0, max(values) * 1.3)
+    axes.set_xlabel("images per second (median of measured epochs; whiskers: min-max)")
+    axes.set_title(title, fontsize=9)
+    figure.savefig(path)
+    return path
+
+
+def _step_time_chart(ab_rows: list[dict], title: str, path: Path) -> Path:
+    figure = _figure(9.5, 1.4 + 0.5 * len(ab_rows))
+    axes = figure.add_subplot(1, 1, 1)
+    labels, wait_ms, compute_ms = [], [], []
+    for r in reversed(ab_rows):
+        timed = r["epochs"][1:] or r["epochs"]  # the first epoch pays start-up costs
+        steps = sum(e["steps"] for e in timed) or 1
+        labels.append(r["label"])
+        wait_ms.append(1000 * sum(e["data_wait_s"] for e in timed) / steps)
+        compute_ms.append(1000 * sum(e["compute_s"] for e in timed) / steps)
+    positions = range(len(labels))
+    axes.barh(positions, wait_ms, color=_BASELINE_COLOUR, label="waiting for data")
+    axes.barh(positions, compute_ms, left=wait_ms, color=_FASTLOAD_COLOUR, label="compute")
+    axes.set_yticks(positions, labels)
+    for y, (wait, compute) in enumerate(zip(wait_ms, compute_ms, strict=True)):
+        share = wait / (wait + compute) if wait + compute else 0.0
+        axes.text(wait + compute, y, f"  {100 * share:.0f}% stall", va="center", fontsize=8)
+    axes.set_xlim(0, max(w + c for w, c in zip(wait_ms, compute_ms, strict=True)) * 1.25)
+    axes.set_xlabel("milliseconds per optimizer step (mean over timed epochs)")
+    axes.legend(loc="lower right", fontsize=8)
+    axes.set_title(title, fontsize=9)
+    figure.savefig(path)
+    return path
+
+
+def _training_chart(ab_rows: list[dict], title: str, path: Path) -> Path:
+    figure = _figure(10.0, 4.2 + 0.2 * len(ab_rows))
+    loss_axes, top1_axes = figure.subplots(1, 2)
+    for r in ab_rows:
+        epochs = [e["epoch"] + 1 for e in r["epochs"]]
+        loss_axes.plot(epochs, [e["train_loss"] for e in r["epochs"]], marker="o",
+                       label=r["label"])
+        top1 = [None if e["val_top1"] is None else 100 * e["val_top1"] for e in r["epochs"]]
+        top1_axes.plot(epochs, top1, marker="o", label=r["label"])
+    loss_axes.set(xlabel="epoch", ylabel="training loss (cross-entropy)", title="training loss")
+    top1_axes.set(xlabel="epoch", ylabel="validation top-1 (%)", title="validation accuracy")
+    for axes in (loss_axes, top1_axes):
+        axes.xaxis.get_major_locator().set_params(integer=True)
+        axes.grid(alpha=0.3)
+    handles, labels = loss_axes.get_legend_handles_labels()
+    figure.legend(handles, labels, loc="outside lower center", ncols=2, fontsize=8)
+    figure.suptitle(title, fontsize=9)
+    figure.savefig(path)
+    return path
+
+
+def _memory_chart(ab_rows: list[dict], title: str, gpu: bool, path: Path) -> Path:
+    figure = _figure(9.5, 1.4 + 0.5 * len(ab_rows))
+    axes = figure.add_subplot(1, 1, 1)
+    key = "peak_mem_mb" if gpu else "peak_rss_mb"
+    labels = [r["label"] for r in reversed(ab_rows)]
+    values = [r[key] for r in reversed(ab_rows)]
+    axes.barh(range(len(labels)), values, color=_FASTLOAD_COLOUR)
+    axes.set_yticks(range(len(labels)), labels)
+    for y, value in enumerate(values):
+        axes.text(value, y, f"  {value:,.0f}", va="center", fontsize=8)
+    axes.set_xlim(0, max(values) * 1.2)
+    axes.set_xlabel("peak GPU memory (MiB)" if gpu else
+                    "peak resident memory of the training process (MiB)")
+    axes.set_title(title, fontsize=9)
+    figure.savefig(path)
+    return path
+
+
+def _bench_table(bench: dict) -> list[str]:
+    lines = ["| row | loader | images/s | min-max | x torchvision | share of ceiling |",
+             "|---|---|---:|---:|---:|---:|"]
+    rows = _measured(bench)
+    ceiling = next((r["images_per_s"] for r in rows if r["row"] == "f"), None)
+    for r in rows:
+        ratio = "-" if r.get("ratio_to_a") is None else f"{r['ratio_to_a']:.2f}x"
+        share = f"{100 * r['images_per_s'] / ceiling:.0f}%" if ceiling else "-"
+        lines.append(f"| ({r['row']}) | {r['loader']} | {r['images_per_s']:,.0f} | "
+                     f"{r.get('spread_min') or 0:,.0f}-{r.get('spread_max') or 0:,.0f} | "
+                     f"{ratio} | {share} |")
+    return lines
+
+
+def _ab_table(ab_rows: list[dict]) -> list[str]:
+    lines = ["| configuration | images/s | x baseline | data stall | peak RSS (MiB) | "
+             "val top-1 |", "|---|---:|---:|---:|---:|---:|"]
+    base = ab_rows[0]["images_per_s"] or 1.0
+    for r in ab_rows:
+        top1 = "n/a" if r["val_top1"] is None else f"{100 * r['val_top1']:.1f}%"
+        lines.append(f"| {r['label']} | {r['images_per_s']:.1f} | "
+                     f"{r['images_per_s'] / base:.2f}x | {100 * r['data_stall_share']:.0f}% | "
+                     f"{r['peak_rss_mb']:,.0f} | {top1} |")
+    return lines
+
+
+def write_report(out_dir: str | Path, *, bench: dict | None, ab_rows: list[dict] | None,
+                 machine: str, data: str, commands: dict[str, str],
+                 gpu: bool = False) -> Path:
+    """Write ``out_dir/report.md`` and its charts; return the report's path.
+
+    ``machine`` and ``data`` are one-line descriptions put in every chart title;
+    ``commands`` maps a section ("bench", "finetune") to the command that reproduces it.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    title = f"{machine}\n{data}"
+    lines = ["# fastload demo report", "", f"Machine: {machine}.  ", f"Data: {data}.", ""]
+    lines += [f"- {line}" for line in headline(bench, ab_rows).lines()] + [""]
+    if bench and _measured(bench):
+        chart = _throughput_chart(bench, "Loader throughput, same images, same cores - "
+                                  + title, out / "throughput.png")
+        lines += ["## Loader throughput", "",
+                  "Each row is a loader running in its own process over the same images, "
+                  "rounds interleaved; (f) is the JPEG decode ceiling of these cores.", "",
+                  f"![loader throughput]({chart.name})", ""] + _bench_table(bench)
+        lines += ["", f"Command: `{commands.get('bench', '')}`", ""]
+    if ab_rows:
+        charts = [
+            _step_time_chart(ab_rows, "Where a training step's time goes - " + title,
+                             out / "step_time.png"),
+            _training_chart(ab_rows, "Loss and accuracy by epoch - " + title,
+                            out / "training.png"),
+            _memory_chart(ab_rows, "Peak memory by configuration - " + title, gpu,
+                          out / "memory.png"),
+        ]
+        lines += ["## Fine-tuning A/B", "",
+                  "One row per configuration, each in a fresh process; every row adds one "
+                  "technique to the row above it. Data stall is the share of an epoch the "
+                  "loop spent waiting for its next batch.", ""]
+        lines += _ab_table(ab_rows) + [""]
+        lines += [f"![{c.stem}]({c.name})" for c in charts]
+        lines += ["", f"Command: `{commands.get('finetune', '')}`", ""]
+    report = out / "report.md"
+    report.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return report
