@@ -10,7 +10,6 @@ but still ships (and works) in the pinned torch; its deprecation warnings are si
 from __future__ import annotations
 
 import io
-import json
 import os
 import pathlib
 import statistics
@@ -91,13 +90,13 @@ def _latency_ms(model: nn.Module, img_size: int) -> float:
 
 def model_from_checkpoint(path: str | os.PathLike) -> tuple[nn.Module, dict]:
     """The fp32 model saved in a ``fastload finetune`` checkpoint, and that run's config dict."""
-    from fastload.train.checkpoint import load_checkpoint
+    from fastload.train.checkpoint import read_checkpoint
     from fastload.train.model import create_model
 
-    state = load_checkpoint(path)
-    config = json.loads(state["config"])
-    model = create_model(config["model"], len(state["classes"]), config["img_size"])
-    model.load_state_dict(state["model"])
+    state = read_checkpoint(path)
+    config = state.config
+    model = create_model(config["model"], len(state.classes), config["img_size"])
+    model.load_state_dict(state.model)
     return model.eval(), config
 
 
