@@ -25,9 +25,28 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     )
     parser.add_argument("--min-side", type=int, default=300, help="shortest side, px (default 300)")
     parser.add_argument("--max-side", type=int, default=800, help="longest side, px (default 800)")
+    parser.add_argument(
+        "--size",
+        type=_size,
+        default=None,
+        metavar="WxH",
+        help="every picture WxH px, e.g. 2100x1680 for camera-sized photos "
+        "(default: drawn between --min-side and --max-side)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     parser.set_defaults(run=run)
     return parser
+
+
+def _size(text: str) -> tuple[int, int]:
+    """``"2100x1680"`` -> ``(1680, 2100)``: (height, width) from the shell's width x height."""
+    try:
+        width, height = (int(part) for part in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--size should be WIDTHxHEIGHT in pixels, e.g. 2100x1680, but got {text!r}"
+        ) from None
+    return height, width
 
 
 def run(args: argparse.Namespace) -> int:
@@ -45,6 +64,7 @@ def run(args: argparse.Namespace) -> int:
         min_side=args.min_side,
         max_side=args.max_side,
         progress=not args.no_progress,
+        size=args.size,
     )
     seconds = time.perf_counter() - start
     stats = tree_stats(root)

@@ -24,7 +24,7 @@ import pathlib
 from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
-from PIL import Image, ImageDraw
+from PIL import Image, ImageDraw, ImageFilter
 
 __all__ = ["synthesize", "synth_image", "class_names", "image_size", "tree_stats"]
 
@@ -35,6 +35,8 @@ STRIPE_AMPLITUDE = 0.16  # class stripes, share of full brightness
 TEXTURE_AMPLITUDE = 0.7  # peak grain, share of full brightness
 FINE_SHARE = 0.7  # share of pixel-level grain in the texture, the rest is coarser
 SHAPES = (4, 12)  # fewest and most shapes per picture
+GRAIN_SIDE = 800  # longest side (px) up to which the texture grain is one pixel
+LENS_BLUR = 0.4  # Gaussian blur radius of larger pictures, in grain cells
 NOISE_LEVELS = 6.0  # peak colour noise, in 8-bit levels
 
 
@@ -158,12 +160,19 @@ def synth_image(
     # Texture: fine grain plus a coarser, smoothed grain (foliage, fabric), with a strength
     # that varies over the picture (a textured field next to a smooth sky).
     strength = np.clip(0.5 + _smooth_field(rng, height, width, 4), 0.1, 1.0)
-    fine = rng.integers(0, 256, size=(height, width), dtype=np.uint8).astype(np.float32)
-    coarse = rng.integers(0, 256, size=((height + 3) // 2, (width + 3) // 2), dtype=np.uint8)
+    # A larger picture shows the same scene at a finer sampling: its grain spans more pixels
+    # (one pixel up to GRAIN_SIDE px a side, as in ImageNet-sized photos).
+    grain = max(1, int(round(long_side / GRAIN_SIDE)))
+    gh, gw = -(-height // grain), -(-width // grain)
+    fine = rng.integers(0, 256, size=(gh, gw), dtype=np.uint8).astype(np.float32)
+    coarse = rng.integers(0, 256, size=((gh + 3) // 2, (gw + 3) // 2), dtype=np.uint8)
     coarse = coarse.astype(np.float32)
     coarse = (coarse[:-1] + coarse[1:]) * 0.5
     coarse = (coarse[:, :-1] + coarse[:, 1:]) * 0.5
-    coarse = np.repeat(np.repeat(coarse, 2, axis=0), 2, axis=1)[:height, :width]
+    coarse = np.repeat(np.repeat(coarse, 2, axis=0), 2, axis=1)[:gh, :gw]
+    if grain > 1:
+        fine = np.repeat(np.repeat(fine, grain, axis=0), grain, axis=1)[:height, :width]
+        coarse = np.repeat(np.repeat(coarse, grain, axis=0), grain, axis=1)[:height, :width]
     texture = FINE_SHARE * (fine - 127.5) + (1.0 - FINE_SHARE) * (coarse - 127.5)
     light += (TEXTURE_AMPLITUDE / 128.0) * strength * texture
     # Compose channel by channel (numpy broadcasts a trailing axis of 3 slowly), then add
@@ -179,7 +188,10 @@ def synth_image(
         plane += (NOISE_LEVELS / 128.0) * (noise.astype(np.float32) - 127.5)
         np.clip(plane + 0.5, 0, 255, out=plane)
         channels.append(Image.fromarray(plane.astype(np.uint8), mode="L"))
-    return Image.merge("RGB", channels)
+    picture = Image.merge("RGB", channels)
+    if grain > 1:  # a camera's lens and demosaicing soften detail at the pixel scale
+        picture = picture.filter(ImageFilter.GaussianBlur(LENS_BLUR * grain))
+    return picture
 
 
 def _image_seed(seed: int, split: str, index: int) -> np.random.Generator:
@@ -187,15 +199,17 @@ def _image_seed(seed: int, split: str, index: int) -> np.random.Generator:
 
 
 def _write_chunk(
-    job: tuple[str, str, int, int, int, int, int, int, int, list[str]],
+    job: tuple,
 ) -> list[tuple[int, int, int]]:
     """Generate and write images ``start .. stop-1`` of one split; return (w, h, bytes) each."""
-    root, split, start, stop, classes, seed, quality, min_side, max_side, names = job
+    root, split, start, stop, classes, seed, quality, min_side, max_side, size, names = job
     out = []
     for index in range(start, stop):
         label = index % classes
         rng = _image_seed(seed, split, index)
         height, width = image_size(rng, min_side, max_side)
+        if size is not None:  # the draw above still runs: the picture's stream stays aligned
+            height, width = size
         picture = synth_image(rng, label, classes, height, width)
         buffer = io.BytesIO()
         picture.save(buffer, format="JPEG", quality=quality)
@@ -226,13 +240,15 @@ def synthesize(
     min_side: int = 300,
     max_side: int = 800,
     progress: bool = False,
+    size: tuple[int, int] | None = None,
 ) -> pathlib.Path:
     """Write ``out/train/<class>/<name>.jpg`` and ``out/val/<class>/<name>.jpg``; return ``Path(out)``.
 
     ``train`` and ``val`` images are spread evenly over ``classes`` folders (image ``i`` has
     label ``i % classes``). The bytes depend only on the arguments other than ``workers``
     and ``progress``. ``workers`` processes generate in parallel (default: all cores).
-    Existing files of the same names are overwritten.
+    Existing files of the same names are overwritten. ``size``: ``(height, width)`` of every
+    picture (e.g. ``(1680, 2100)`` for camera-sized photos) instead of drawn sizes.
     """
     _check_int("train", train, 0)
     _check_int("val", val, 0)
@@ -243,6 +259,12 @@ def synthesize(
     _check_int("quality", quality, 1)
     if quality > 100:
         raise ValueError(f"quality should be in [1, 100], but got quality={quality}")
+    if size is not None:
+        if len(size) != 2:
+            raise ValueError(f"size should be (height, width), but got size={size!r}")
+        _check_int("size[0]", size[0], 8)
+        _check_int("size[1]", size[1], 8)
+        size = (int(size[0]), int(size[1]))
     if workers is None:
         workers = os.cpu_count() or 1
     _check_int("workers", workers, 1)
@@ -256,7 +278,8 @@ def synthesize(
         for start in range(0, count, _CHUNK):
             stop = min(start + _CHUNK, count)
             jobs.append(
-                (str(root), split, start, stop, classes, seed, quality, min_side, max_side, names)
+                (str(root), split, start, stop, classes, seed, quality, min_side, max_side, size,
+                 names)
             )
 
     bar = None
