@@ -9,7 +9,8 @@ of DALI's reused buffers).
 Queue handling: the pipeline is driven one iteration per fed batch (``feed_input`` then the
 backend's ``Run``; ``Outputs`` to collect). DALI's Python ``schedule_run``/``run`` would, on
 the first call, run ``prefetch_queue_depth`` iterations at once and fail with "Attempted to
-peek the data batch that doesn't exist" when fewer batches have been fed.
+peek the data batch that doesn't exist" when fewer batches have been fed. The backend
+calls go through :mod:`.dali_backend`, the one seam with DALI's private handle.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from . import geometry, graph, torch_resample
+from . import dali_backend, geometry, graph, torch_resample
 from .buffers import BatchBuffers
 from .translate import TransformPlan
 
@@ -215,7 +216,7 @@ class BatchDecoder:
         if not self._pending:
             raise RuntimeError("fetch() called with no batch in flight; call submit() first")
         try:
-            (out,) = self._pipe._pipe.Outputs()
+            (out,) = dali_backend.outputs(self._pipe)
         except RuntimeError as exc:
             _, arrays, _ = self._pending.popleft()
             self._recover()
@@ -238,7 +239,7 @@ class BatchDecoder:
             return
         while self._pending:
             try:  # the batch's buffers stay referenced until DALI is done with them (no_copy)
-                self._pipe._pipe.Outputs()
+                dali_backend.outputs(self._pipe)
             except RuntimeError:
                 self._pipe = self._build()
                 self._pending.clear()
@@ -292,9 +293,7 @@ class BatchDecoder:
         )
 
     def _run(self, feeds: dict) -> None:
-        for name in self._names:
-            self._pipe.feed_input(name, feeds[name])
-        self._pipe._pipe.Run()
+        dali_backend.feed_and_run(self._pipe, self._names, feeds)
 
     def _recover(self) -> None:
         """After a failed batch: a fresh pipeline, re-fed with the batches still in flight."""
