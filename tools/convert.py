@@ -35,6 +35,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         help="replace a finished database at DST")
     parser.add_argument("--commit-every", type=int, default=None, metavar="N",
                         help="source files per LMDB commit, i.e. resume granularity (default: 256)")
+    parser.add_argument("--shards", type=int, default=None, metavar="N",
+                        help="write N LMDB shards under DST plus a manifest (a sharded set "
+                             "that reads as one data set, in source order)")
+    parser.add_argument("--shard-index", type=int, default=None, metavar="I",
+                        help="with --shards: convert shard I only, so N processes or machines "
+                             "convert in parallel; the last to finish writes the manifest")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     parser.set_defaults(run=run)
     return parser
@@ -49,6 +55,7 @@ def run(args: argparse.Namespace) -> int:
             quality=args.quality, strict=args.strict, overwrite=args.overwrite,
             progress=not args.no_progress, check=args.check,
             commit_every=args.commit_every or DEFAULT_COMMIT_EVERY,
+            shards=args.shards, shard_index=args.shard_index,
         )
     except (ConvertError, OSError, ValueError) as exc:
         print(f"fastload convert: error: {exc}", file=sys.stderr)
@@ -61,8 +68,13 @@ def run(args: argparse.Namespace) -> int:
                if report.resumed else "")
     print(f"{report.summary()} in {report.seconds:.1f} s{resumed}; "
           f"{report.kept} kept as they were, {report.reencoded} re-encoded -> {report.path}")
+    if args.shards is not None:
+        print(f"sharded set {report.path}: " + (
+            f"manifest written ({report.manifest['count']} records in {args.shards} shards)"
+            if report.manifest else "manifest pending until every shard is converted"))
     if report.skipped:
-        print(f"skipped files and reasons: {report.path / 'errors.json'}")
+        where = "errors.json in each shard" if args.shards else report.path / "errors.json"
+        print(f"skipped files and reasons: {where}")
         for error in report.errors[:5]:
             print(f"  {error['path']}: {error['reason']}")
         if report.skipped > 5:

@@ -26,10 +26,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
+    from fastload.data.manifest import is_sharded_set
+    from fastload.data.shards import verify_set
     from fastload.data.verify import verify_lmdb
 
+    check = verify_set if is_sharded_set(args.dst) else verify_lmdb  # a set: every shard
     try:
-        report = verify_lmdb(args.dst, full=args.full, sample=args.sample, seed=args.seed)
+        report = check(args.dst, full=args.full, sample=args.sample, seed=args.seed)
     except (OSError, ValueError) as exc:
         print(f"fastload verify: error: {exc}", file=sys.stderr)
         return 1

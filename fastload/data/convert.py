@@ -54,6 +54,7 @@ class ConvertReport:
     resumed: bool = False  # True when this call finished an interrupted conversion
     resumed_from: int = 0  # source files already done by the interrupted run
     classes: list[str] = field(default_factory=list)
+    manifest: dict | None = None  # a sharded set's manifest, once every shard is complete
 
     def summary(self) -> str:
         return f"stored {self.stored} + skipped {self.skipped} = seen {self.seen}"
@@ -78,6 +79,8 @@ def convert_folder(
     progress: bool = True,
     commit_every: int = DEFAULT_COMMIT_EVERY,
     check: str = "markers",
+    shards: int | None = None,
+    shard_index: int | None = None,
 ) -> ConvertReport:
     """Convert ``src`` (ImageFolder directory or ``.csv``) into the LMDB directory ``dst``.
 
@@ -91,6 +94,11 @@ def convert_folder(
         commit_every: source files per LMDB commit (the resume granularity).
         check: ``"markers"`` keeps a JPEG after checking its markers and end-of-image;
             ``"decode"`` also decodes it at reduced scale.
+        shards: write a sharded set instead: ``shards`` LMDB shards under ``dst`` (a
+            contiguous range of source files each) and a manifest (see
+            :mod:`fastload.data.manifest`); the set reads as one data set in source order.
+        shard_index: with ``shards``, convert only this shard, so that ``shards`` processes
+            can convert in parallel; the last one to finish writes the manifest.
 
     An interrupted conversion (even SIGKILL) is resumed by calling again with the same
     source and options; the result equals an uninterrupted run. Unreadable files are
@@ -103,6 +111,14 @@ def convert_folder(
         raise ValueError(f"quality should be an integer in [1, 100], but got quality={quality!r}")
     if check not in CHECKS:
         raise ValueError(f"check should be one of {CHECKS}, but got check={check!r}")
+    _check_positive("shards", shards)
+    if shard_index is not None:
+        if shards is None:
+            raise ValueError(f"shard_index={shard_index!r} needs shards=N (the number of shards)")
+        if isinstance(shard_index, bool) or not isinstance(shard_index, int) \
+                or not 0 <= shard_index < shards:
+            raise ValueError(f"shard_index should be an integer in [0, {shards}), but got "
+                             f"shard_index={shard_index!r}")
     start = time.perf_counter()
     src_path = Path(os.path.abspath(src))
     dst_path = Path(os.path.abspath(dst))
@@ -121,12 +137,26 @@ def convert_folder(
         "classes": source.classes,
         "options": {"max_side": max_side, "quality": quality, "check": check},
     }
+    run = (workers or os.cpu_count() or 1, max_side, quality, check, strict, progress,
+           commit_every)
+    if shards is None:
+        report = _convert_one(source.samples, dst_path, identity, total_bytes, overwrite, run)
+    else:
+        report = convert_shards(source.samples, dst_path, identity, total_bytes, overwrite,
+                                run, shards, shard_index)
+    report.seconds = time.perf_counter() - start
+    report.classes = source.classes
+    return report
+
+
+def _convert_one(samples, dst_path: Path, identity: dict, total_bytes: int, overwrite: bool,
+                 run: tuple) -> ConvertReport:
+    """Convert ``samples`` into the one LMDB directory ``dst_path`` (resuming a partial)."""
     progress_state = prepare_destination(dst_path, identity, overwrite=overwrite)
     writer = LMDBWriter(dst_path, identity, progress_state,
-                        map_size=_initial_map_size(total_bytes, len(source.samples)))
+                        map_size=_initial_map_size(total_bytes, len(samples)))
     try:
-        _run(source.samples, writer, workers or os.cpu_count() or 1, max_side, quality, check,
-             strict, progress, commit_every)
+        _run(samples, writer, *run)
     except BaseException:
         writer.close()
         raise
@@ -134,11 +164,66 @@ def convert_folder(
     kept = writer.counts.get(KEPT, 0)
     return ConvertReport(
         path=dst_path, stored=writer.stored, skipped=len(writer.skipped), seen=writer.seen,
-        errors=writer.skipped, seconds=time.perf_counter() - start, kept=kept,
-        reencoded=writer.stored - kept, resumed=writer.resumed,
-        resumed_from=writer.resumed_from,
-        classes=source.classes,
+        errors=writer.skipped, kept=kept, reencoded=writer.stored - kept,
+        resumed=writer.resumed, resumed_from=writer.resumed_from,
     )
+
+
+def convert_shards(samples, dst_path: Path, identity: dict, total_bytes: int, overwrite: bool,
+                   run: tuple, shards: int, shard_index: int | None) -> ConvertReport:
+    """Convert the shards of a set (all, or ``shard_index`` only), then complete the manifest
+    if every shard is done. The report sums the shards converted by this call."""
+    from fastload.data.manifest import (
+        MANIFEST_FILE,
+        SET_LABELS_FILE,
+        complete_manifest,
+        existing_shard_counts,
+        shard_bounds,
+        shard_name,
+    )
+
+    if shards > max(1, len(samples)):
+        raise ValueError(f"shards={shards} exceeds the {len(samples)} source files; pass at "
+                         "most one shard per file")
+    if (dst_path / META_FILE).exists():
+        raise FileExistsError(f"destination {str(dst_path)!r} is an unsharded fastload "
+                              "database; write the sharded set to a new folder")
+    if dst_path.is_dir():
+        foreign = sorted(e.name for e in os.scandir(dst_path) if not e.name.startswith(
+            (".", "shard-")) and e.name not in (MANIFEST_FILE, SET_LABELS_FILE))
+        if foreign:
+            raise FileExistsError(
+                f"destination {str(dst_path)!r} holds files that are not part of a sharded "
+                f"fastload set ({', '.join(foreign[:3])}); choose a new or empty folder")
+    others = existing_shard_counts(dst_path) - {shards}
+    if others and not overwrite:
+        raise FileExistsError(
+            f"destination {str(dst_path)!r} holds shards of a {min(others)}-shard set; pass "
+            f"shards={min(others)}, or overwrite=True to replace it")
+    dst_path.mkdir(parents=True, exist_ok=True)
+    if overwrite:
+        (dst_path / MANIFEST_FILE).unlink(missing_ok=True)  # the set is no longer complete
+    bounds = shard_bounds(len(samples), shards)
+    todo = range(shards) if shard_index is None else [shard_index]
+    total = ConvertReport(path=dst_path, stored=0, skipped=0, seen=0)
+    for k in todo:
+        begin, stop = bounds[k]
+        shard_identity = {**identity, "shard": {"index": k, "count": shards,
+                                                "source_start": begin, "source_stop": stop}}
+        part = samples[begin:stop]
+        share = total_bytes * len(part) // max(1, len(samples))
+        report = _convert_one(part, dst_path / shard_name(k, shards), shard_identity, share,
+                              overwrite, run)
+        total.stored += report.stored
+        total.skipped += report.skipped
+        total.seen += report.seen
+        total.kept += report.kept
+        total.reencoded += report.reencoded
+        total.errors += [{**e, "index": e["index"] + begin} for e in report.errors]
+        total.resumed = total.resumed or report.resumed
+        total.resumed_from += report.resumed_from
+    total.manifest = complete_manifest(dst_path, shards)
+    return total
 
 
 def _initial_map_size(total_bytes: int, count: int) -> int:

@@ -10,7 +10,7 @@ from typing import Any
 
 from torch.utils.data import Dataset
 
-from fastload.data.reader import LMDBReader
+from fastload.data.shards import open_reader
 
 
 class LMDBDataset(Dataset):
@@ -23,6 +23,8 @@ class LMDBDataset(Dataset):
     underlying :class:`~fastload.data.reader.LMDBReader`. The LMDB environment is opened
     lazily in each process, so the dataset pickles to DataLoader workers (fork or spawn).
     There is no ``samples`` list of file paths: records are keys (``reader.key(i)``).
+    ``path`` may also be a sharded set (its folder or manifest): one data set with global
+    indices, read through a :class:`~fastload.data.shards.ShardedReader`.
     """
 
     def __init__(
@@ -31,7 +33,7 @@ class LMDBDataset(Dataset):
         transform: Callable | None = None,
         target_transform: Callable | None = None,
     ) -> None:
-        self.reader = LMDBReader(path)
+        self.reader = open_reader(path)  # LMDBReader, or ShardedReader for a sharded set
         self.path: Path = self.reader.path
         self.root = str(self.path)
         self.transform = transform

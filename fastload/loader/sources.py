@@ -235,6 +235,13 @@ def resolve_dataset(dataset: Any, transform: Any, target_transform: Any) -> Any:
             )
         return dataset
     root = pathlib.Path(dataset)
+    from fastload.data.manifest import is_sharded_set
+
+    if is_sharded_set(root):  # a sharded set's folder or manifest: one LMDBDataset
+        from fastload.data import dataset as lmdb_dataset
+
+        return lmdb_dataset.LMDBDataset(root, transform=transform,
+                                        target_transform=target_transform)
     if not root.is_dir():
         raise FileNotFoundError(
             f"dataset path '{root}' is not a directory; pass an image folder (one "

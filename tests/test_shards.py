@@ -1,0 +1,158 @@
+"""Sharded sets: `fastload convert --shards N [--shard-index i]`, the manifest, reading and
+verifying the set as one data set. Real LMDB files, real CLI processes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from fastload.data.convert import convert_folder
+from fastload.data.dataset import LMDBDataset
+from fastload.data.manifest import MANIFEST_FILE, shard_name
+from fastload.data.shards import ShardedReader, verify_set
+from fastload.tools.cli import main as cli
+
+N = 23  # source files: 21 JPEGs, 1 PNG (re-encoded), 1 unreadable (skipped)
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory):
+    root = tmp_path_factory.mktemp("shard_src") / "src"
+    rng = np.random.default_rng(0)
+    for i in range(N):
+        folder = root / f"class_{i % 3}"
+        folder.mkdir(parents=True, exist_ok=True)
+        pixels = rng.integers(0, 256, (8 + i % 5, 12, 3), dtype=np.uint8)
+        if i == 7:
+            Image.fromarray(pixels).save(folder / f"{i:03d}.png")
+        elif i == 11:
+            (folder / f"{i:03d}.jpg").write_bytes(b"not an image")
+        else:
+            Image.fromarray(pixels).save(folder / f"{i:03d}.jpg", quality=85)
+    return root
+
+
+@pytest.fixture(scope="module")
+def unsharded(source, tmp_path_factory):
+    dst = tmp_path_factory.mktemp("shard_ref") / "ref.lmdb"
+    convert_folder(source, dst, workers=1, progress=False)
+    return LMDBDataset(dst)
+
+
+def records(reader) -> list[tuple[bytes, int]]:
+    return [(bytes(reader.image_bytes(i)[0]), reader.image_bytes(i)[1])
+            for i in range(len(reader))]
+
+
+def test_three_parallel_shard_index_processes_make_a_set_equal_to_the_unsharded_conversion(
+        source, unsharded, tmp_path):
+    dst = tmp_path / "set"
+    procs = [subprocess.Popen(
+        [sys.executable, "-m", "fastload.tools.cli", "convert", str(source), str(dst),
+         "--shards", "3", "--shard-index", str(i), "--workers", "1", "--no-progress"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE) for i in range(3)]
+    outputs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], outputs
+    assert subprocess.run([sys.executable, "-m", "fastload.tools.cli", "verify", str(dst)],
+                          capture_output=True, timeout=120).returncode == 0
+    manifest = json.loads((dst / MANIFEST_FILE).read_text())
+    assert [s["path"] for s in manifest["shards"]] == [shard_name(k, 3) for k in range(3)]
+    dataset = LMDBDataset(dst)
+    assert len(dataset) == len(unsharded) == N - 1
+    assert dataset.classes == unsharded.classes
+    assert dataset.targets == unsharded.targets
+    assert records(dataset.reader) == records(unsharded.reader)
+
+
+def test_manifest_maps_global_indices_to_contiguous_shard_ranges(source, tmp_path):
+    convert_folder(source, tmp_path / "set", workers=1, progress=False, shards=3)
+    manifest = json.loads((tmp_path / "set" / MANIFEST_FILE).read_text())
+    ranges = [(s["start"], s["stop"]) for s in manifest["shards"]]
+    assert ranges[0][0] == 0 and ranges[-1][1] == manifest["count"] == N - 1
+    assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:], strict=False))
+    assert [s["count"] for s in manifest["shards"]] == [b - a for a, b in ranges]
+    assert manifest["classes"] == ["class_0", "class_1", "class_2"]
+
+
+def test_manifest_is_pending_until_the_last_shard_finishes(source, tmp_path):
+    dst = tmp_path / "set"
+    first = convert_folder(source, dst, workers=1, progress=False, shards=2, shard_index=1)
+    assert first.manifest is None and not (dst / MANIFEST_FILE).exists()
+    with pytest.raises(ValueError, match="shard-00000-of-00002"):
+        verify_set(dst)
+    with pytest.raises(ValueError, match="no fastload-set.json yet"):
+        LMDBDataset(dst)
+    last = convert_folder(source, dst, workers=1, progress=False, shards=2, shard_index=0)
+    assert last.manifest is not None and last.manifest["count"] == N - 1
+
+
+def test_verify_completes_a_manifest_lost_after_every_shard_finished(source, tmp_path):
+    dst = tmp_path / "set"
+    convert_folder(source, dst, workers=1, progress=False, shards=2)
+    (dst / MANIFEST_FILE).unlink()
+    report = verify_set(dst, full=True)
+    assert report.ok and report.manifest_written and report.found == N - 1
+    assert report.decoded == N - 1
+
+
+def test_verify_names_a_shard_whose_checksum_file_changed(source, tmp_path):
+    dst = tmp_path / "set"
+    convert_folder(source, dst, workers=1, progress=False, shards=2)
+    checksums = dst / shard_name(1, 2) / "checksums.crc32"
+    data = bytearray(checksums.read_bytes())
+    data[0] ^= 0xFF
+    checksums.write_bytes(bytes(data))
+    report = verify_set(dst)
+    assert not report.ok
+    assert any(key.startswith(shard_name(1, 2)) for key, _ in report.bad)
+
+
+def test_reader_opens_only_the_shards_it_reads(source, tmp_path):
+    dst = tmp_path / "set"
+    convert_folder(source, dst, workers=1, progress=False, shards=3)
+    reader = ShardedReader(dst / MANIFEST_FILE)  # the manifest path works as well
+    assert reader.opened_shards == []
+    last = len(reader) - 1
+    reader.image_bytes(last)
+    assert reader.opened_shards == [2]
+    assert reader.key(last).decode().startswith(shard_name(2, 3) + "/")
+
+
+def test_a_shard_run_with_another_shard_count_is_refused(source, tmp_path):
+    dst = tmp_path / "set"
+    convert_folder(source, dst, workers=1, progress=False, shards=2, shard_index=0)
+    with pytest.raises(FileExistsError, match="2-shard set"):
+        convert_folder(source, dst, workers=1, progress=False, shards=3, shard_index=0)
+
+
+def test_shard_index_without_shards_names_both_arguments(source, tmp_path):
+    with pytest.raises(ValueError, match="shard_index=0 needs shards=N"):
+        convert_folder(source, tmp_path / "x", shard_index=0, progress=False)
+
+
+def test_cli_rejects_a_shard_index_out_of_range(source, tmp_path, capsys):
+    code = cli(["convert", str(source), str(tmp_path / "set"), "--shards", "2",
+                "--shard-index", "2", "--no-progress"])
+    assert code == 1
+    assert "shard_index should be an integer in [0, 2)" in capsys.readouterr().err
+
+
+def test_dataloader_reads_the_set_by_path_with_global_indices(source, unsharded, tmp_path):
+    import torchvision.transforms as T
+
+    import fastload
+
+    convert_folder(source, tmp_path / "set", workers=1, progress=False, shards=3)
+    transform = T.Compose([T.Resize((8, 8)), T.ToTensor()])
+    loader = fastload.DataLoader(str(tmp_path / "set"), batch_size=5, transform=transform,
+                                 device="cpu", strict=True)
+    reference = fastload.DataLoader(str(unsharded.path), batch_size=5, transform=transform,
+                                    device="cpu", strict=True)
+    for (images, labels), (ref_images, ref_labels) in zip(loader, reference, strict=True):
+        assert labels.tolist() == ref_labels.tolist()
+        assert (images - ref_images).abs().max().item() == 0
