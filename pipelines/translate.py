@@ -157,6 +157,19 @@ def translate(transform) -> TransformPlan:
         raise UnsupportedTransform(
             "transform=None", "the dataset would yield PIL images, not tensors; add ToTensor()"
         )
+    return translate_list(_flatten(transform))[0]
+
+
+def _timm(t, name: str) -> bool:
+    """``t`` is exactly timm's ``timm.data.transforms`` class ``name``."""
+    cls = type(t)
+    return cls.__name__ == name and cls.__module__ == "timm.data.transforms"
+
+
+def translate_list(transforms: list, *, pil_end: bool = False) -> tuple[TransformPlan, str]:
+    """``(plan, state)`` for a flat list of transforms; ``state`` is what the last one yields:
+    ``"pil"`` (only with ``pil_end``: the plan outputs the image as uint8 CHW, the tensor form
+    of the PIL image), ``"uint8"``, ``"float"`` or ``"normalized"``."""
     steps: list[g.Step] = []
     state = "pil"  # pil -> uint8 (tensor) -> float -> normalized
     scale = 1.0  # output = pixel * scale (before Normalize), pixel in 0..255
@@ -165,8 +178,18 @@ def translate(transform) -> TransformPlan:
     interpolation, antialias, fill = "linear", True, (0,)
     resamples = jitters = 0
     names: list[str] = []
-    for t in _flatten(transform):
+    for t in transforms:
         name = type(t).__name__
+        if _timm(t, "RandomResizedCropAndInterpolation"):
+            if isinstance(t.interpolation, (list, tuple)):
+                raise UnsupportedTransform(name, "interpolation='random' is not translated")
+            t = _modules()[0].RandomResizedCrop(t.size, t.scale, t.ratio, t.interpolation)
+        elif _timm(t, "MaybeToTensor") and state == "pil":
+            t = _modules()[0].ToTensor()
+        elif _timm(t, "MaybePILToTensor") and state == "pil":
+            t = _modules()[0].PILToTensor()
+        elif _timm(t, "MaybeToTensor") or _timm(t, "MaybePILToTensor"):
+            continue  # a tensor passes through unchanged
         names.append(name)
         geometric = any(
             _is(t, n) for n in ("Resize", "CenterCrop", "RandomCrop", "RandomResizedCrop")
@@ -275,14 +298,14 @@ def translate(transform) -> TransformPlan:
             state = "normalized"
         else:
             raise UnsupportedTransform(name, "no DALI translation for this transform")
-    if state == "pil":
+    if state == "pil" and not pil_end:
         raise UnsupportedTransform(
             " -> ".join(names) or "Compose([])", "it yields PIL images, not tensors; add ToTensor()"
         )
     # output = ((pixel*scale) - mean)/std = (pixel - mean/scale) / (std/scale)
     plan_mean = tuple(m / scale for m in mean)
     plan_std = tuple(s / scale for s in std)
-    return TransformPlan(
+    plan = TransformPlan(
         steps=tuple(steps),
         output_dtype=dtype,
         mean=plan_mean,  # type: ignore[arg-type]
@@ -293,8 +316,9 @@ def translate(transform) -> TransformPlan:
         decode_roi=_decode_roi(steps),
         pad_crop=_pad_crop(steps),
         fill=fill,
-        source=" -> ".join(names),
+        source=" -> ".join(names) or "decode",
     )
+    return plan, state
 
 
 def _dtype_step(t, name: str, state: str, dtype: torch.dtype, scale: float):

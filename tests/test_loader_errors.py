@@ -96,7 +96,6 @@ def test_strict_raises_instead_of_falling_back(folder):
 
 
 @pytest.mark.parametrize("kwargs, words", [
-    (dict(collate_fn=lambda batch: batch), "collate_fn"),
     (dict(batch_size=None), "batch_size=None"),
     (dict(num_workers=1, worker_init_fn=print), "worker_init_fn"),
 ])

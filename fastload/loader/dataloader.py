@@ -12,10 +12,11 @@ import weakref
 from typing import Any
 
 import torch
-from torch.utils.data import BatchSampler, Dataset, default_collate
+from torch.utils.data import BatchSampler, Dataset
 from torch.utils.data import DataLoader as TorchDataLoader
 
 from fastload.loader.epoch import _EpochIterator
+from fastload.loader.plan import SampleStage, make_plan
 from fastload.loader.sampling import BatchOrder, EpochSampler, distributed_settings
 from fastload.loader.sources import NotASource, SampleError, make_source, resolve_dataset
 
@@ -88,10 +89,14 @@ class DataLoader:
     ``order[r::world_size]``. Each batch's augmentation draws from a generator seeded by
     ``(seed, epoch, rank, batch position)``, so a resumed run makes the same crops.
 
-    Falls back to a real ``torch.utils.data.DataLoader`` with the same arguments (one
-    ``FallbackWarning`` naming the reason; same batches, no speed-up) for other datasets,
-    transforms the graph cannot translate, a custom ``collate_fn``, ``batch_size=None``, and
-    ``worker_init_fn``/``multiprocessing_context`` with workers. ``fallback_reason`` says why.
+    Transforms: the longest prefix DALI can run becomes the graph; the rest runs per sample
+    with torch on the decoded tensors (``fastload.pipelines.split``); a custom ``collate_fn``
+    receives the list of per-sample ``(image, label)`` torch would give it. ``plan`` prints
+    what runs where. Falls back to a real ``torch.utils.data.DataLoader`` with the same
+    arguments (one ``FallbackWarning`` naming the reason; same batches, no speed-up) for
+    other datasets, a transform that needs a PIL image before anything DALI can run,
+    ``batch_size=None``, and ``worker_init_fn``/``multiprocessing_context`` with workers.
+    ``fallback_reason`` says why.
     ``timeout``, ``persistent_workers``, ``in_order`` and ``pin_memory_device`` have nothing
     to control on the DALI path (no worker processes, batches always in order).
     """
@@ -140,9 +145,14 @@ class DataLoader:
         self._decoder: Any = None
         self._decoder_size = 0
         self._live: weakref.ref | None = None
-        reason, self._source, self._plan = self._fast_path(dataset, collate_fn, worker_init_fn,
-                                                           multiprocessing_context)
+        reason, self._source, split = self._fast_path(dataset, worker_init_fn,
+                                                      multiprocessing_context)
         self.fallback_reason = reason
+        self._plan = split.prefix if split is not None else None
+        self._stage = SampleStage(split.suffix if split is not None else None,
+                                  self.collate_fn, self.num_workers)
+        self.plan = make_plan(split, collate_fn, self.device.type, max(1, self.num_workers),
+                              reason)
         if reason is not None:
             if strict:
                 raise ValueError(f"fastload.DataLoader cannot run this on DALI: {reason} "
@@ -158,13 +168,12 @@ class DataLoader:
             self._fast_init(shuffle, sampler, batch_sampler, generator, seed)
         self._initialized = True
 
-    def _fast_path(self, dataset: Any, collate_fn: Any, worker_init_fn: Any,
+    def _fast_path(self, dataset: Any, worker_init_fn: Any,
                    mp_context: Any) -> tuple[str | None, Any, Any]:
-        """``(None, source, plan)`` when DALI can make the batches, else ``(reason, None, None)``."""
+        """``(None, source, split plan)`` when DALI can make the batches, else
+        ``(reason, None, None)``."""
         if self.batch_sampler is None:
             return "batch_size=None (no automatic batching) yields single samples", None, None
-        if collate_fn is not None and collate_fn is not default_collate:
-            return f"a custom collate_fn={_name(collate_fn)} cannot apply to DALI batches", None, None
         if self.num_workers > 0 and worker_init_fn is not None:
             return f"worker_init_fn={_name(worker_init_fn)} needs worker processes", None, None
         if self.num_workers > 0 and mp_context is not None:
@@ -174,11 +183,11 @@ class DataLoader:
         except NotASource as err:
             return str(err), None, None
         try:
-            from fastload.pipelines.translate import translate
+            from fastload.pipelines.split import split
         except ImportError as err:  # DALI or the graph package unavailable
             return f"the DALI graph package cannot be imported ({err})", None, None
         try:
-            plan = translate(source.transform)
+            plan = split(source.transform)
         except ValueError as err:  # UnsupportedTransform is a ValueError
             return str(err), None, None
         return None, source, plan
@@ -254,6 +263,7 @@ class DataLoader:
         decoder, self._decoder, self._decoder_size = self._decoder, None, 0
         if decoder is not None:
             decoder.close()
+        self._stage.close()
 
     def _decoder_for(self, max_batch: int) -> Any:
         if self._decoder is not None and self._decoder_size >= max_batch:

@@ -94,8 +94,13 @@ class _EpochIterator:
             self._fill()
             return self._deliver(head, images)
 
-    def _deliver(self, batch: _Batch, images: torch.Tensor) -> list[Any]:
+    def _deliver(self, batch: _Batch, images: torch.Tensor) -> Any:
         loader = self._loader
+        if loader._stage.active:  # a torch suffix or a custom collate_fn: see loader/plan.py
+            from fastload.loader.plan import sample_labels
+
+            loader.last_batch_indices = list(batch.indices)
+            return loader._stage(images, sample_labels(self._source, batch.indices), batch.seed)
         labels = self._source.labels(batch.indices)
         if images.device.type == "cuda" and isinstance(labels, torch.Tensor):
             labels = labels.to(images.device, non_blocking=True)

@@ -1,0 +1,103 @@
+"""What runs where for a ``fastload.DataLoader``: DALI graph, torch suffix, collate.
+
+``loader.plan`` is a :class:`LoaderPlan`; ``print(loader.plan)`` shows the stages. On the
+DALI path a batch is made as: the DALI prefix decodes and transforms the batch; the torch
+suffix (if any) runs on each sample, in ``num_workers`` threads when its draws are replayed
+(see ``fastload.pipelines.augment``); then ``collate_fn`` receives the list of per-sample
+``(image, label)`` pairs torch's DataLoader would give it — or, with neither a suffix nor a
+custom ``collate_fn``, the batch tensor is returned as ``default_collate`` would make it.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.utils.data import default_collate
+
+from fastload.loader.sampling import mix_seed
+
+__all__ = ["LoaderPlan"]
+
+
+@dataclass(frozen=True)
+class LoaderPlan:
+    """A loader's stages. ``split``: the pipelines ``SplitPlan`` (None when falling back)."""
+
+    split: Any
+    collate: str
+    device: str
+    threads: int
+    fallback_reason: str | None = None
+
+    def __str__(self) -> str:
+        if self.fallback_reason is not None:
+            return f"torch.utils.data.DataLoader (fallback: {self.fallback_reason})"
+        return (f"DALI on {self.device}, {self.threads} thread(s)\n{self.split.describe()}\n"
+                f"collate: {self.collate}")
+
+
+def _name(obj: Any) -> str:
+    return getattr(obj, "__qualname__", None) or type(obj).__name__
+
+
+def make_plan(split: Any, collate_fn: Any, device: str, threads: int,
+              reason: str | None) -> LoaderPlan:
+    """The LoaderPlan of a loader (``split`` None when ``reason`` says why it falls back)."""
+    if collate_fn is None or collate_fn is default_collate:
+        collate = "default_collate (batch tensor from DALI)" if split is None or not split.suffix \
+            else "default_collate of the per-sample suffix outputs"
+    else:
+        collate = f"{_name(collate_fn)} on the list of per-sample (image, label)"
+    return LoaderPlan(split, collate, device, threads, reason)
+
+
+class SampleStage:
+    """Runs a loader's torch suffix and custom collate on decoded batches."""
+
+    def __init__(self, suffix: Any, collate_fn: Any, threads: int) -> None:
+        self.suffix = suffix
+        self.collate_fn = None if collate_fn is default_collate else collate_fn
+        self._threads = max(1, threads)
+        self._pool: ThreadPoolExecutor | None = None
+
+    @property
+    def active(self) -> bool:
+        """Whether batches need per-sample work (else the DALI batch is returned as is)."""
+        return bool(self.suffix) or self.collate_fn is not None
+
+    def __call__(self, images: torch.Tensor, labels: list[Any], seed: int) -> Any:
+        """The batch for decoded ``images`` (one per sample) and per-sample ``labels``."""
+        if self.suffix:
+            if self.suffix.threaded and self._pool is None and self._threads > 1:
+                from fastload.pipelines.torch_resample import one_omp_thread
+
+                self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="fastload-suffix",
+                                                initializer=one_omp_thread)
+            seeds = [mix_seed(seed, j) for j in range(len(labels))]
+            samples = self.suffix.run(images, seeds, self._pool)
+        else:
+            samples = list(images.unbind(0))
+        pairs = list(zip(samples, labels, strict=True))
+        if self.collate_fn is not None:
+            return self.collate_fn(pairs)  # returned as it comes, as torch does
+        batch = default_collate(pairs)
+        if batch[0].device.type == "cuda":
+            batch[1] = batch[1].to(batch[0].device, non_blocking=True)
+        return batch
+
+    def close(self) -> None:
+        """Stop the suffix threads (idempotent)."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=False)
+
+
+def sample_labels(source: Any, indices: list[int]) -> list[Any]:
+    """Each sample's label as the dataset yields it (after ``target_transform``)."""
+    targets = [int(t) for t in source.targets[indices]]
+    if source.target_transform is None:
+        return targets
+    return [source.target_transform(t) for t in targets]
