@@ -24,7 +24,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from . import dali_backend, geometry, graph, torch_resample
+from . import dali_backend, geometry, graph, scaled_decode, torch_resample
 from .buffers import BatchBuffers
 from .translate import TransformPlan
 
@@ -109,7 +109,10 @@ class BatchDecoder:
     ``resampler``: ``"dali"`` resizes inside the graph; ``"torch"`` decodes the region in DALI
     and resizes, flips and normalises with torch (CPU only, for plans whose resample is the
     last geometric step; about twice as cheap as DALI's CPU resize and Pillow-exact);
-    ``"auto"`` picks torch where it applies. Buffers passed to :meth:`submit` must stay valid
+    ``"auto"`` picks torch where it applies. ``scaled_decode``: ``"auto"`` decodes a batch of
+    large sequential JPEGs at a reduced DCT scale in the resample threads, where the torch
+    resampler runs and most samples need half the pixels or fewer (see scaled_decode);
+    ``"off"`` always runs the DALI graph. Buffers passed to :meth:`submit` must stay valid
     until the batch has been fetched. Not thread-safe: one thread submits and fetches.
     """
 
@@ -124,6 +127,7 @@ class BatchDecoder:
         queue_depth: int = 2,
         hw_decoder_load: float = 0.65,
         resampler: str = "auto",
+        scaled_decode: str = "auto",
     ):
         if not isinstance(plan, TransformPlan):
             raise TypeError(
@@ -148,6 +152,10 @@ class BatchDecoder:
                 "resampler='torch' needs device='cpu' and a plan whose resample is the last "
                 f"geometric step without padding or ColorJitter; got {plan.describe()}"
             )
+        if scaled_decode not in ("auto", "off"):
+            raise ValueError(
+                f"scaled_decode should be 'auto' or 'off', but got scaled_decode={scaled_decode!r}"
+            )
         if device == "gpu" and device_id is None:
             device_id = torch.cuda.current_device()
         self.resampler = (
@@ -160,6 +168,8 @@ class BatchDecoder:
         self.device_id = device_id
         self.queue_depth = queue_depth
         self.hw_decoder_load = hw_decoder_load
+        self.scaled_decode = scaled_decode if self.resampler == "torch" else "off"
+        self.scaled_batches = 0  # batches decoded on the scaled path (the rest ran DALI)
         self._names = graph.input_names(plan, resample=self.resampler == "dali")
         self._pending: collections.deque = collections.deque()  # (feeds, encoded, params)
         self._pool = None
@@ -206,6 +216,11 @@ class BatchDecoder:
         params = [
             geometry.draw_sample(self.plan.steps, int(h), int(w), generator) for h, w in sizes
         ]
+        if self.scaled_decode == "auto" and scaled_decode.worth_it(True, arrays, params):
+            batch = scaled_decode.ScaledBatch(self.plan, arrays, params, self._pool, self._buffers)
+            self._pending.append((batch, arrays, params))
+            self.scaled_batches += 1
+            return
         feeds = self._feeds(arrays, params)
         self._pending.append((feeds, arrays, params))
         self._run(feeds)
@@ -215,6 +230,12 @@ class BatchDecoder:
         self._check_open()
         if not self._pending:
             raise RuntimeError("fetch() called with no batch in flight; call submit() first")
+        if isinstance(self._pending[0][0], scaled_decode.ScaledBatch):
+            batch = self._pending.popleft()[0]
+            try:
+                return batch.result()
+            except scaled_decode.ScaledDecodeError as err:
+                raise BatchDecodeError(err.message, err.sample_indices) from None
         try:
             (out,) = dali_backend.outputs(self._pipe)
         except RuntimeError as exc:
@@ -238,6 +259,9 @@ class BatchDecoder:
         if self._closed:
             return
         while self._pending:
+            if isinstance(self._pending[0][0], scaled_decode.ScaledBatch):
+                self._pending.popleft()[0].cancel()
+                continue
             try:  # the batch's buffers stay referenced until DALI is done with them (no_copy)
                 dali_backend.outputs(self._pipe)
             except RuntimeError:
@@ -299,7 +323,8 @@ class BatchDecoder:
         """After a failed batch: a fresh pipeline, re-fed with the batches still in flight."""
         self._pipe = self._build()
         for feeds, _, _ in self._pending:
-            self._run(feeds)
+            if not isinstance(feeds, scaled_decode.ScaledBatch):
+                self._run(feeds)
 
     def _feeds(self, arrays: list[np.ndarray], params: list[geometry.SampleParams]) -> dict:
         """One array per input, batch first (one DALI conversion each, not one per sample)."""

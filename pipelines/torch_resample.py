@@ -10,6 +10,7 @@ normalises each sample straight into the output batch.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 
 import numpy as np
@@ -23,7 +24,7 @@ try:  # the one-pass C kernel (setup.py builds it when a compiler is there)
 except ImportError:  # torch ops below give the same values, slower
     _hwc_to_chw = None
 
-__all__ = ["eligible", "resample_batch"]
+__all__ = ["eligible", "resample_batch", "SampleWriter", "check_sizes", "thread_shares"]
 
 _MODES = {"linear": "bilinear", "cubic": "bicubic"}
 # The kernels F.interpolate(..., antialias=True) runs, called with an ``out=`` tensor: for a
@@ -96,6 +97,80 @@ def _full_resize(p: g.SampleParams) -> tuple[int, int, int, int]:
     return rh, rw, round(y0 * rh / dh), round(x0 * rw / dw)
 
 
+class SampleWriter:
+    """Writes resampled, cropped, flipped, normalised samples into one output batch ``out``
+    (N x C x H x W of ``plan.output_dtype``); one per batch, shared by the pool's threads."""
+
+    def __init__(self, plan: TransformPlan, out: torch.Tensor):
+        self.out = out
+        self.size = (out.shape[2], out.shape[3])
+        mode = _MODES[plan.interpolation]
+        self._mode, self._antialias = mode, plan.antialias
+        self._aa_out = _AA_OUT[mode]() if plan.antialias else None
+        self._normalise = plan.output_dtype != torch.uint8
+        self._in_place = plan.output_dtype == torch.float32
+        if self._normalise:
+            self._mean = torch.tensor(plan.mean, dtype=torch.float32).view(3, 1, 1)
+            self._inv_std = (1.0 / torch.tensor(plan.std, dtype=torch.float32)).view(3, 1, 1)
+            # The same float32 numbers for the C kernel, which computes (v - mean) * inv_std
+            # into the batch in one pass (torch: a strided copy, then two more passes).
+            self._sub = self._mean.flatten().tolist()
+            self._mul = self._inv_std.flatten().tolist()
+        self._kernel = _hwc_to_chw if self._in_place else None
+        self._local = threading.local()
+
+    def write(self, i: int, decoded, params: g.SampleParams) -> None:
+        """Resample the HWC uint8 region ``decoded`` per ``params`` into ``out[i]``."""
+        h, w = self.size
+        src = torch.from_numpy(np.asarray(decoded)).permute(2, 0, 1).unsqueeze(0)
+        rh, rw, top, left = _full_resize(params)
+        buf = getattr(self._local, "buf", None)
+        if buf is None:
+            buf = self._local.buf = torch.empty((1, h, w, 3), dtype=torch.uint8).permute(0, 3, 1, 2)
+        if (rh, rw) != (h, w):  # the output is a crop of the resampled image
+            buf = torch.empty((1, rh, rw, 3), dtype=torch.uint8).permute(0, 3, 1, 2)
+        if self._aa_out is not None:  # into a channels-last buffer: no RGBA -> planar repack
+            y = self._aa_out(src, [rh, rw], False, None, None, out=buf)[0]
+        else:
+            y = torch.nn.functional.interpolate(
+                src, size=(rh, rw), mode=self._mode, antialias=self._antialias,
+                align_corners=False,
+            )[0]
+        y = y[:, top : top + h, left : left + w]
+        hwc = y.permute(1, 2, 0)
+        if self._kernel is not None and not params.vflip and hwc.stride()[1:] == (3, 1):
+            self._kernel(hwc.numpy(), self.out[i].numpy(), self._sub, self._mul, params.hflip)
+            return
+        flips = [d for d, on in ((-1, params.hflip), (-2, params.vflip)) if on]
+        if flips:
+            y = y.flip(flips)
+        dst = self.out[i]
+        if not self._normalise:
+            dst.copy_(y)
+        elif self._in_place:  # (y - mean) * inv_std in float32, straight into the batch
+            dst.copy_(y).sub_(self._mean).mul_(self._inv_std)
+        else:  # float16: the float32 arithmetic, then one rounding
+            dst.copy_((y.to(torch.float32) - self._mean).mul_(self._inv_std))
+
+
+def check_sizes(params: Sequence[g.SampleParams]) -> tuple[int, int]:
+    """The batch's one output ``(h, w)``; ``ValueError`` when samples differ."""
+    h, w = params[0].resize
+    if any(p.resize != (h, w) for p in params):
+        sizes = sorted({p.resize for p in params})
+        raise ValueError(
+            f"the images of a batch have different sizes {sizes}; add a crop so they can be stacked"
+        )
+    return h, w
+
+
+def thread_shares(pool, n: int) -> list[range]:
+    """Samples ``0..n-1`` dealt round-robin into one share per pool thread (a few hand-overs
+    per batch instead of one per image)."""
+    parts = max(1, min(n, getattr(pool, "_max_workers", 1)))
+    return [range(k, n, parts) for k in range(parts)]
+
+
 def resample_batch(
     plan: TransformPlan,
     decoded: Sequence,
@@ -110,63 +185,19 @@ def resample_batch(
     intra-op threads was measured up to 10x slower than from worker threads). ``buffers``: a
     :class:`~fastload.pipelines.buffers.BatchBuffers` to take the output's memory from."""
     n = len(params)
-    h, w = params[0].resize
-    if any(p.resize != (h, w) for p in params):
-        sizes = sorted({p.resize for p in params})
-        raise ValueError(
-            f"the images of a batch have different sizes {sizes}; add a crop so they can be stacked"
-        )
+    h, w = check_sizes(params)
     if buffers is None:
         out = torch.empty((n, 3, h, w), dtype=plan.output_dtype)
     else:
         out = buffers.empty((n, 3, h, w), plan.output_dtype)
-    mode = _MODES[plan.interpolation]
-    aa_out = _AA_OUT[mode]() if plan.antialias else None
-    normalise = plan.output_dtype != torch.uint8
-    in_place = plan.output_dtype == torch.float32
-    if normalise:
-        mean = torch.tensor(plan.mean, dtype=torch.float32).view(3, 1, 1)
-        inv_std = (1.0 / torch.tensor(plan.std, dtype=torch.float32)).view(3, 1, 1)
-        # The same float32 numbers for the C kernel, which computes (v - mean) * inv_std
-        # into the batch in one pass (torch: a strided copy, then two more passes).
-        sub, mul = mean.flatten().tolist(), inv_std.flatten().tolist()
-    kernel = _hwc_to_chw if in_place else None
-
-    def one(i: int, buf: torch.Tensor) -> None:
-        src = torch.from_numpy(np.asarray(decoded[i])).permute(2, 0, 1).unsqueeze(0)
-        rh, rw, top, left = _full_resize(params[i])
-        if (rh, rw) != (h, w):  # the output is a crop of the resampled image
-            buf = torch.empty((1, rh, rw, 3), dtype=torch.uint8).permute(0, 3, 1, 2)
-        if aa_out is not None:  # into a channels-last buffer: no RGBA -> planar repack
-            y = aa_out(src, [rh, rw], False, None, None, out=buf)[0]
-        else:
-            y = torch.nn.functional.interpolate(
-                src, size=(rh, rw), mode=mode, antialias=plan.antialias, align_corners=False
-            )[0]
-        y = y[:, top : top + h, left : left + w]
-        hwc = y.permute(1, 2, 0)
-        if kernel is not None and not params[i].vflip and hwc.stride()[1:] == (3, 1):
-            kernel(hwc.numpy(), out[i].numpy(), sub, mul, params[i].hflip)
-            return
-        flips = [d for d, on in ((-1, params[i].hflip), (-2, params[i].vflip)) if on]
-        if flips:
-            y = y.flip(flips)
-        dst = out[i]
-        if not normalise:
-            dst.copy_(y)
-        elif in_place:  # (y - mean) * inv_std in float32, straight into the batch
-            dst.copy_(y).sub_(mean).mul_(inv_std)
-        else:  # float16: the float32 arithmetic, then one rounding
-            dst.copy_((y.to(torch.float32) - mean).mul_(inv_std))
+    writer = SampleWriter(plan, out)
 
     def some(indices: range) -> None:
-        buf = torch.empty((1, h, w, 3), dtype=torch.uint8).permute(0, 3, 1, 2)
         for i in indices:
-            one(i, buf)
+            writer.write(i, decoded[i], params[i])
 
     if pool is None:
         some(range(n))
-    else:  # one task per thread: a few hand-overs per batch instead of one per image
-        parts = max(1, min(n, getattr(pool, "_max_workers", 1)))
-        list(pool.map(some, [range(k, n, parts) for k in range(parts)]))
+    else:
+        list(pool.map(some, thread_shares(pool, n)))
     return out

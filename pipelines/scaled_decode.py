@@ -1,0 +1,187 @@
+"""CPU decode of large JPEGs at a reduced scale: only the pixels the output needs.
+
+libjpeg-turbo can run its inverse DCT at ``M/8`` of the size (M = 1..8), which costs a
+fraction of a full decode and is itself a good low-pass downscale. For each sample the crop
+and resize are drawn by :mod:`geometry` on the FULL-size image (torchvision's arithmetic, so
+the crop boxes and flips are torchvision's); here the smallest ``M/8`` whose decoded region
+still has at least the rows and columns the resample produces is chosen, the region is mapped
+onto the scaled image, and the same antialiased resample, crop, flip and normalisation as
+:mod:`torch_resample` follow. Decoding goes through ``simplejpeg`` (measured fastest of
+Pillow ``draft()``, simplejpeg and a full decode; it releases the GIL, so the pool's threads
+decode in parallel; see benchmarks/NOTES.md, "High-resolution photos").
+
+Where it cannot apply (not a JPEG, a progressive or arithmetic-coded JPEG, a CMYK JPEG, a
+plan :mod:`torch_resample` cannot finish) the caller runs the DALI graph instead. The
+choice is made per batch by :func:`worth_it`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import threading
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from . import geometry as g
+from . import torch_resample
+from .translate import TransformPlan
+
+__all__ = ["MAX_EIGHTHS", "ScaledBatch", "ScaledDecodeError", "jpeg_is_sequential", "eighths",
+           "worth_it", "decode_sample", "decode_batch"]
+
+# The scaled path pays off when most samples decode at half size or less (measured on
+# 2100x1680 photos: 1/4 scale is 3.5x faster than a full decode plus resample; at full
+# scale simplejpeg has no region decode, where DALI's region decode wins).
+MAX_EIGHTHS = 4  # scale M/8 with M <= 4, i.e. <= 1/2
+MIN_SHARE = 0.5  # share of a batch's samples that must decode at <= MAX_EIGHTHS / 8
+
+_SOF_SEQUENTIAL = (0xC0, 0xC1)  # baseline, extended sequential (Huffman)
+_SOF_OTHER = frozenset(range(0xC2, 0xD0)) - {0xC4, 0xC8, 0xCC}  # progressive, lossless, ...
+
+
+def jpeg_is_sequential(data: np.ndarray | bytes) -> bool:
+    """``data`` is a sequential Huffman JPEG with 1 or 3 components (what the scaled path
+    decodes); False for progressive or arithmetic JPEGs, other formats and damaged headers."""
+    view = memoryview(data).cast("B") if not isinstance(data, np.ndarray) else data
+    n = len(view)
+    if n < 4 or view[0] != 0xFF or view[1] != 0xD8:
+        return False
+    pos = 2
+    while pos + 4 <= n:
+        if view[pos] != 0xFF:
+            return False
+        marker = view[pos + 1]
+        if marker == 0xFF:  # fill byte
+            pos += 1
+            continue
+        length = (int(view[pos + 2]) << 8) | int(view[pos + 3])
+        if marker in _SOF_SEQUENTIAL:
+            return pos + 9 < n and int(view[pos + 9]) in (1, 3)
+        if marker in _SOF_OTHER or marker == 0xDA:  # a scan before any frame header
+            return False
+        pos += 2 + length
+    return False
+
+
+def eighths(params: g.SampleParams) -> int:
+    """Smallest ``M`` (1..8) such that the decoded region at scale ``M/8`` has at least the
+    rows and columns it is resampled to (8: full size, no reduction)."""
+    rh, rw, _, _ = torch_resample._full_resize(params)
+    dh, dw = params.decode[2], params.decode[3]
+    return max(1, math.ceil(8 * rh / dh), math.ceil(8 * rw / dw)) if dh and dw else 8
+
+
+def worth_it(plan_ok: bool, encoded: Sequence[np.ndarray], params: Sequence[g.SampleParams],
+             ) -> bool:
+    """The batch goes the scaled way: ``plan_ok`` (device and plan allow it), every sample a
+    sequential JPEG, and at least ``MIN_SHARE`` of them decode at ``<= MAX_EIGHTHS/8``."""
+    if not plan_ok or not params:
+        return False
+    if any(p.resize != params[0].resize for p in params):  # the DALI path names the error
+        return False
+    small = sum(1 for p in params if eighths(p) <= MAX_EIGHTHS)
+    if small < MIN_SHARE * len(params):
+        return False
+    return all(jpeg_is_sequential(e) for e in encoded)
+
+
+_LOCAL = threading.local()
+
+
+def _scratch(nbytes: int) -> np.ndarray:
+    """This thread's reusable decode buffer (large blocks would be mapped afresh each time)."""
+    buf = getattr(_LOCAL, "buf", None)
+    if buf is None or buf.nbytes < nbytes:
+        buf = _LOCAL.buf = np.empty(nbytes, np.uint8)
+    return buf
+
+
+def decode_sample(data: np.ndarray, params: g.SampleParams,
+                  ) -> tuple[np.ndarray, g.SampleParams]:
+    """Decode ``data`` at the scale :func:`eighths` picks; return the HWC uint8 region the
+    resample reads (a view into this thread's scratch buffer, valid until its next call)
+    and ``params`` restated for that region (the same output size and crop)."""
+    import simplejpeg
+
+    height, width, _, _ = simplejpeg.decode_jpeg_header(data)
+    m = eighths(params)
+    sh, sw = -(-height * m // 8), -(-width * m // 8)
+    image = simplejpeg.decode_jpeg(data, colorspace="RGB", min_height=sh, min_width=sw,
+                                   buffer=_scratch(sh * sw * 3))
+    if image.shape[:2] != (sh, sw):  # libjpeg-turbo picked another scale: state it plainly
+        raise ValueError(f"expected a {sh}x{sw} decode at scale {m}/8 of {height}x{width}, "
+                         f"got {image.shape[0]}x{image.shape[1]}")
+    top, left, dh, dw = params.decode
+    # The region's edges on the scaled grid, rounded to whole pixels.
+    y0, x0 = min(sh - 1, round(top * m / 8)), min(sw - 1, round(left * m / 8))
+    y1 = max(y0 + 1, min(sh, round((top + dh) * m / 8)))
+    x1 = max(x0 + 1, min(sw, round((left + dw) * m / 8)))
+    region = image[y0:y1, x0:x1]
+    fy, fx = (y1 - y0) / dh, (x1 - x0) / dw
+    (a, b), (c, d) = params.resize_roi
+    scaled = dataclasses.replace(params, decode=(0, 0, y1 - y0, x1 - x0),
+                                 resize_roi=((a * fy, b * fx), (c * fy, d * fx)))
+    return region, scaled
+
+
+def decode_batch(plan: TransformPlan, encoded: Sequence[np.ndarray],
+                 params: Sequence[g.SampleParams], out: torch.Tensor,
+                 indices: Sequence[int]) -> None:
+    """Decode, resample, flip and normalise samples ``indices`` of the batch into ``out``
+    (N x C x H x W of ``plan.output_dtype``); ``ValueError`` names a sample that fails."""
+    writer = torch_resample.SampleWriter(plan, out)
+    for i in indices:
+        try:
+            region, scaled = decode_sample(encoded[i], params[i])
+        except Exception as err:  # any failure names the sample
+            raise ScaledDecodeError(str(err), [i]) from None
+        writer.write(i, region, scaled)
+
+
+class ScaledDecodeError(ValueError):
+    """A sample the scaled path could not decode; ``sample_indices`` are its batch positions."""
+
+    def __init__(self, message: str, sample_indices: Sequence[int]):
+        self.message = message
+        self.sample_indices = list(sample_indices)
+        super().__init__(f"cannot decode samples {self.sample_indices} of the batch: {message}")
+
+
+class ScaledBatch:
+    """One batch in flight on the scaled path: its samples are dealt to ``pool``'s threads
+    at construction; :meth:`result` waits and returns the N x C x H x W batch."""
+
+    def __init__(self, plan: TransformPlan, encoded: Sequence[np.ndarray],
+                 params: Sequence[g.SampleParams], pool, buffers=None):
+        n = len(params)
+        h, w = torch_resample.check_sizes(params)
+        shape = (n, 3, h, w)
+        out = (torch.empty(shape, dtype=plan.output_dtype) if buffers is None
+               else buffers.empty(shape, plan.output_dtype))
+        self._out = out
+        self._futures = [pool.submit(decode_batch, plan, encoded, params, out, share)
+                         for share in torch_resample.thread_shares(pool, n)]
+
+    def result(self) -> torch.Tensor:
+        """The batch; :class:`ScaledDecodeError` names the samples that failed."""
+        failed: list[int] = []
+        message = ""
+        for future in self._futures:
+            try:
+                future.result()
+            except ScaledDecodeError as err:
+                failed += err.sample_indices
+                message = message or err.message
+        if failed:
+            raise ScaledDecodeError(message, sorted(failed))
+        out, self._out = self._out, None
+        return out
+
+    def cancel(self) -> None:
+        """Drop the batch: tasks not started are cancelled, running ones finish unseen."""
+        for future in self._futures:
+            future.cancel()
+        self._out = None
