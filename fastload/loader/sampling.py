@@ -11,6 +11,15 @@ shards that order exactly like ``torch.utils.data.DistributedSampler``:
 * ``drop_last=True``: the order is cut to the largest multiple of ``world_size`` (up to
   ``world_size - 1`` indices are skipped this epoch).
 * rank ``r`` takes every ``world_size``-th index starting at ``r`` (``order[r::world_size]``).
+
+Elastic resume: after ``k`` batches of ``batch_size`` on each of ``W`` ranks, the ranks
+together have consumed exactly the first ``k * batch_size * W`` positions of the epoch's
+order (rank ``r``'s ``j``-th sample sits at position ``r + W * j``). A state records that
+count (``samples_consumed``) with the seed, so a job of ``W' != W`` ranks resumes the epoch
+from the remaining suffix of the same order, padded or cut by the rule above for ``W'`` and
+sharded ``suffix[r::W']``: over both runs every sample is seen once, plus at most each run's
+padding. The next epoch is the plain ``W'`` order. This assumes the ranks stopped after
+the same number of batches (as DDP's lock-step does).
 """
 
 from __future__ import annotations
@@ -79,31 +88,33 @@ class EpochSampler(Sampler[int]):
         self.rank = rank
         self.drop_last = drop_last
         self.epoch = 0
-        if drop_last and num_items % num_replicas:
-            self.num_samples = math.ceil((num_items - num_replicas) / num_replicas)
-        else:
-            self.num_samples = math.ceil(num_items / num_replicas)
+        self.num_samples = _per_rank(num_items, num_replicas, drop_last)
         self.total_size = self.num_samples * num_replicas
 
     def set_epoch(self, epoch: int) -> None:
         """Use ``epoch``'s order on the next iteration."""
         self.epoch = epoch
 
-    def indices(self) -> np.ndarray:
-        """This rank's indices for the current epoch (int64)."""
+    def epoch_order(self) -> np.ndarray:
+        """The current epoch's global order of all ``num_items`` indices (int64), unsharded."""
         if self.shuffle:
             gen = torch.Generator()
             gen.manual_seed(mix_seed(self.seed, self.epoch))
-            order = torch.randperm(self.num_items, generator=gen).numpy()
-        else:
-            order = np.arange(self.num_items, dtype=np.int64)
-        if self.total_size > len(order):
+            return torch.randperm(self.num_items, generator=gen).numpy()
+        return np.arange(self.num_items, dtype=np.int64)
+
+    def indices(self, offset: int = 0) -> np.ndarray:
+        """This rank's indices for the current epoch (int64); with ``offset``, of the suffix
+        ``epoch_order()[offset:]`` only, padded or cut and sharded by the same rule."""
+        order = self.epoch_order()[offset:]
+        total_size = _per_rank(len(order), self.num_replicas, self.drop_last) * self.num_replicas
+        if total_size > len(order):
             if len(order) == 0:
                 return order
-            reps = math.ceil((self.total_size - len(order)) / len(order))
-            order = np.concatenate([order, *[order] * reps])[: self.total_size]
+            reps = math.ceil((total_size - len(order)) / len(order))
+            order = np.concatenate([order, *[order] * reps])[:total_size]
         else:
-            order = order[: self.total_size]
+            order = order[:total_size]
         return order[self.rank :: self.num_replicas]
 
     def __iter__(self) -> Iterator[int]:
@@ -111,6 +122,13 @@ class EpochSampler(Sampler[int]):
 
     def __len__(self) -> int:
         return self.num_samples
+
+
+def _per_rank(num_items: int, num_replicas: int, drop_last: bool) -> int:
+    """Samples per rank for an order of ``num_items`` (DistributedSampler's arithmetic)."""
+    if drop_last and num_items % num_replicas:
+        return math.ceil((num_items - num_replicas) / num_replicas)
+    return math.ceil(num_items / num_replicas)
 
 
 class _Epoch:
@@ -148,8 +166,10 @@ class _Epoch:
 class BatchOrder:
     """The loader's position: epoch, batches yielded and base seed, with save and resume.
 
-    With the loader's own sampler a state is ``(epoch, batches yielded, seed)`` and the epoch
-    is replayed and skipped to the position on resume. With a user's ``sampler`` or
+    With the loader's own sampler a state is ``(epoch, batches yielded, seed)`` plus the
+    global samples consumed; a loader with the same world size (and batch size and
+    ``drop_last``) replays the epoch and skips to the position, one with another world size
+    resumes elastically from the remaining suffix of the epoch's order (module docstring). With a user's ``sampler`` or
     ``batch_sampler`` (which fastload cannot replay), ``state_dict`` runs that sampler to the
     end of the epoch and stores the remaining batches' indices; the resumed epoch yields
     exactly those. A user sampler's own random state is not saved (as with torch).
@@ -166,6 +186,7 @@ class BatchOrder:
         self.next_epoch = 0
         self.current: _Epoch | None = None
         self._resume: dict[str, Any] | None = None
+        self._offset = 0  # global positions of the current epoch consumed before this run
 
     def set_epoch(self, epoch: int) -> None:
         """Make the next ``iter()`` epoch ``epoch``; a pending resume of another epoch is
@@ -180,6 +201,9 @@ class BatchOrder:
         epoch = resume["epoch"] if resume else self.next_epoch
         self.next_epoch = epoch + 1
         start = resume["batches_yielded"] if resume else 0
+        self._offset = 0
+        if resume and self.own is not None and resume["remaining"] is None:
+            self._offset, start = resume["_offset"], resume["_start"]
         if resume and resume["remaining"] is not None:
             sizes = resume["remaining"]["batch_sizes"].tolist()
             flat = resume["remaining"]["indices"].tolist()
@@ -188,7 +212,7 @@ class BatchOrder:
                 [flat[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)])
         elif self.own is not None:
             self.own.set_epoch(epoch)
-            batches = self._own_batches(start)
+            batches = self._own_batches(start, self._offset)
         else:
             batches = iter(self.batch_sampler)
             if start:  # a resume without stored batches: replay and skip
@@ -197,8 +221,8 @@ class BatchOrder:
         self.current = _Epoch(epoch, batches, start)
         return self.current
 
-    def _own_batches(self, start: int) -> Iterator[list[int]]:
-        order = self.own.indices()
+    def _own_batches(self, start: int, offset: int = 0) -> Iterator[list[int]]:
+        order = self.own.indices(offset)
         size = self.batch_size
         stop = len(order) - len(order) % size if self.drop_last else len(order)
         for begin in range(start * size, stop, size):
@@ -211,18 +235,25 @@ class BatchOrder:
     def state_dict(self) -> dict[str, Any]:
         """Where the loader stands; see the class docstring."""
         if self._resume is not None:
-            return dict(self._resume)
+            return {k: v for k, v in self._resume.items() if not k.startswith("_")}
         cur = self.current
+        own = self.own
         state: dict[str, Any] = {
             "version": STATE_VERSION, "seed": self.seed, "num_items": self.num_items,
             "epoch": self.next_epoch, "batches_yielded": 0, "remaining": None,
             "batch_size": self.batch_size, "drop_last": self.drop_last,
-            "world_size": self.own.num_replicas if self.own is not None else 1,
+            "world_size": own.num_replicas if own is not None else distributed_settings()[0],
+            "shuffle": own.shuffle if own is not None else None,
+            "epoch_offset": 0, "samples_consumed": 0,
         }
         if cur is not None:
             state["epoch"] = cur.epoch
             state["batches_yielded"] = cur.yielded
-            if self.own is None:
+            if own is not None:
+                consumed = self._offset + cur.yielded * self.batch_size * own.num_replicas
+                state["epoch_offset"] = self._offset
+                state["samples_consumed"] = min(self.num_items, consumed)
+            else:
                 rest = cur.remaining()
                 state["remaining"] = {
                     "indices": torch.tensor([i for b in rest for i in b], dtype=torch.int64),
@@ -238,18 +269,48 @@ class BatchOrder:
         if state["num_items"] != self.num_items:
             raise ValueError(f"state was saved for a dataset of {state['num_items']} samples, "
                              f"but this loader's dataset has {self.num_items}")
-        if self.own is not None and state["remaining"] is None:  # a replay needs the same cut
-            mine = {"batch_size": self.batch_size, "drop_last": self.drop_last,
-                    "world_size": self.own.num_replicas}
-            for key, value in mine.items():
-                if state.get(key) != value:
-                    raise ValueError(f"state was saved with {key}={state.get(key)!r}, but this "
-                                     f"loader has {key}={value!r}; resume with the same setting")
+        own = self.own
+        state = dict(state)
+        if own is not None and state["remaining"] is None:
+            self._plan_own_resume(state)
+        elif own is None and state["remaining"] is not None:
+            world_size = distributed_settings()[0]
+            if state.get("world_size", 1) != world_size:
+                raise ValueError(
+                    f"state was saved by one rank of a world_size={state.get('world_size')} "
+                    f"job, but this job has world_size={world_size}: with your own sampler= "
+                    "(e.g. DistributedSampler) the state holds that rank's remaining indices, "
+                    "which torch's sampler cannot re-shard; resume with world_size="
+                    f"{state.get('world_size')}, or pass no sampler so that fastload shards "
+                    "and resumes at any world size")
         self.seed = int(state["seed"])
         if self.own is not None:
             self.own.seed = self.seed
         self.current = None
         self.next_epoch = int(state["epoch"])
-        resumable = state["batches_yielded"] > 0 or state["remaining"] is not None
-        self._resume = dict(state) if resumable else None
+        resumable = (state["batches_yielded"] > 0 or state["remaining"] is not None
+                     or state.get("_offset", 0) > 0)
+        self._resume = state if resumable else None
+
+    def _plan_own_resume(self, state: dict[str, Any]) -> None:
+        """Set ``state["_offset"]``/``["_start"]``: a replay of the saved cut at the same
+        world size (batch size and drop_last must match), else an elastic resume from the
+        suffix (any batch size)."""
+        own = self.own
+        saved_shuffle = state.get("shuffle")
+        if saved_shuffle is not None and bool(saved_shuffle) != own.shuffle:
+            raise ValueError(f"state was saved with shuffle={saved_shuffle!r}, but this loader "
+                             f"has shuffle={own.shuffle!r}; resume with the same setting")
+        offset = int(state.get("epoch_offset", 0))
+        if state.get("world_size") == own.num_replicas:  # a replay needs the same cut
+            for key, value in (("batch_size", self.batch_size), ("drop_last", self.drop_last)):
+                if state.get(key) != value:
+                    raise ValueError(f"state was saved with {key}={state.get(key)!r}, but this "
+                                     f"loader has {key}={value!r}; resume with the same setting")
+            state["_offset"], state["_start"] = offset, int(state["batches_yielded"])
+            return
+        consumed = state.get("samples_consumed")
+        if consumed is None:  # a state written before elastic resume existed
+            consumed = offset + state["batches_yielded"] * state["batch_size"] * state["world_size"]
+        state["_offset"], state["_start"] = min(int(consumed), self.num_items), 0
 
