@@ -38,6 +38,9 @@ class FinetuneConfig:
     grad_checkpointing: bool = False
     accum_steps: int = 1  # micro-batches per optimizer step
     freeze: tuple[str, ...] = ()  # fnmatch patterns of parameter names to freeze
+    qat: bool = False  # quantization-aware training (PT2E fake int8, fastload.train.quantize)
+    qat_start_epoch: int = 0  # first epoch trained fake-quantized (float before)
+    skip_quantize: tuple[str, ...] = ()  # fnmatch patterns of module names kept in float by qat
     optimizer: str = "adamw"  # adamw | lamb
     lr: float | None = None  # None: 2e-5 with weights, 1e-3 from scratch
     weight_decay: float = 0.01
@@ -121,4 +124,8 @@ def validate_config(config: FinetuneConfig) -> None:
         raise ValueError(f"num_workers should be >= 0, but got num_workers={config.num_workers}")
     if config.max_steps is not None and config.max_steps < 1:
         raise ValueError(f"max_steps should be >= 1, but got max_steps={config.max_steps}")
+    if config.qat:
+        from fastload.train.quantize import check_qat_config
+
+        check_qat_config(config)
 

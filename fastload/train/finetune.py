@@ -107,6 +107,10 @@ def _prepare_model(config: FinetuneConfig, num_classes: int,
 
     model = create_model(config.model, num_classes, config.img_size, config.weights)
     trainable, total = freeze_parameters(model, config.freeze)
+    if config.qat:  # fake-quantized from config.qat_start_epoch, see QatModel.set_epoch
+        from fastload.train.quantize import prepare_qat
+
+        model = prepare_qat(model, config.img_size, config.skip_quantize, config.qat_start_epoch)
     if config.grad_checkpointing:
         enable_grad_checkpointing(model)
     model.to(device)
@@ -234,6 +238,8 @@ def finetune(config: FinetuneConfig, *, loss_hook=None) -> FinetuneResult:
             else:
                 train_loader.set_epoch(epoch)  # keeps a resume of this very epoch
             model.train()
+            if config.qat:
+                model.set_epoch(epoch)
             bar = tqdm(total=micro_per_epoch, initial=first, desc=f"epoch {epoch + 1}/{config.epochs}",
                        unit="batch", disable=not (config.progress and rank == 0), leave=False)
             monitor.start()
