@@ -1,0 +1,140 @@
+"""The recipes people train with run on the DALI path (no FallbackWarning) and give what
+torch's DataLoader gives: same shape, dtype and per-channel statistics over a few epochs."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+import torchvision.transforms as v1
+import torchvision.transforms.v2 as v2
+from torch.utils.data import DataLoader as TorchDataLoader
+from torchvision.datasets import ImageFolder
+
+import fastload
+from fastload import FallbackWarning
+
+CROP = 48
+MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+
+
+class TrainPreset:
+    """The shape of torchvision's reference ``ClassificationPresetTrain`` (written anew)."""
+
+    def __init__(self, *, crop_size=CROP, hflip_prob=0.5, auto_augment_policy=None,
+                 random_erase_prob=0.0, backend="pil", use_v2=False):
+        T = v2 if use_v2 else v1
+        interpolation = v1.InterpolationMode.BILINEAR
+        steps = [T.PILToTensor()] if backend == "tensor" else []
+        steps.append(T.RandomResizedCrop(crop_size, interpolation=interpolation, antialias=True))
+        if hflip_prob > 0:
+            steps.append(T.RandomHorizontalFlip(hflip_prob))
+        if auto_augment_policy == "ra":
+            steps.append(T.RandAugment(interpolation=interpolation, magnitude=9))
+        elif auto_augment_policy == "ta_wide":
+            steps.append(T.TrivialAugmentWide(interpolation=interpolation))
+        elif auto_augment_policy == "augmix":
+            steps.append(T.AugMix(interpolation=interpolation, severity=3))
+        elif auto_augment_policy is not None:
+            policy = v1.AutoAugmentPolicy(auto_augment_policy)
+            steps.append(T.AutoAugment(policy=policy, interpolation=interpolation))
+        if backend == "pil":
+            steps.append(T.PILToTensor())
+        steps.append(T.ToDtype(torch.float, scale=True) if use_v2
+                     else T.ConvertImageDtype(torch.float))
+        steps.append(T.Normalize(mean=MEAN, std=STD))
+        if random_erase_prob > 0:
+            steps.append(T.RandomErasing(p=random_erase_prob))
+        if use_v2:
+            steps.append(T.ToPureTensor())
+        self.transforms = T.Compose(steps)
+
+    def __call__(self, img):
+        return self.transforms(img)
+
+
+class EvalPreset:
+    """The shape of torchvision's reference ``ClassificationPresetEval`` (written anew)."""
+
+    def __init__(self, *, crop_size=CROP, resize_size=56, use_v2=False):
+        T = v2 if use_v2 else v1
+        self.transforms = T.Compose([
+            T.Resize(resize_size, antialias=True), T.CenterCrop(crop_size), T.PILToTensor(),
+            T.ToDtype(torch.float, scale=True) if use_v2 else T.ConvertImageDtype(torch.float),
+            T.Normalize(mean=MEAN, std=STD)])
+
+    def __call__(self, img):
+        return self.transforms(img)
+
+
+def _batches(loader, epochs):
+    out = []
+    for epoch in range(epochs):
+        if hasattr(loader, "set_epoch"):
+            loader.set_epoch(epoch)
+        out.extend(images for images, _ in loader)
+    return torch.cat(out)
+
+
+def assert_like_torch(dataset, epochs=3, tolerance=0.15, **kwargs):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FallbackWarning)
+        fast = fastload.DataLoader(dataset, batch_size=16, num_workers=2, seed=0, **kwargs)
+    torch.manual_seed(0)
+    ours = _batches(fast, epochs)
+    ref = _batches(TorchDataLoader(dataset, batch_size=16, **kwargs), epochs)
+    assert ours.shape == ref.shape and ours.dtype == ref.dtype
+    for stat in (lambda x: x.mean(dim=(0, 2, 3)), lambda x: x.std(dim=(0, 2, 3))):
+        assert torch.allclose(stat(ours), stat(ref), atol=tolerance), (stat(ours), stat(ref))
+    return fast
+
+
+RECIPES = {
+    "default": dict(),
+    "ra": dict(auto_augment_policy="ra"),
+    "ta_wide": dict(auto_augment_policy="ta_wide"),
+    "augmix": dict(auto_augment_policy="augmix"),
+    "autoaugment_imagenet": dict(auto_augment_policy="imagenet"),
+    "random_erasing": dict(random_erase_prob=0.25),
+    "backend_tensor": dict(backend="tensor", auto_augment_policy="ta_wide"),
+    "use_v2": dict(use_v2=True, auto_augment_policy="ra", random_erase_prob=0.25),
+}
+
+
+@pytest.mark.parametrize("name", sorted(RECIPES))
+def test_reference_train_preset_runs_on_dali_like_torch(synth_root, name):
+    assert_like_torch(ImageFolder(synth_root / "train", TrainPreset(**RECIPES[name])))
+
+
+@pytest.mark.parametrize("use_v2", [False, True])
+def test_reference_eval_preset_is_one_dali_graph(synth_root, use_v2):
+    loader = assert_like_torch(ImageFolder(synth_root / "val", EvalPreset(use_v2=use_v2)),
+                               epochs=1, tolerance=0.02)
+    assert "torch suffix: none" in str(loader.plan)
+
+
+def test_preset_whose_call_does_more_is_not_read_through(synth_root):
+    class Logging(TrainPreset):
+        def __call__(self, img):
+            print("sample")
+            return self.transforms(img)
+
+    with pytest.warns(FallbackWarning, match="Logging"):
+        fastload.DataLoader(ImageFolder(synth_root / "train", Logging()), batch_size=4)
+
+
+def test_lambda_first_falls_back_naming_it_and_the_fix(synth_root):
+    transform = v1.Compose([v1.Lambda(lambda im: im), v1.RandomResizedCrop(CROP), v1.ToTensor()])
+    with pytest.warns(FallbackWarning, match="Lambda.*needs a PIL image.*ToTensor"):
+        loader = fastload.DataLoader(ImageFolder(synth_root / "train", transform), batch_size=4)
+    assert "fallback" in str(loader.plan)
+
+
+def test_plan_names_what_runs_where(synth_root):
+    preset = TrainPreset(auto_augment_policy="ra", random_erase_prob=0.25)
+    loader = fastload.DataLoader(ImageFolder(synth_root / "train", preset), batch_size=4)
+    text = str(loader.plan)
+    assert "DALI graph: decode -> RandomResizedCrop -> RandomHorizontalFlip" in text
+    assert "torch suffix (per sample): RandAugment -> PILToTensor" in text
+    assert "RandomErasing [threads, replayed draws]" in text
