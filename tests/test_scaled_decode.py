@@ -1,0 +1,133 @@
+"""Scaled JPEG decode of high-resolution photos: torchvision's crops, torchvision's values."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+import torch
+import torchvision.transforms as T
+from PIL import Image
+
+from fastload.pipelines import geometry as g
+from fastload.pipelines import scaled_decode as sd
+from fastload.pipelines.batch_decoder import BatchDecodeError, BatchDecoder
+from fastload.pipelines.translate import translate
+
+VAL = T.Compose([T.Resize(256), T.CenterCrop(224), T.ToTensor()])
+TRAIN = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.ToTensor()])
+
+
+def _photos(root) -> list[tuple[bytes, tuple[int, int], Image.Image]]:
+    out = []
+    for path in sorted(root.rglob("*.jpg")):
+        with Image.open(path) as im:
+            out.append((path.read_bytes(), (im.height, im.width), im.convert("RGB")))
+    return out
+
+
+@pytest.fixture(scope="module")
+def highres(tmp_path_factory):
+    """Four generated 1600x1280 camera-like photos: (bytes, (h, w), PIL image)."""
+    from fastload.data.synth import synthesize
+
+    root = synthesize(tmp_path_factory.mktemp("highres"), train=4, val=0, classes=2,
+                      workers=1, size=(1280, 1600))
+    return _photos(root)
+
+
+def _decode(transform, photos, seeds=None, **kwargs) -> tuple[torch.Tensor, int]:
+    """The batch fastload makes of ``photos`` (one sample per submit when ``seeds``) and
+    how many batches took the scaled path."""
+    with BatchDecoder(translate(transform), max_batch_size=len(photos), **kwargs) as dec:
+        if seeds is None:
+            dec.submit([p[0] for p in photos], [p[1] for p in photos], torch.Generator())
+            out = dec.fetch()
+        else:
+            outs = []
+            for seed, p in zip(seeds, photos, strict=True):
+                dec.submit([p[0]], [p[1]], torch.Generator().manual_seed(seed))
+                outs.append(dec.fetch()[0])
+            out = torch.stack(outs)
+        return out, dec.scaled_batches
+
+
+def _worst_mad(out: torch.Tensor, refs: list[torch.Tensor]) -> float:
+    return max(float((o - r).abs().mean()) for o, r in zip(out, refs, strict=True))
+
+
+def test_val_transform_on_highres_photos_is_within_0_01_of_torchvisions_full_decode(highres):
+    out, scaled = _decode(VAL, highres)
+    assert scaled == 1
+    assert _worst_mad(out, [VAL(p[2]) for p in highres]) <= 0.01
+
+
+def test_train_crops_and_flips_are_torchvisions_draws_on_the_full_image(highres):
+    seeds = [11, 12, 13, 14]
+    out, scaled = _decode(TRAIN, highres, seeds)
+    assert scaled == len(highres)
+    refs = []
+    for seed, p in zip(seeds, highres, strict=True):
+        torch.manual_seed(seed)
+        refs.append(TRAIN(p[2]))
+    # A different crop box or a missed flip differs by about 0.1; the DCT scaling by ~0.005.
+    assert _worst_mad(out, refs) <= 0.02
+
+
+def test_a_draw_mirrored_from_torchvisions_would_fail_the_train_bound(highres):
+    """The bound above tells crops apart: the same photo unflipped is far from flipped."""
+    flip = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(p=1.0), T.ToTensor()])
+    out, _ = _decode(flip, highres[:1], [5])
+    torch.manual_seed(5)
+    ref = T.Compose([T.RandomResizedCrop(224), T.ToTensor()])(highres[0][2])
+    assert float((out[0] - ref).abs().mean()) > 0.02
+
+
+def test_imagenet_sized_photos_take_the_dali_path_unchanged(synth_photos):
+    photos = _photos(synth_photos)
+    auto, scaled = _decode(VAL, photos)
+    off, _ = _decode(VAL, photos, scaled_decode="off")
+    assert scaled == 0
+    assert torch.equal(auto, off)
+
+
+def test_progressive_jpeg_falls_back_to_dali_and_still_matches(highres):
+    data, size, image = highres[0]
+    buffer = io.BytesIO()
+    image.save(buffer, format="JPEG", quality=90, progressive=True)
+    progressive = buffer.getvalue()
+    assert not sd.jpeg_is_sequential(progressive)
+    out, scaled = _decode(VAL, [(progressive, size, image)])
+    assert scaled == 0
+    assert _worst_mad(out, [VAL(Image.open(io.BytesIO(progressive)).convert("RGB"))]) <= 0.01
+
+
+def test_only_sequential_jpegs_are_recognised(highres):
+    png = io.BytesIO()
+    highres[0][2].resize((64, 48)).save(png, format="PNG")
+    assert sd.jpeg_is_sequential(highres[0][0])
+    assert sd.jpeg_is_sequential(np.frombuffer(highres[0][0], np.uint8))
+    assert not sd.jpeg_is_sequential(png.getvalue())
+    assert not sd.jpeg_is_sequential(highres[0][0][:100])
+
+
+def test_scale_is_the_smallest_eighth_that_keeps_the_resized_pixels():
+    steps = translate(VAL).steps
+    params = g.draw_sample(steps, 1680, 2100, torch.Generator())
+    assert sd.eighths(params) == 2  # 1680 * 2/8 = 420 >= 256; 1/8 would give 210
+    params = g.draw_sample(steps, 300, 400, torch.Generator())
+    assert sd.eighths(params) == 7  # ceil(8 * 256 / 300)
+
+
+def test_a_corrupt_highres_jpeg_names_its_sample(highres):
+    data = bytearray(highres[1][0])
+    data[len(data) // 3 : len(data) // 3 + 4000] = b"\xff" * 4000
+    photos = [highres[0], (bytes(data), highres[1][1], highres[1][2])]
+    with BatchDecoder(translate(VAL), max_batch_size=2) as dec:
+        dec.submit([p[0] for p in photos], [p[1] for p in photos], torch.Generator())
+        with pytest.raises(BatchDecodeError) as info:
+            dec.fetch()
+        assert info.value.sample_indices == [1]
+        dec.submit([highres[0][0]], [highres[0][1]], torch.Generator())
+        assert dec.fetch().shape == (1, 3, 224, 224)  # still usable
