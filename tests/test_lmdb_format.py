@@ -73,9 +73,21 @@ def test_reader_names_a_missing_record_key(synth_lmdb, tmp_path):
     db = tmp_path / "db"
     shutil.copytree(synth_lmdb, db)
     with lmdb.open(str(db)) as env, env.begin(write=True) as txn:
+        txn.put(b"stray", txn.get(record_key(3)))  # same entry count as the sidecar says
         txn.delete(record_key(3))
     with pytest.raises(KeyError, match="00000003"):
         LMDBReader(db).record(3)
+
+
+def test_reader_refuses_a_database_with_fewer_records_than_its_sidecar(synth_lmdb, tmp_path):
+    import lmdb
+
+    db = tmp_path / "db"
+    shutil.copytree(synth_lmdb, db)
+    with lmdb.open(str(db)) as env, env.begin(write=True) as txn:
+        txn.delete(record_key(3))
+    with pytest.raises(OSError, match="holds 47 records but its fastload.json says count=48"):
+        LMDBReader(db)
 
 
 def test_reader_errors_name_the_path_and_the_fix(tmp_path, synth_lmdb):

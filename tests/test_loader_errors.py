@@ -71,7 +71,7 @@ def test_missing_file_raises_filenotfounderror_naming_its_path(folder):
 
 
 def test_untranslatable_transform_falls_back_with_one_warning_and_torchs_batches(folder):
-    transform = T.Compose([T.Resize(16), T.CenterCrop(16), T.Lambda(lambda x: x), T.ToTensor()])
+    transform = T.Compose([T.Lambda(lambda x: x), T.Resize(16), T.CenterCrop(16), T.ToTensor()])
     dataset = ImageFolder(folder, transform)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -14,6 +14,8 @@ from pathlib import Path
 
 from fastload.data.datum import datum_fields
 from fastload.data.format import (
+    CHECKSUM_DTYPE,
+    CHECKSUM_FILE,
     DATA_FILE,
     FORMAT_NAME,
     LABELS_DTYPE,
@@ -22,6 +24,7 @@ from fastload.data.format import (
     PARTIAL_FILE,
     STATE_COMPLETE,
     SUPPORTED_VERSIONS,
+    crc32,
     record_key,
 )
 from fastload.data.lmdb_meta import check_data_file
@@ -145,16 +148,49 @@ def load_labels(path: Path, meta: dict) -> list[int]:
     return labels.astype(np.int64).tolist()
 
 
-class LMDBReader:
-    """Read-only view of a fastload LMDB directory (see the module docstring)."""
+def load_checksums(path: Path, meta: dict):
+    """Per-record CRC-32s (a uint32 numpy array) from the checksum sidecar."""
+    import numpy as np
 
-    def __init__(self, path: str | os.PathLike) -> None:
+    checksum_path = path / meta.get("checksum_file", CHECKSUM_FILE)
+    try:
+        checksums = np.fromfile(checksum_path, dtype=meta.get("checksum_dtype", CHECKSUM_DTYPE))
+    except FileNotFoundError:
+        raise FileNotFoundError(
+            f"{str(checksum_path)!r} is missing; restore it or reconvert with `fastload "
+            "convert --overwrite`"
+        ) from None
+    if len(checksums) != meta["count"]:
+        raise ValueError(
+            f"{str(checksum_path)!r} holds {len(checksums)} checksums for {meta['count']} "
+            "records; restore it or reconvert with `fastload convert --overwrite`"
+        )
+    return checksums.astype(np.uint32)
+
+
+class CorruptRecord(OSError, ValueError):
+    """A record's bytes differ from what the converter wrote (checksum or Datum framing).
+
+    An OSError as Pillow's decode errors are (what torch's loader raises over the same
+    dataset), and a ValueError as a malformed record always was here."""
+
+
+class LMDBReader:
+    """Read-only view of a fastload LMDB directory (see the module docstring).
+
+    Every record is checked against its CRC-32 from ``checksums.crc32`` before its bytes
+    are returned (``checksums=False`` skips that, for measuring its cost); a mismatch raises
+    :class:`CorruptRecord` naming the key, so damaged bytes never reach a decoder.
+    """
+
+    def __init__(self, path: str | os.PathLike, *, checksums: bool = True) -> None:
         self.path = Path(os.path.abspath(path))
         self.meta: dict = load_meta(self.path)
         self.classes: list[str] = list(self.meta.get("classes", []))
         self.class_to_idx: dict[str, int] = {name: i for i, name in enumerate(self.classes)}
         self.targets: list[int] = load_labels(self.path, self.meta)
         self._count = int(self.meta["count"])
+        self.checksums = load_checksums(self.path, self.meta) if checksums else None
         check_data_file(self.path / DATA_FILE, self._count)
         self._env = None
         self._txn = None
@@ -215,14 +251,24 @@ class LMDBReader:
                 f"record {key.decode()} is missing from {str(self.path)!r}; the database is "
                 "damaged: run `fastload verify` and reconvert with --overwrite"
             )
+        if self.checksums is not None:
+            stored = int(self.checksums[int(key)])
+            if crc32(value) != stored:
+                raise CorruptRecord(
+                    f"record {key.decode()} of {str(self.path)!r} is corrupt: its CRC-32 is "
+                    f"{crc32(value):08x}, the checksum file says {stored:08x}; run `fastload "
+                    "verify` and reconvert with --overwrite"
+                )
         return value
 
     def image_bytes(self, index: int) -> tuple[memoryview, int, tuple[int, int]]:
         """``(encoded JPEG bytes, label, (height, width))`` of record ``index``."""
         try:
             data, label, height, width, _, _ = datum_fields(self.record(index))
+        except CorruptRecord:
+            raise
         except ValueError as exc:
-            raise ValueError(
+            raise CorruptRecord(
                 f"record {self.key(index).decode()} of {str(self.path)!r} is corrupt ({exc}); "
                 "run `fastload verify` and reconvert with --overwrite"
             ) from None

@@ -48,6 +48,9 @@ class _EpochIterator:
         from fastload.pipelines.batch_decoder import BatchDecodeError
 
         self._decode_error = BatchDecodeError
+        from fastload.loader.decoder_log import watch
+
+        self._watch = watch()  # libjpeg's "Corrupt JPEG data" lines become errors
         self._decoder = loader._decoder_for(max(1, max_batch))
         self._decoder.reset()
         self._depth = max(1, loader.prefetch_factor or 2)
@@ -75,16 +78,20 @@ class _EpochIterator:
                 raise StopIteration
             head = self._queue[0]
             images = None
-            if head.error is None and head.indices:
+            if head.indices:  # with a read error: the samples before it (raise mode)
                 try:
-                    images = self._decoder.fetch()
-                except self._decode_error as err:
                     try:
+                        images = self._decoder.fetch()
+                    except self._decode_error as err:
                         images = self._recover(head, err)
-                    except BaseException:
-                        self._queue.popleft()  # the batch is consumed, as in torch
-                        self._epoch.mark_yielded()
-                        raise
+                    else:
+                        reports, _ = self._watch.fence()
+                        if reports:
+                            images = self._recover(head, None, images)
+                except BaseException:
+                    self._queue.popleft()  # the batch is consumed, as in torch
+                    self._epoch.mark_yielded()
+                    raise
             self._queue.popleft()
             self._epoch.mark_yielded()
             if head.error is not None:
@@ -113,7 +120,7 @@ class _EpochIterator:
     def _fill(self) -> None:
         """Submit batches that wait (after an error) and pull new ones up to the depth."""
         for batch in self._queue:
-            if not batch.submitted and batch.error is None and batch.indices:
+            if not batch.submitted and batch.indices:
                 self._submit(batch)
         while len(self._queue) < self._depth and not self._exhausted:
             pulled = self._epoch.next()
@@ -122,7 +129,7 @@ class _EpochIterator:
                 break
             batch = self._read(*pulled)
             self._queue.append(batch)
-            if batch.error is None and batch.indices:
+            if batch.indices:
                 self._submit(batch)
 
     def _submit(self, batch: _Batch) -> None:
@@ -143,7 +150,7 @@ class _EpochIterator:
                     name = self._source.name(i)
                     err = SampleError(f"sample {i}: cannot read {name}: {err}", [name])
                 if loader.on_error == "raise":
-                    batch.error = err
+                    batch.error = err  # raised after the samples before it are decoded
                     return batch
                 loader._note_skip([self._source.name(i)], str(err))
                 continue
@@ -152,20 +159,33 @@ class _EpochIterator:
             batch.sizes.append(size)
         return batch
 
-    def _recover(self, head: _Batch, err: BaseException) -> torch.Tensor | None:
-        """The decoder failed on ``head``: find the culprit samples by decoding each alone,
-        then raise naming them or (on_error="skip") decode the batch without them."""
+    def _recover(self, head: _Batch, err: BaseException | None,
+                 images: torch.Tensor | None = None) -> torch.Tensor | None:
+        """The decoder failed on ``head`` (``err``), or reported corrupt data while ``head``
+        was in flight (``err`` None, ``images`` its output): find the culprit samples by
+        decoding each alone, then raise naming them (the first in order first) or
+        (on_error="skip") decode the batch without them."""
         self._decoder.reset()
+        self._watch.fence()  # reports of the batches just dropped come again when redone
         for batch in self._queue:
             batch.submitted = False
-        bad = []
+        bad, reasons = [], []
         for j in range(len(head.indices)):
             single = _Batch(-1, [head.indices[j]], [head.encoded[j]], [head.sizes[j]], head.seed)
             try:
                 self._submit(single)
                 self._decoder.fetch()
-            except self._decode_error:
+            except self._decode_error as single_err:
                 bad.append(j)
+                errors = self._watch.fence()[1]
+                reasons.append(errors[-1] if errors else _last_line(single_err))
+                continue
+            reports, _ = self._watch.fence()
+            if reports:
+                bad.append(j)
+                reasons.append(f"corrupt JPEG data, the decoder reports {reports[0]!r}")
+        if not bad and err is None:
+            return images  # the report was for a later batch: it comes again when redone
         names = [self._source.name(head.indices[j]) for j in bad]
         message = getattr(err, "message", str(err))
         if not bad or self._loader.on_error == "raise":
@@ -173,8 +193,10 @@ class _EpochIterator:
                 names = [self._source.name(i) for i in head.indices]
                 raise SampleError(f"decoding failed for a batch of {', '.join(names)}, though "
                                   f"each decodes alone: {message}", names) from err
-            raise SampleError(f"cannot decode {', '.join(names)}: {message}", names) from err
-        self._loader._note_skip(names, "cannot be decoded")
+            raise SampleError(f"cannot decode {names[0]}: {reasons[0]}"
+                              + (f" (and {len(names) - 1} more: {', '.join(names[1:])})"
+                                 if len(names) > 1 else ""), names) from err
+        self._loader._note_skip(names, reasons[0])
         keep = [j for j in range(len(head.indices)) if j not in set(bad)]
         head.indices = [head.indices[j] for j in keep]
         head.encoded = [head.encoded[j] for j in keep]
@@ -190,6 +212,14 @@ class _EpochIterator:
     def _finish(self) -> None:
         self._active = False
         self._done = True
+        self._watch.close()
         order = self._loader._order
         if order.current is self._epoch:
             order.finish_epoch()
+
+
+def _last_line(err: BaseException) -> str:
+    """The line of DALI's multi-line error text that names the failure."""
+    lines = [line.strip() for line in getattr(err, "message", str(err)).splitlines()]
+    failed = [line for line in lines if line.startswith("Failed to decode")]
+    return failed[0] if failed else next((line for line in reversed(lines) if line), "")

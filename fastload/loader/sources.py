@@ -159,7 +159,14 @@ class LMDBSource(_Source):
         return f"LMDB key '{key}'" + (f" in '{where}'" if where is not None else "")
 
     def read(self, i: int) -> tuple[Any, tuple[int, int]]:
-        data, _label, size = self.reader.image_bytes(i)
+        """The record's image bytes and size; SampleError naming the key when its checksum
+        or framing is wrong (checked before any decoder sees the bytes)."""
+        from fastload.data.reader import CorruptRecord
+
+        try:
+            data, _label, size = self.reader.image_bytes(i)
+        except CorruptRecord as err:
+            raise SampleError(f"sample {i}: {err}", [self.name(i)]) from err
         return data, (int(size[0]), int(size[1]))
 
 
