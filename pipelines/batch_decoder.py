@@ -216,7 +216,7 @@ class BatchDecoder:
         params = [
             geometry.draw_sample(self.plan.steps, int(h), int(w), generator) for h, w in sizes
         ]
-        if self.scaled_decode == "auto" and scaled_decode.worth_it(True, arrays, params):
+        if self.scaled_decode == "auto" and scaled_decode.worth_it(True, arrays, sizes, params):
             batch = scaled_decode.ScaledBatch(self.plan, arrays, params, self._pool, self._buffers)
             self._pending.append((batch, arrays, params))
             self.scaled_batches += 1

@@ -37,6 +37,9 @@ __all__ = ["MAX_EIGHTHS", "ScaledBatch", "ScaledDecodeError", "jpeg_is_sequentia
 # scale simplejpeg has no region decode, where DALI's region decode wins).
 MAX_EIGHTHS = 4  # scale M/8 with M <= 4, i.e. <= 1/2
 MIN_SHARE = 0.5  # share of a batch's samples that must decode at <= MAX_EIGHTHS / 8
+# Only camera-sized sources: ImageNet-sized photos (~0.2 MP) keep DALI's region decode,
+# where a scaled decode would gain little and tiny images lose parity (8x8 DCT blocks).
+MIN_PIXELS = 1_000_000
 
 _SOF_SEQUENTIAL = (0xC0, 0xC1)  # baseline, extended sequential (Huffman)
 _SOF_OTHER = frozenset(range(0xC2, 0xD0)) - {0xC4, 0xC8, 0xCC}  # progressive, lossless, ...
@@ -74,11 +77,14 @@ def eighths(params: g.SampleParams) -> int:
     return max(1, math.ceil(8 * rh / dh), math.ceil(8 * rw / dw)) if dh and dw else 8
 
 
-def worth_it(plan_ok: bool, encoded: Sequence[np.ndarray], params: Sequence[g.SampleParams],
-             ) -> bool:
+def worth_it(plan_ok: bool, encoded: Sequence[np.ndarray], sizes: Sequence[tuple[int, int]],
+             params: Sequence[g.SampleParams]) -> bool:
     """The batch goes the scaled way: ``plan_ok`` (device and plan allow it), every sample a
-    sequential JPEG, and at least ``MIN_SHARE`` of them decode at ``<= MAX_EIGHTHS/8``."""
+    sequential JPEG of at least ``MIN_PIXELS`` (``sizes``: (height, width) each), and at
+    least ``MIN_SHARE`` of them decode at ``<= MAX_EIGHTHS/8``."""
     if not plan_ok or not params:
+        return False
+    if any(h * w < MIN_PIXELS for h, w in sizes):
         return False
     if any(p.resize != params[0].resize for p in params):  # the DALI path names the error
         return False
