@@ -29,7 +29,7 @@ from . import geometry as g
 from . import torch_resample
 from .translate import TransformPlan
 
-__all__ = ["MAX_EIGHTHS", "ScaledBatch", "ScaledDecodeError", "jpeg_is_sequential", "eighths",
+__all__ = ["MAX_EIGHTHS", "ScaledBatch", "ScaledDecodeError", "describe", "jpeg_is_sequential", "eighths",
            "worth_it", "decode_sample", "decode_batch"]
 
 # The scaled path pays off when most samples decode at half size or less (measured on
@@ -191,3 +191,12 @@ class ScaledBatch:
         for future in self._futures:
             future.cancel()
         self._out = None
+
+
+def describe(plan: TransformPlan, device: str) -> str:
+    """One line: how a plan's JPEGs are decoded on ``device`` ("cpu" or "cuda"/"gpu")."""
+    if device == "cpu" and torch_resample.eligible(plan):
+        return (f"decode: JPEGs of >= {MIN_PIXELS / 1e6:g} MP at 1/8..{MAX_EIGHTHS}/8 DCT scale "
+                f"(simplejpeg, resample threads) when >= {MIN_SHARE:.0%} of a batch needs "
+                f"<= {MAX_EIGHTHS}/8 of the pixels; else DALI's decoder")
+    return "decode: DALI's decoder (full size or region)"

@@ -131,3 +131,21 @@ def test_a_corrupt_highres_jpeg_names_its_sample(highres):
         assert info.value.sample_indices == [1]
         dec.submit([highres[0][0]], [highres[0][1]], torch.Generator())
         assert dec.fetch().shape == (1, 3, 224, 224)  # still usable
+
+
+def test_loader_on_a_highres_folder_matches_torchvisions_loader_and_says_so(tmp_path):
+    from torch.utils.data import DataLoader as TorchDataLoader
+    from torchvision.datasets import ImageFolder
+
+    import fastload
+    from fastload.data.synth import synthesize
+
+    root = synthesize(tmp_path, train=2, val=0, classes=2, workers=1, size=(1100, 1400))
+    dataset = ImageFolder(root / "train", VAL)
+    loader = fastload.DataLoader(dataset, batch_size=2, num_workers=2, device="cpu")
+    assert "DCT scale" in str(loader.plan)
+    (images, labels), = list(loader)
+    (t_images, t_labels), = list(TorchDataLoader(dataset, batch_size=2))
+    assert torch.equal(labels, t_labels)
+    assert (images - t_images).abs().flatten(1).mean(1).max() <= 0.01
+    assert loader._decoder.scaled_batches == 1

@@ -35,8 +35,10 @@ class LoaderPlan:
     def __str__(self) -> str:
         if self.fallback_reason is not None:
             return f"torch.utils.data.DataLoader (fallback: {self.fallback_reason})"
+        from fastload.pipelines.scaled_decode import describe as describe_decode
+
         return (f"DALI on {self.device}, {self.threads} thread(s)\n{self.split.describe()}\n"
-                f"collate: {self.collate}")
+                f"{describe_decode(self.split.prefix, self.device)}\ncollate: {self.collate}")
 
 
 def _name(obj: Any) -> str:
