@@ -29,6 +29,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--check", choices=("markers", "decode"), default="markers",
                         help="how JPEGs kept as they are get validated: their markers and "
                              "end-of-image (default, fast) or also a reduced-scale decode")
+    parser.add_argument("--composite", action="store_true",
+                        help="composite transparent pixels on white (and scale 16-bit images "
+                             "by 1/257) when re-encoding; by default images are converted as "
+                             "torchvision's ImageFolder loads them (convert('RGB'))")
     parser.add_argument("--strict", action="store_true",
                         help="stop at the first unreadable file instead of skipping it")
     parser.add_argument("--overwrite", action="store_true",
@@ -49,12 +53,16 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     from fastload.data.convert import DEFAULT_COMMIT_EVERY, ConvertError, convert_folder
 
+    if args.commit_every is not None and args.commit_every <= 0:
+        print(f"fastload convert: error: --commit-every should be a positive number of files, "
+              f"but got {args.commit_every}", file=sys.stderr)
+        return 2
     try:
         report = convert_folder(
             args.src, args.dst, workers=args.workers, max_side=args.max_side,
             quality=args.quality, strict=args.strict, overwrite=args.overwrite,
-            progress=not args.no_progress, check=args.check,
-            commit_every=args.commit_every or DEFAULT_COMMIT_EVERY,
+            progress=not args.no_progress, check=args.check, composite=args.composite,
+            commit_every=DEFAULT_COMMIT_EVERY if args.commit_every is None else args.commit_every,
             shards=args.shards, shard_index=args.shard_index,
         )
     except (ConvertError, OSError, ValueError) as exc:

@@ -79,6 +79,7 @@ def convert_folder(
     progress: bool = True,
     commit_every: int = DEFAULT_COMMIT_EVERY,
     check: str = "markers",
+    composite: bool = False,
     shards: int | None = None,
     shard_index: int | None = None,
 ) -> ConvertReport:
@@ -94,6 +95,9 @@ def convert_folder(
         commit_every: source files per LMDB commit (the resume granularity).
         check: ``"markers"`` keeps a JPEG after checking its markers and end-of-image;
             ``"decode"`` also decodes it at reduced scale.
+        composite: composite transparent pixels on white (and scale 16-bit images by
+            1/257) when re-encoding; by default images convert exactly as torchvision's
+            ImageFolder loader converts them (``Image.open(p).convert("RGB")``).
         shards: write a sharded set instead: ``shards`` LMDB shards under ``dst`` (a
             contiguous range of source files each) and a manifest (see
             :mod:`fastload.data.manifest`); the set reads as one data set in source order.
@@ -135,10 +139,11 @@ def convert_folder(
         "source_kind": source.kind,
         "source_fingerprint": digest,
         "classes": source.classes,
-        "options": {"max_side": max_side, "quality": quality, "check": check},
+        "options": {"max_side": max_side, "quality": quality, "check": check,
+                    **({"composite": True} if composite else {})},
     }
-    run = (workers or os.cpu_count() or 1, max_side, quality, check, strict, progress,
-           commit_every)
+    run = (workers or os.cpu_count() or 1, max_side, quality, check, composite, strict,
+           progress, commit_every)
     if shards is None:
         report = _convert_one(source.samples, dst_path, identity, total_bytes, overwrite, run)
     else:
@@ -231,8 +236,8 @@ def _initial_map_size(total_bytes: int, count: int) -> int:
     return total_bytes + total_bytes // 4 + (count << 12)
 
 
-def _run(samples, writer: LMDBWriter, workers: int, max_side, quality, check, strict,
-         progress, commit_every) -> None:
+def _run(samples, writer: LMDBWriter, workers: int, max_side, quality, check, composite,
+         strict, progress, commit_every) -> None:
     from tqdm import tqdm
 
     bar = tqdm(total=len(samples), initial=writer.seen, unit="img", disable=not progress,
@@ -240,8 +245,8 @@ def _run(samples, writer: LMDBWriter, workers: int, max_side, quality, check, st
     try:
         while True:
             try:
-                _run_from(writer.seen, samples, writer, workers, (max_side, quality, check),
-                          strict, bar, commit_every)
+                _run_from(writer.seen, samples, writer, workers,
+                          (max_side, quality, check, composite), strict, bar, commit_every)
                 return
             except MapFull:  # the batch was rolled back and the map grown: redo it
                 bar.n = writer.seen

@@ -8,7 +8,10 @@ Two kinds of source:
   symlinks followed, only ImageFolder's extensions, case-insensitive). So record ``i`` of
   the database is sample ``i`` of ``ImageFolder(SRC)`` whenever no file was skipped.
 * **CSV file** of ``path,label`` rows (an optional first row ``path,label`` is a header).
-  Relative paths are relative to the CSV file's folder. If every label is a non-negative
+  Relative paths are relative to the CSV file's folder. A CSV is a list of files its author
+  names, so paths may leave that folder (``..`` or absolute), but never silently: rows whose
+  path resolves outside the CSV's folder are reported in one ``UserWarning`` (their count
+  and the first line). The file is UTF-8 (a BOM is allowed). If every label is a non-negative
   integer, labels are used as given and ``classes`` is ``["0", "1", ..., str(max)]``;
   otherwise labels are class names, ``classes`` is their sorted set (as ImageFolder sorts
   folder names) and each label maps to its position in it. Rows keep the CSV's order.
@@ -18,7 +21,9 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import io
 import os
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -72,12 +77,22 @@ def scan_image_folder(root: Path) -> SourceList:
             "SRC/<class name>/<image files>"
         )
     samples: list[tuple[str, int]] = []
+    empty = []
     for label, name in enumerate(classes):
         class_dir = os.path.join(root, name)
+        before = len(samples)
         for dirpath, _, filenames in sorted(os.walk(class_dir, followlinks=True)):
             for filename in sorted(filenames):
                 if _is_image_name(filename):
                     samples.append((os.path.join(dirpath, filename), label))
+        if len(samples) == before:
+            empty.append(name)
+    if empty and samples:  # as torchvision's ImageFolder refuses it
+        raise FileNotFoundError(
+            f"class folder(s) {', '.join(repr(os.path.join(root, n)) for n in empty)} hold no "
+            f"image files ({', '.join(IMG_EXTENSIONS)}), so ImageFolder would refuse {str(root)!r}; "
+            "add images or remove the empty folders"
+        )
     if not samples:
         raise FileNotFoundError(
             f"no image files found under {str(root)!r} (looked for {', '.join(IMG_EXTENSIONS)} "
@@ -90,23 +105,40 @@ def read_csv_list(csv_path: Path) -> SourceList:
     """Read a ``path,label`` CSV (see the module docstring for the label rule)."""
     base = csv_path.parent
     rows: list[tuple[str, str]] = []
-    with open(csv_path, newline="", encoding="utf-8") as handle:
-        for line_no, row in enumerate(csv.reader(handle), start=1):
-            if not row or all(not cell.strip() for cell in row):
-                continue
-            if len(row) != 2:
-                raise ValueError(
-                    f"{str(csv_path)!r} line {line_no} has {len(row)} columns; "
-                    "each row must be `path,label`"
-                )
-            path, label = row[0].strip(), row[1].strip()
-            if line_no == 1 and (path.lower(), label.lower()) == ("path", "label"):
-                continue
-            if not path or not label:
-                raise ValueError(f"{str(csv_path)!r} line {line_no} has an empty path or label")
-            rows.append((path, label))
+    outside: list[tuple[int, str]] = []
+    raw = csv_path.read_bytes()
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise ValueError(
+            f"{str(csv_path)!r} line {line} is not UTF-8 (byte {raw[exc.start]:#04x} at offset "
+            f"{exc.start}); save the CSV as UTF-8"
+        ) from None
+    for line_no, row in enumerate(csv.reader(io.StringIO(text, newline="")), start=1):
+        if not row or all(not cell.strip() for cell in row):
+            continue
+        if len(row) != 2:
+            raise ValueError(
+                f"{str(csv_path)!r} line {line_no} has {len(row)} columns; "
+                "each row must be `path,label`"
+            )
+        path, label = row[0].strip(), row[1].strip()
+        if line_no == 1 and (path.lower(), label.lower()) == ("path", "label"):
+            continue
+        if not path or not label:
+            raise ValueError(f"{str(csv_path)!r} line {line_no} has an empty path or label")
+        resolved = os.path.normpath(os.path.join(base, path))
+        if os.path.commonpath([resolved, str(base)]) != str(base):
+            outside.append((line_no, path))
+        rows.append((path, label))
     if not rows:
         raise ValueError(f"{str(csv_path)!r} lists no images; add rows of `path,label`")
+    if outside:
+        warnings.warn(
+            f"{str(csv_path)!r}: {len(outside)} row(s) name files outside the CSV's folder "
+            f"{str(base)!r}, the first on line {outside[0][0]} ({outside[0][1]!r}); they are "
+            "converted as listed", UserWarning, stacklevel=3)
     labels = [label for _, label in rows]
     if all(label.isdigit() for label in labels):
         indices = [int(label) for label in labels]

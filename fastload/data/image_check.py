@@ -13,9 +13,12 @@ reduced scale with Pillow, which catches broken entropy-coded data but costs nea
 decode (1.5 ms against 1.6 ms for a 450x380 photo: the Huffman decoding dominates).
 
 Everything else that Pillow can open (PNG, grayscale/CMYK/12-bit/arithmetic JPEG,
-palette, 16-bit, alpha, ...) is converted to an 8-bit RGB JPEG at ``quality``
-(transparent pixels composited on white), resized so its long side is ``max_side``
-when it is longer (Lanczos, after a DCT-domain reduction for JPEGs).
+palette, 16-bit, alpha, ...) is converted to an 8-bit RGB JPEG at ``quality``, resized so
+its long side is ``max_side`` when it is longer (Lanczos, after a DCT-domain reduction for
+JPEGs). The pixels are those torchvision's ImageFolder loader gives,
+``Image.open(p).convert("RGB")`` (alpha dropped, 16-bit values clipped at 255), so training
+from the folder and from the database sees the same image; ``composite=True`` instead
+composites transparent pixels on white and scales 16-bit values by 1/257.
 """
 
 from __future__ import annotations
@@ -130,11 +133,14 @@ def _open_image(data: bytes):
     return image
 
 
-def _to_rgb(image):
-    """Any Pillow image as 8-bit RGB; alpha composited on white, 16-bit scaled down."""
+def _to_rgb(image, composite: bool = False):
+    """Any Pillow image as 8-bit RGB: ``image.convert("RGB")`` as torchvision's loader does,
+    or with ``composite`` alpha composited on white and 16-bit scaled down."""
     from PIL import Image
 
     mode = image.mode
+    if not composite:
+        return image if mode == "RGB" else image.convert("RGB")
     if mode.startswith("I") or mode == "F":
         import numpy as np
 
@@ -155,7 +161,8 @@ def _to_rgb(image):
     return image
 
 
-def _reencode(data: bytes, max_side: int | None, quality: int) -> tuple[bytes, int, int, str]:
+def _reencode(data: bytes, max_side: int | None, quality: int,
+              composite: bool = False) -> tuple[bytes, int, int, str]:
     from PIL import Image
 
     image = _open_image(data)
@@ -167,11 +174,11 @@ def _reencode(data: bytes, max_side: int | None, quality: int) -> tuple[bytes, i
             target = (max(1, round(width * scale)), max(1, round(height * scale)))
             if image.format == "JPEG":
                 image.draft(image.mode, target)  # DCT-domain reduction, never below target
-            image = _to_rgb(image)
+            image = _to_rgb(image, composite)
             image = image.resize(target, Image.Resampling.LANCZOS, reducing_gap=None)
             how = RESIZED
         else:
-            image = _to_rgb(image)
+            image = _to_rgb(image, composite)
             image.load()
     except Unreadable:
         raise
@@ -198,9 +205,12 @@ class NeedsDecode(Exception):
 
 def process_bytes(
     data: bytes | memoryview, max_side: int | None = None, quality: int = 90,
-    check: str = "markers", *, keep_only: bool = False,
+    check: str = "markers", composite: bool = False, *, keep_only: bool = False,
 ) -> tuple[bytes, int, int, str]:
     """Validate ``data`` and return ``(jpeg bytes, height, width, how)``.
+
+    ``composite``: re-encoded images with alpha are composited on white (see the module
+    docstring) instead of converted as torchvision's loader converts them.
 
     ``how`` is ``"kept"`` (the input bytes, untouched), ``"converted"`` or ``"resized"``.
     Raises :class:`Unreadable` for a file that cannot be used, and with ``keep_only``
@@ -220,7 +230,7 @@ def process_bytes(
             return data, frame[2], frame[3], KEPT
     if keep_only:
         raise NeedsDecode
-    return _reencode(data, max_side, quality)
+    return _reencode(data, max_side, quality, composite)
 
 
 _HEADROOM = 32  # bytes reserved before the image for the Datum prefix (at most 26)
@@ -277,7 +287,8 @@ def _read_rest(fd: int) -> bytes:
 
 def check_file(
     path: str, label: int, max_side: int | None = None, quality: int = 90,
-    check: str = "markers", *, keep_only: bool = False, scratch: ScratchBuffer | None = None,
+    check: str = "markers", composite: bool = False, *, keep_only: bool = False,
+    scratch: ScratchBuffer | None = None,
 ) -> tuple | None:
     """``("ok", datum record, its CRC-32, how)`` or ``("skip", reason)``.
 
@@ -294,7 +305,8 @@ def check_file(
     view = memoryview(buffer)
     try:
         image, height, width, how = process_bytes(
-            view[_HEADROOM:_HEADROOM + size], max_side, quality, check, keep_only=keep_only
+            view[_HEADROOM:_HEADROOM + size], max_side, quality, check, composite,
+            keep_only=keep_only
         )
     except NeedsDecode:
         return None
@@ -313,8 +325,8 @@ def check_file(
     return ("ok", record, crc32(record), how)
 
 
-def check_file_task_copy(task: tuple[str, int, int | None, int, str]) -> tuple:
-    """``check_file`` over one ``(path, label, max_side, quality, check)`` tuple, for a
+def check_file_task_copy(task: tuple) -> tuple:
+    """``check_file`` over one ``(path, label, max_side, quality, check[, composite])`` tuple, for a
     worker process: the record as picklable ``bytes``."""
     result = check_file(*task)
     if result[0] == "ok" and isinstance(result[1], memoryview):
