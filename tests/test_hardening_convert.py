@@ -36,7 +36,7 @@ def _modes() -> dict[str, bytes]:
     rgba.putalpha(Image.fromarray(alpha))
     palette = photo.convert("P", palette=Image.Palette.ADAPTIVE, colors=16)
     palette.info["transparency"] = 0
-    gray16 = Image.fromarray((np.arange(32 * 40, dtype=np.uint16).reshape(32, 40) * 50))
+    gray16 = Image.fromarray(np.arange(32 * 40, dtype=np.uint16).reshape(32, 40) * 50)
     return {
         "a_rgba.png": _save(rgba, "PNG"),
         "b_palette_transparent.png": _save(palette, "PNG", transparency=0),
