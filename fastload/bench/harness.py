@@ -38,6 +38,8 @@ from fastload.bench.rows import (
     row_label,
     row_unavailable,
 )
+from fastload.data.ensure import ensure_lmdb
+from fastload.utils.checks import check_positive_int
 
 __all__ = [
     "BenchConfig",
@@ -73,20 +75,17 @@ class BenchConfig:
     hw_decoder_load: float = 0.65
     seed: int = 0
     epoch_timeout_s: float = 3600.0
+    recipe: str | None = None  # a fastload.bench.recipes name (rows a-e use its transform)
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "image_size", "epochs", "max_side"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} should be a positive integer, but got {name}={value!r}")
+            check_positive_int(name, getattr(self, name))
         if self.warmup_epochs < 0:
-            raise ValueError(f"warmup_epochs should be >= 0, but got {self.warmup_epochs}")
-        if self.threads is not None and self.threads < 1:
-            raise ValueError(f"threads should be a positive integer, but got threads={self.threads}")
-        if self.limit is not None and self.limit < 1:
-            raise ValueError(f"limit should be a positive integer, but got limit={self.limit}")
+            raise ValueError(f"warmup_epochs should be >= 0, but got warmup_epochs={self.warmup_epochs}")
+        check_positive_int("threads", self.threads, allow_none=True)
+        check_positive_int("limit", self.limit, allow_none=True)
         if self.transforms not in ("train", "val"):
-            raise ValueError(f"transforms should be 'train' or 'val', but got {self.transforms!r}")
+            raise ValueError(f"transforms should be 'train' or 'val', but got transforms={self.transforms!r}")
         if self.device not in ("cpu", "gpu"):
             raise ValueError(f"device should be 'cpu' or 'gpu', but got device={self.device!r}")
         bad = [key for key in self.rows if key not in ROW_KEYS]
@@ -128,7 +127,7 @@ class BenchReport:
 def _split_folder(data: Path, transforms: str) -> tuple[Path, str]:
     if not data.is_dir():
         raise FileNotFoundError(
-            f"DATA {str(data)!r} is not a directory; pass an ImageFolder tree or a folder "
+            f"data {str(data)!r} is not a directory; pass an ImageFolder tree or a folder "
             "with train/ and val/ (make one with `fastload synth OUT`)"
         )
     split = "train" if transforms == "train" else "val"
@@ -158,22 +157,6 @@ def _subset_tree(folder: Path, limit: int, dst: Path) -> Path:
     return dst
 
 
-def _ensure_lmdb(folder: Path, dst: Path, count: int, threads: int, max_side: int | None,
-                 log: Callable[[str], None]) -> None:
-    from fastload.data.convert import convert_folder, is_complete
-
-    if is_complete(dst):
-        from fastload.data.reader import LMDBReader
-
-        if len(LMDBReader(dst)) == count:
-            return
-        log(f"{dst} holds a different image count; converting again")
-        convert_folder(folder, dst, workers=threads, max_side=max_side, overwrite=True)
-        return
-    log(f"converting {folder} -> {dst}" + (f" (--max-side {max_side})" if max_side else ""))
-    convert_folder(folder, dst, workers=threads, max_side=max_side)
-
-
 def prepare_data(config: BenchConfig, log: Callable[[str], None] = print) -> tuple[RowSpec, int]:
     """Resolve the images, build the subset / LMDB caches the chosen rows need, and return
     the :class:`RowSpec` all rows share plus the number of images per epoch."""
@@ -186,21 +169,21 @@ def prepare_data(config: BenchConfig, log: Callable[[str], None] = print) -> tup
         folder = _subset_tree(folder, config.limit, workdir / tag)
     count = len(folder_samples(folder))
     if count == 0:
-        raise ValueError(f"DATA {str(data)!r} holds no images under {str(folder)!r}")
+        raise ValueError(f"data {str(data)!r} holds no images under {str(folder)!r}")
     threads = config.threads or len(os.sched_getaffinity(0))
     if config.device == "gpu":
         import torch
 
         if not torch.cuda.is_available():
-            raise ValueError("device 'gpu' needs CUDA, but torch.cuda.is_available() is False; "
-                             "use --device cpu")
+            raise ValueError("device='gpu' needs CUDA, but torch.cuda.is_available() is False; "
+                             "use device='cpu'")
     lmdb = lmdb_small = None
     if set(config.rows) & set("bd"):
         lmdb = workdir / f"{tag}.lmdb"
-        _ensure_lmdb(folder, lmdb, count, threads, None, log)
+        ensure_lmdb(folder, lmdb, workers=threads, log=log)
     if "e" in config.rows:
         lmdb_small = workdir / f"{tag}-max{config.max_side}.lmdb"
-        _ensure_lmdb(folder, lmdb_small, count, threads, config.max_side, log)
+        ensure_lmdb(folder, lmdb_small, max_side=config.max_side, workers=threads, log=log)
     spec = RowSpec(
         folder=str(folder),
         lmdb=str(lmdb) if lmdb else None,
@@ -214,6 +197,7 @@ def prepare_data(config: BenchConfig, log: Callable[[str], None] = print) -> tup
         hw_decoder_load=config.hw_decoder_load,
         max_side=config.max_side,
         seed=config.seed,
+        recipe=config.recipe,
     )
     return spec, count
 

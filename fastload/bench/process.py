@@ -1,7 +1,8 @@
-"""The process side of ``fastload bench``: one spawned process per row, and what the
-harness measures about it (process-tree CPU time, peak RSS, the post-epoch tail).
+"""The process side of ``fastload bench``: one fresh process per row (the runner is
+:mod:`fastload.utils.process`), and what the harness measures about it (process-tree CPU
+time, peak RSS, the post-epoch tail).
 
-Protocol over a ``multiprocessing`` pipe: the row process answers ``("ready", setup_s)``,
+Protocol over the runner's pipe: the row process answers ``("ready", setup_s)``,
 then each ``"epoch"`` with ``("epoch", images, seconds, cpu_seconds, tail_seconds)``, and
 ``"close"`` with ``("closed",)``; any exception becomes ``("error", message, traceback)``.
 """
@@ -17,6 +18,7 @@ import traceback
 import psutil
 
 from fastload.bench.rows import RowSpec, make_row
+from fastload.utils.process import FreshProcess
 
 __all__ = ["PeakRss", "RowProcess"]
 
@@ -64,7 +66,7 @@ def _settle(pid: int, t0: float) -> float:
     return end - t0
 
 
-def _row_main(key: str, spec: RowSpec, conn) -> None:
+def _row_main(conn, key: str, spec: RowSpec) -> None:
     """Body of a row process: set up, then answer "epoch" requests until "close"."""
     # A spawned process inherits "spawn" as its default start method; give loaders the
     # platform default a user's script gets (fork on Linux), or row (a) pays re-imports.
@@ -158,36 +160,10 @@ class PeakRss(threading.Thread):
         self.sample()
 
 
-class RowProcess:
-    """A row's process and the harness's end of its pipe."""
+class RowProcess(FreshProcess):
+    """A row's fresh process (:class:`fastload.utils.process.FreshProcess`) running
+    :func:`_row_main`; the harness asks it ``"epoch"`` and ``"close"``."""
 
     def __init__(self, key: str, spec: RowSpec, context) -> None:
         self.key = key
-        self.conn, child = context.Pipe()
-        self.proc = context.Process(target=_row_main, args=(key, spec, child),
-                                    name=f"fastload-bench-{key}")
-        self.proc.start()
-        child.close()
-
-    def ask(self, message: str, timeout_s: float) -> tuple:
-        self.conn.send(message)
-        return self.answer(timeout_s)
-
-    def answer(self, timeout_s: float) -> tuple:
-        deadline = time.monotonic() + timeout_s
-        while not self.conn.poll(1.0):
-            if not self.proc.is_alive():
-                return ("error", f"row process exited with code {self.proc.exitcode}", "")
-            if time.monotonic() > deadline:
-                return ("error", f"no answer within {timeout_s:.0f} s", "")
-        try:
-            return self.conn.recv()
-        except EOFError:
-            return ("error", f"row process exited with code {self.proc.exitcode}", "")
-
-    def stop(self, wait_s: float = 30.0) -> None:
-        self.proc.join(timeout=wait_s)
-        if self.proc.is_alive():
-            self.proc.terminate()
-            self.proc.join(timeout=10)
-        self.conn.close()
+        super().__init__(_row_main, (key, spec), name=f"fastload-bench-{key}", context=context)

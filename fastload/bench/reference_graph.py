@@ -20,10 +20,10 @@ from collections.abc import Iterator, Sequence
 
 import torch
 
+from fastload.loader.presets import IMAGENET_MEAN, IMAGENET_STD, eval_resize_size
+
 __all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "build_reference_pipeline", "ReferenceLoader"]
 
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
 _READER_NAME = "Reader"
 
 
@@ -104,7 +104,7 @@ def build_reference_pipeline(
             images = fn.decoders.image(
                 encoded, device=decoder_device, output_type=types.RGB, **decoder_kwargs
             )
-            images = fn.resize(images, resize_shorter=round(image_size * 256 / 224))
+            images = fn.resize(images, resize_shorter=eval_resize_size(image_size))
             mirror = 0
             crop = (image_size, image_size)
         images = fn.crop_mirror_normalize(

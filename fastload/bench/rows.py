@@ -22,6 +22,8 @@ import importlib.util
 import os
 from dataclasses import dataclass
 
+from fastload.loader.presets import DEFAULT_CROP_PCT, IMAGENET_MEAN, IMAGENET_STD
+
 __all__ = [
     "ROW_KEYS",
     "RowSpec",
@@ -43,8 +45,6 @@ _LABELS = {
     "g": "hand-written DALI graph",
     "h": "FFCV Loader, .beton",
 }
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,7 @@ class RowSpec:
     hw_decoder_load: float = 0.65  # share of JPEGs for the hardware decoder (GPU rows)
     max_side: int = 256  # row (e)'s stored long side, for its label
     seed: int = 0
+    recipe: str | None = None  # a fastload.bench.recipes name: its transform and collate_fn
 
 
 def row_label(key: str, max_side: int = 256) -> str:
@@ -79,20 +80,13 @@ def row_unavailable(key: str) -> str | None:
 
 
 def build_transform(kind: str, image_size: int = 224):
-    """The torchvision transform every row reproduces: ImageNet ``train`` or ``val``."""
-    from torchvision import transforms as T
+    """The torchvision transform every row reproduces: :mod:`fastload.loader.presets`'
+    ImageNet ``train`` or ``val`` preset."""
+    from fastload.loader.presets import PRESETS, imagenet_transform
 
-    normalize = T.Normalize(IMAGENET_MEAN, IMAGENET_STD)
-    if kind == "train":
-        return T.Compose(
-            [T.RandomResizedCrop(image_size), T.RandomHorizontalFlip(), T.ToTensor(), normalize]
-        )
-    if kind == "val":
-        return T.Compose(
-            [T.Resize(round(image_size * 256 / 224)), T.CenterCrop(image_size), T.ToTensor(),
-             normalize]
-        )
-    raise ValueError(f"transforms should be 'train' or 'val', but got transforms={kind!r}")
+    if kind not in PRESETS:
+        raise ValueError(f"transforms should be 'train' or 'val', but got transforms={kind!r}")
+    return imagenet_transform(kind, image_size)
 
 
 def folder_samples(folder: str | os.PathLike) -> list[tuple[str, int]]:
@@ -269,7 +263,7 @@ class _FfcvRow(_Row):
         if self.spec.transforms == "train":
             image = [RandomResizedCropRGBImageDecoder((size, size)), RandomHorizontalFlip()]
         else:
-            image = [CenterCropRGBImageDecoder((size, size), ratio=224 / 256)]
+            image = [CenterCropRGBImageDecoder((size, size), ratio=DEFAULT_CROP_PCT)]
         if self.spec.device == "gpu":
             image += [ToTensor(), ToDevice("cuda:0", non_blocking=True), ToTorchImage(),
                       NormalizeImage(mean, std, np.float32)]
@@ -302,12 +296,24 @@ def _loader_kwargs(spec: RowSpec) -> dict:
         "prefetch_factor": 2 if workers > 0 else None,
         "pin_memory": spec.device == "gpu" and torch.cuda.is_available(),
         "generator": torch.Generator().manual_seed(spec.seed),
+        **({"collate_fn": _recipe_collate(spec)} if spec.recipe is not None else {}),
     }
+
+
+def _recipe_collate(spec: RowSpec):
+    from fastload.bench.recipes import recipe_parts
+
+    return recipe_parts(spec)[1]
 
 
 def _row_dataset(spec: RowSpec, source: str):
     """The dataset a loader row reads: the folder, the LMDB, or the pre-resized LMDB."""
-    transform = build_transform(spec.transforms, spec.image_size)
+    if spec.recipe is not None:
+        from fastload.bench.recipes import recipe_parts
+
+        transform = recipe_parts(spec)[0]
+    else:
+        transform = build_transform(spec.transforms, spec.image_size)
     if source == "folder":
         from torchvision.datasets import ImageFolder
 

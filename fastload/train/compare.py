@@ -10,22 +10,22 @@ Rows (cumulative, in this order unless ``rows=`` picks a subset, which stays cum
                (same effective batch)
     freeze     + patch embedding, position embedding and the first half of the blocks frozen
 
-Each row runs in its own fresh Python process (``python -m fastload.train.compare``), so its peak
-memory is its own: ``ru_maxrss`` and RSS never go down within a process.
+Each row runs in its own fresh Python process
+(:func:`fastload.utils.process.call_in_fresh_process`, the runner ``fastload bench`` uses too),
+so its peak memory is its own: ``ru_maxrss`` and RSS never go down within a process.
+``train.lmdb``/``val.lmdb`` are kept fresh by :func:`fastload.data.ensure.ensure_lmdb`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import pathlib
-import subprocess
 import sys
-import tempfile
 
-from fastload.train.amp import ScalerConfig
-from fastload.train.finetune import FinetuneConfig
+from fastload.data.ensure import ensure_lmdb
+from fastload.train.config import FinetuneConfig
+from fastload.utils.process import call_in_fresh_process
 
 __all__ = ["ROWS", "row_configs", "run_compare", "format_table"]
 
@@ -53,7 +53,7 @@ def _freeze_patterns(model_name: str, img_size: int) -> tuple[str, ...]:
     model = create_model(model_name, 2, img_size)
     depth = len(getattr(model, "blocks", []))
     if depth == 0:
-        raise ValueError(f"--compare freeze row needs a ViT with .blocks; {model_name} has none")
+        raise ValueError(f"the freeze row needs a ViT with .blocks, but model={model_name!r} has none")
     names = {n for n, _ in model.named_parameters()}
     patterns = ["patch_embed.*"] + [p for p in ("cls_token", "pos_embed", "reg_token") if p in names]
     return tuple(patterns + [f"blocks.{i}.*" for i in range(depth // 2)])
@@ -63,7 +63,7 @@ def row_configs(base: FinetuneConfig, rows: list[str]) -> list[tuple[str, Finetu
     """The config of each row: ``base`` with the techniques of this row and the ones before."""
     unknown = [r for r in rows if r not in ROWS]
     if unknown:
-        raise ValueError(f"--compare rows should be among {', '.join(ROWS)}, but got {unknown}")
+        raise ValueError(f"rows should be among {', '.join(ROWS)}, but got {unknown}")
     ordered = [r for r in ROWS if r in rows]
     config = dataclasses.replace(
         base, loader="torch", data_format="folder", amp="off", grad_checkpointing=False,
@@ -89,12 +89,9 @@ def row_configs(base: FinetuneConfig, rows: list[str]) -> list[tuple[str, Finetu
 
 
 def _ensure_lmdb(data: pathlib.Path, progress: bool) -> None:
-    from fastload.data.convert import convert_folder, is_complete
-
     for split in ("train", "val"):
-        dst = data / f"{split}.lmdb"
-        if (data / split).is_dir() and not is_complete(dst):
-            convert_folder(data / split, dst, progress=progress)
+        if (data / split).is_dir():
+            ensure_lmdb(data / split, data / f"{split}.lmdb", progress=progress)
 
 
 def _summarise(row: str, config: FinetuneConfig, record: dict) -> dict:
@@ -123,22 +120,17 @@ def run_compare(base: FinetuneConfig, rows: list[str] | None = None, out: str | 
     converted from them when absent. ``out`` (optional) receives the rows as JSON.
     """
     if base.data is None or not (pathlib.Path(base.data) / "train").is_dir():
-        raise ValueError("--compare needs DATA with train/ and val/ folders (from `fastload synth`)")
+        raise ValueError("run_compare needs base.data with train/ and val/ folders (from `fastload synth`)")
     data = pathlib.Path(base.data)
     configs = row_configs(base, rows or list(ROWS))
     if any(c.loader == "fastload" for _, c in configs):
         _ensure_lmdb(data, progress)
     results = []
-    with tempfile.TemporaryDirectory(prefix="fastload-compare-") as tmp:
-        for row, config in configs:
-            if progress:
-                print(f"[compare] {row}: {ROWS[row]}", file=sys.stderr, flush=True)
-            cfg_path = pathlib.Path(tmp, f"{row}.json")
-            res_path = pathlib.Path(tmp, f"{row}.result.json")
-            cfg_path.write_text(json.dumps(dataclasses.asdict(config)))
-            subprocess.run([sys.executable, "-m", "fastload.train.compare", str(cfg_path), str(res_path)],
-                           check=True, env=dict(os.environ))
-            results.append(_summarise(row, config, json.loads(res_path.read_text())))
+    for row, config in configs:
+        if progress:
+            print(f"[compare] {row}: {ROWS[row]}", file=sys.stderr, flush=True)
+        record = call_in_fresh_process(_run_row, config, name=f"fastload-compare-{row}")
+        results.append(_summarise(row, config, record))
     if out:
         pathlib.Path(out).write_text(json.dumps(results, indent=2))
     return results
@@ -161,23 +153,9 @@ def format_table(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def _config_from_json(data: dict) -> FinetuneConfig:
-    data = dict(data)
-    data["scaler"] = ScalerConfig(**data["scaler"])
-    data["freeze"] = tuple(data["freeze"])
-    return FinetuneConfig(**data)
-
-
-def _main(argv: list[str]) -> int:
-    """Child process: run one row's config, write its epochs as JSON."""
+def _run_row(config: FinetuneConfig) -> dict:
+    """In the row's fresh process: run ``config``; its epochs (as dicts) and step count."""
     from fastload.train.finetune import finetune
 
-    config = _config_from_json(json.loads(pathlib.Path(argv[0]).read_text()))
     result = finetune(config)
-    record = {"epochs": [e.as_dict() for e in result.epochs], "steps": result.steps}
-    pathlib.Path(argv[1]).write_text(json.dumps(record))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(_main(sys.argv[1:]))
+    return {"epochs": [e.as_dict() for e in result.epochs], "steps": result.steps}

@@ -7,9 +7,9 @@ datasets, transforms and arguments).
 
 Order and resume: the fastload loader shuffles and shards by itself (``seed=``, ``set_epoch``,
 DistributedSampler-style sharding) and its ``state_dict()`` is the checkpoint's loader state.
-torch's DataLoader has no state, so it gets a :class:`ResumableSampler` (a permutation of
-``seed + epoch``, same sharding rule, restartable mid-epoch) and a :class:`SeededDataset`
-(each sample's augmentation drawn from a seed of ``(seed, epoch, index)``). Either way a
+torch's DataLoader has no state, so it gets a :class:`ResumableSampler` (the fastload
+loader's own order and sharding rule, restartable mid-epoch) and a :class:`SeededDataset`
+(each sample's augmentation drawn from ``mix_seed(seed, epoch, index)``). Either way a
 resumed fp32 CPU run repeats the uninterrupted run's losses.
 
 One run, in order: :func:`_prepare_model` (create, freeze, checkpointing, device — the place

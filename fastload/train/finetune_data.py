@@ -1,25 +1,28 @@
 """Resumable sample order and reproducible augmentation for the fine-tuning loop.
 
 :class:`ResumableSampler` is a ``torch.utils.data.Sampler`` (so both ``torch`` and
-``fastload`` DataLoaders take it unchanged): a permutation drawn from ``seed + epoch``,
-sharded over ranks like ``DistributedSampler`` (padded by wrapping round to the start so
-every rank gets the same count), that can start part-way through an epoch after a resume.
+``fastload`` DataLoaders take it unchanged): the fastload loader's own epoch order
+(:class:`fastload.loader.sampling.EpochSampler`: a permutation drawn from
+``mix_seed(seed, epoch)``, sharded over ranks like ``DistributedSampler``, padded by wrapping
+round to the start so every rank gets the same count), that can start part-way through an
+epoch after a resume.
 
 :class:`SeededDataset` makes each sample's random augmentation a pure function of
-``(seed, epoch, index)``, whatever the worker count or resume point, by running the wrapped
-dataset's ``__getitem__`` under a forked torch RNG seeded for that sample.
+``mix_seed(seed, epoch, index)``, whatever the worker count or resume point, by running the
+wrapped dataset's ``__getitem__`` under a forked torch RNG seeded for that sample.
 
 Also the loop's transforms, datasets and loaders, shared with ``fastload export``.
 """
 
 from __future__ import annotations
 
-import math
 import pathlib
 from collections.abc import Iterator
 
 import torch
 from torch.utils.data import Dataset, Sampler
+
+from fastload.loader.sampling import EpochSampler, mix_seed
 
 __all__ = [
     "ResumableSampler", "SeededDataset", "make_loader", "open_dataset", "train_val_transforms",
@@ -27,7 +30,8 @@ __all__ = [
 
 
 class ResumableSampler(Sampler[int]):
-    """This rank's indices of one epoch, shuffled from ``seed + epoch`` or in order.
+    """This rank's indices of one epoch: :class:`EpochSampler`'s order (shuffled from
+    ``mix_seed(seed, epoch)``, or in order), restartable part-way through.
 
     ``pad=True`` (training) wraps the order round to its start until it divides by
     ``world_size``, as ``DistributedSampler(drop_last=False)`` does; ``pad=False``
@@ -45,12 +49,15 @@ class ResumableSampler(Sampler[int]):
         self.rank, self.world_size, self.pad = rank, world_size, pad
         self.epoch = 0
         self.start = 0
+        # pad=False: the whole unpadded order, sharded below without padding
+        self._order = EpochSampler(size, shuffle=shuffle, seed=seed,
+                                   num_replicas=world_size if pad else 1, rank=rank if pad else 0)
 
     @property
     def shard_size(self) -> int:
         """Indices of a full epoch on this rank."""
         if self.pad:
-            return math.ceil(self.size / self.world_size)
+            return len(self._order)
         return len(range(self.rank, self.size, self.world_size))
 
     def set_epoch(self, epoch: int) -> None:
@@ -59,21 +66,16 @@ class ResumableSampler(Sampler[int]):
 
     def set_start(self, start: int) -> None:
         if not 0 <= start <= self.shard_size:
-            raise ValueError(f"start should be in [0, {self.shard_size}], but got {start}")
+            raise ValueError(f"start should be in [0, {self.shard_size}], but got start={start}")
         self.start = start
 
     def indices(self) -> list[int]:
         """The full shard of the current epoch."""
-        if self.shuffle:
-            generator = torch.Generator().manual_seed(self.seed + self.epoch)
-            order = torch.randperm(self.size, generator=generator).tolist()
-        else:
-            order = list(range(self.size))
-        if self.pad:
-            total = self.shard_size * self.world_size
-            while len(order) < total:
-                order += order[: total - len(order)]
-        return order[self.rank :: self.world_size]
+        self._order.set_epoch(self.epoch)
+        order = self._order.indices()
+        if not self.pad:
+            order = order[self.rank :: self.world_size]
+        return order.tolist()
 
     def __iter__(self) -> Iterator[int]:
         return iter(self.indices()[self.start :])
@@ -87,7 +89,7 @@ class ResumableSampler(Sampler[int]):
 
 class SeededDataset(Dataset):
     """Wraps a map-style dataset so sample ``i`` of epoch ``e`` draws its random transform
-    from ``torch.manual_seed(f(seed, e, i))`` — the global RNG is restored afterwards.
+    from ``torch.manual_seed(mix_seed(seed, e, i))`` — the global RNG is restored afterwards.
 
     Set ``epoch`` before each ``iter(loader)``; torch re-creates (non-persistent) workers
     per epoch, so they see the new value.
@@ -102,21 +104,18 @@ class SeededDataset(Dataset):
         return len(self.dataset)
 
     def __getitem__(self, index: int):
-        sample_seed = (self.seed * 1_000_003 + self.epoch) * 100_000_007 + int(index)
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(sample_seed % (1 << 63))
+            torch.manual_seed(mix_seed(self.seed, self.epoch, int(index)))
             return self.dataset[index]
 
 
 def train_val_transforms(img_size: int):
-    """The loop's torchvision transforms: RandomResizedCrop + flip for training; Resize to
-    ``img_size / 0.875`` + CenterCrop for validation; ImageNet normalisation for both."""
-    from torchvision import transforms as T
+    """The loop's torchvision transforms, :mod:`fastload.loader.presets`' ImageNet presets:
+    RandomResizedCrop + flip for training; Resize to ``floor(img_size / 0.875)`` + CenterCrop
+    for validation; ImageNet normalisation for both."""
+    from fastload.loader.presets import eval_transform, train_transform
 
-    norm = T.Normalize(mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))
-    train = T.Compose([T.RandomResizedCrop(img_size), T.RandomHorizontalFlip(), T.ToTensor(), norm])
-    val = T.Compose([T.Resize(int(img_size / 0.875)), T.CenterCrop(img_size), T.ToTensor(), norm])
-    return train, val
+    return train_transform(img_size), eval_transform(img_size)
 
 
 def open_dataset(fmt: str, path: pathlib.Path, transform) -> Dataset:
