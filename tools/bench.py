@@ -51,6 +51,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--hw-decoder-load", type=float, default=0.65,
                         help="share of JPEGs sent to the hardware decoder on GPU (0.65)")
     parser.add_argument("--seed", type=int, default=0, help="shuffling / augmentation seed (0)")
+    parser.add_argument("--recipe", default=None, metavar="NAME[,NAME...]",
+                        help="compare torch's tuned loader (a) with fastload (c) on transform "
+                        "recipes, side by side, one table row a recipe: 'all' or names from "
+                        "fastload.bench.recipes.RECIPE_NAMES (default, ra, ta_wide, augmix, "
+                        "autoaugment, random_erasing, backend_tensor, use_v2, mixup_cutmix, "
+                        "eval, timm_train, timm_deit, timm_eval)")
     parser.add_argument("--json", type=Path, default=None, metavar="FILE",
                         help="write the results as JSON")
     parser.add_argument("--plot", type=Path, default=None, metavar="FILE.png",
@@ -75,6 +81,8 @@ def run(args: argparse.Namespace) -> int:
     def log(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
 
+    if args.recipe is not None:
+        return _run_recipes(args, log)
     try:
         config = BenchConfig(
             data=args.data,
@@ -105,3 +113,21 @@ def run(args: argparse.Namespace) -> int:
         else:
             print(f"no row was measured; {os.fspath(args.plot)} not written", file=sys.stderr)
     return 0 if all(r.status != "failed" for r in report.rows) else 1
+
+
+def _run_recipes(args: argparse.Namespace, log) -> int:
+    from fastload.bench.recipes import RECIPE_NAMES, run_recipes
+
+    names = list(RECIPE_NAMES) if args.recipe == "all" else [
+        n.strip() for n in args.recipe.split(",") if n.strip()]
+    try:
+        table, _ = run_recipes(
+            names, log=log, data=args.data, batch_size=args.batch_size,
+            image_size=args.image_size, epochs=args.epochs, warmup_epochs=args.warmup_epochs,
+            threads=args.threads, workdir=args.workdir, limit=args.limit,
+            device=_device(args.device), hw_decoder_load=args.hw_decoder_load, seed=args.seed)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"fastload bench: error: {exc}", file=sys.stderr)
+        return 2
+    print(table)
+    return 0
