@@ -9,64 +9,22 @@ import warnings
 import pytest
 import torch
 import torchvision.transforms as v1
-import torchvision.transforms.v2 as v2
 from torch.utils.data import DataLoader as TorchDataLoader
 from torchvision.datasets import ImageFolder
 
 import fastload
 from fastload import FallbackWarning
+from fastload.bench import recipes
 
 CROP = 48
-MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 
-class TrainPreset:
-    """The shape of torchvision's reference ``ClassificationPresetTrain`` (written anew)."""
-
-    def __init__(self, *, crop_size=CROP, hflip_prob=0.5, auto_augment_policy=None,
-                 random_erase_prob=0.0, backend="pil", use_v2=False):
-        T = v2 if use_v2 else v1
-        interpolation = v1.InterpolationMode.BILINEAR
-        steps = [T.PILToTensor()] if backend == "tensor" else []
-        steps.append(T.RandomResizedCrop(crop_size, interpolation=interpolation, antialias=True))
-        if hflip_prob > 0:
-            steps.append(T.RandomHorizontalFlip(hflip_prob))
-        if auto_augment_policy == "ra":
-            steps.append(T.RandAugment(interpolation=interpolation, magnitude=9))
-        elif auto_augment_policy == "ta_wide":
-            steps.append(T.TrivialAugmentWide(interpolation=interpolation))
-        elif auto_augment_policy == "augmix":
-            steps.append(T.AugMix(interpolation=interpolation, severity=3))
-        elif auto_augment_policy is not None:
-            policy = v1.AutoAugmentPolicy(auto_augment_policy)
-            steps.append(T.AutoAugment(policy=policy, interpolation=interpolation))
-        if backend == "pil":
-            steps.append(T.PILToTensor())
-        steps.append(T.ToDtype(torch.float, scale=True) if use_v2
-                     else T.ConvertImageDtype(torch.float))
-        steps.append(T.Normalize(mean=MEAN, std=STD))
-        if random_erase_prob > 0:
-            steps.append(T.RandomErasing(p=random_erase_prob))
-        if use_v2:
-            steps.append(T.ToPureTensor())
-        self.transforms = T.Compose(steps)
-
-    def __call__(self, img):
-        return self.transforms(img)
+def train_preset(**kwargs):
+    return recipes.TrainPreset(crop_size=CROP, **kwargs)
 
 
-class EvalPreset:
-    """The shape of torchvision's reference ``ClassificationPresetEval`` (written anew)."""
-
-    def __init__(self, *, crop_size=CROP, resize_size=56, use_v2=False):
-        T = v2 if use_v2 else v1
-        self.transforms = T.Compose([
-            T.Resize(resize_size, antialias=True), T.CenterCrop(crop_size), T.PILToTensor(),
-            T.ToDtype(torch.float, scale=True) if use_v2 else T.ConvertImageDtype(torch.float),
-            T.Normalize(mean=MEAN, std=STD)])
-
-    def __call__(self, img):
-        return self.transforms(img)
+def eval_preset(**kwargs):
+    return recipes.EvalPreset(crop_size=CROP, resize_size=56, **kwargs)
 
 
 def _batches(loader, epochs):
@@ -106,24 +64,25 @@ RECIPES = {
 
 @pytest.mark.parametrize("name", sorted(RECIPES))
 def test_reference_train_preset_runs_on_dali_like_torch(synth_root, name):
-    assert_like_torch(ImageFolder(synth_root / "train", TrainPreset(**RECIPES[name])))
+    assert_like_torch(ImageFolder(synth_root / "train", train_preset(**RECIPES[name])))
 
 
 @pytest.mark.parametrize("use_v2", [False, True])
 def test_reference_eval_preset_is_one_dali_graph(synth_root, use_v2):
-    loader = assert_like_torch(ImageFolder(synth_root / "val", EvalPreset(use_v2=use_v2)),
+    loader = assert_like_torch(ImageFolder(synth_root / "val", eval_preset(use_v2=use_v2)),
                                epochs=1, tolerance=0.02)
     assert "torch suffix: none" in str(loader.plan)
 
 
 def test_preset_whose_call_does_more_is_not_read_through(synth_root):
-    class Logging(TrainPreset):
+    class Logging(recipes.TrainPreset):
         def __call__(self, img):
             print("sample")
             return self.transforms(img)
 
     with pytest.warns(FallbackWarning, match="Logging"):
-        fastload.DataLoader(ImageFolder(synth_root / "train", Logging()), batch_size=4)
+        fastload.DataLoader(ImageFolder(synth_root / "train", Logging(crop_size=CROP)),
+                            batch_size=4)
 
 
 def test_lambda_first_falls_back_naming_it_and_the_fix(synth_root):
@@ -134,7 +93,7 @@ def test_lambda_first_falls_back_naming_it_and_the_fix(synth_root):
 
 
 def test_plan_names_what_runs_where(synth_root):
-    preset = TrainPreset(auto_augment_policy="ra", random_erase_prob=0.25)
+    preset = train_preset(auto_augment_policy="ra", random_erase_prob=0.25)
     loader = fastload.DataLoader(ImageFolder(synth_root / "train", preset), batch_size=4)
     text = str(loader.plan)
     assert "DALI graph: decode -> RandomResizedCrop -> RandomHorizontalFlip" in text
@@ -170,3 +129,15 @@ def test_timm_pil_augmentations_run_in_the_suffix_on_pil_images(synth_root):
     text = str(loader.plan)
     assert "DALI graph: decode -> RandomResizedCropAndInterpolation -> RandomHorizontalFlip" in text
     assert "RandAugment (on a PIL image) -> MaybeToTensor -> Normalize -> RandomErasing" in text
+
+
+@pytest.mark.parametrize("name", recipes.RECIPE_NAMES)
+def test_every_bench_recipe_keeps_the_fast_path(synth_root, name):
+    transform, collate_fn = recipes.recipe(name, CROP, num_classes=4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FallbackWarning)
+        loader = fastload.DataLoader(ImageFolder(synth_root / "val", transform), batch_size=8,
+                                     collate_fn=collate_fn, seed=1)
+    images, labels = next(iter(loader))
+    assert images.shape == (8, 3, CROP, CROP) and images.dtype == torch.float32
+    assert labels.shape == ((8, 4) if name == "mixup_cutmix" else (8,))
