@@ -138,3 +138,22 @@ def test_synth_cli_writes_tree_and_prints_summary(tmp_path, capsys):
         tmp_path / "lib", train=6, val=3, classes=3, seed=5, quality=85, min_side=64, max_side=96
     )
     assert _tree_bytes(out) == _tree_bytes(reference)
+
+
+def test_synth_size_makes_every_picture_that_size_from_the_cli_too(tmp_path):
+    assert main(["synth", str(tmp_path / "cli"), "--train", "2", "--val", "0", "--classes", "2",
+                 "--workers", "1", "--size", "1200x900", "--no-progress"]) == 0
+    paths = sorted((tmp_path / "cli").rglob("*.jpg"))
+    assert len(paths) == 2
+    for path in paths:
+        with Image.open(path) as picture:
+            assert picture.size == (1200, 900)
+    # Camera-sized pictures stay photo-like in weight (~1-2 bits per pixel at quality 90).
+    assert all(0.8 <= p.stat().st_size * 8 / (1200 * 900) <= 2.5 for p in paths)
+
+
+def test_synth_rejects_a_size_that_is_not_height_width(tmp_path):
+    with pytest.raises(ValueError, match=r"size should be \(height, width\)"):
+        synthesize(tmp_path, train=1, val=0, size=(100,))
+    with pytest.raises(SystemExit):
+        main(["synth", str(tmp_path), "--size", "1200"])
