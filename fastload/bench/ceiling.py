@@ -12,6 +12,8 @@ import multiprocessing
 import os
 from collections.abc import Sequence
 
+from fastload.utils.checks import check_positive_int
+
 __all__ = ["decode_file", "DecodeCeiling"]
 
 
@@ -40,8 +42,7 @@ class DecodeCeiling:
     def __init__(self, files: Sequence[str], processes: int | None = None) -> None:
         if len(files) == 0:
             raise ValueError("files should name at least one image, but got an empty list")
-        if processes is not None and processes < 1:
-            raise ValueError(f"processes should be a positive integer, but got processes={processes}")
+        check_positive_int("processes", processes, allow_none=True)
         self.files = [os.fspath(f) for f in files]
         self.processes = processes or len(os.sched_getaffinity(0))
         # Chunks small enough to balance the load, large enough to keep IPC negligible.

@@ -21,6 +21,7 @@ from collections.abc import Iterator, Sequence
 import torch
 
 from fastload.loader.presets import IMAGENET_MEAN, IMAGENET_STD, eval_resize_size
+from fastload.utils.checks import check_positive_int
 
 __all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "build_reference_pipeline", "ReferenceLoader"]
 
@@ -62,10 +63,7 @@ def build_reference_pipeline(
         raise ValueError(
             f"files and labels should have the same length, but got {len(files)} and {len(labels)}"
         )
-    if batch_size < 1:
-        raise ValueError(
-            f"batch_size should be a positive integer, but got batch_size={batch_size}"
-        )
+    check_positive_int("batch_size", batch_size)
     gpu_id = _check_device(device, device_id)
     decoder_device = "mixed" if gpu_id is not None else "cpu"
     decoder_kwargs = {"hw_decoder_load": hw_decoder_load} if gpu_id is not None else {}

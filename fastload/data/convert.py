@@ -30,6 +30,7 @@ from fastload.data.image_check import (
     check_file_task_copy,
 )
 from fastload.data.writer import LMDBWriter, MapFull, prepare_destination
+from fastload.utils.checks import check_positive_int
 
 DEFAULT_COMMIT_EVERY = 256  # source files per LMDB write transaction
 WORKER_TIMEOUT_S = 600  # longest wait for one image from a worker process
@@ -61,10 +62,7 @@ class ConvertReport:
 
 
 def _check_positive(name: str, value, allow_none: bool = True) -> None:
-    if value is None and allow_none:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{name} should be a positive integer, but got {name}={value!r}")
+    check_positive_int(name, value, allow_none=allow_none)
 
 
 def convert_folder(

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from fastload.train.amp import ScalerConfig
 from fastload.train.metrics import EpochStats
+from fastload.utils.checks import check_positive_int
 
 __all__ = ["DATA_FORMATS", "LOADERS", "FinetuneConfig", "FinetuneResult", "resolve_data", "validate_config"]
 
@@ -117,9 +118,7 @@ def validate_config(config: FinetuneConfig) -> None:
     if config.optimizer not in OPTIMIZERS:
         raise ValueError(f"optimizer should be one of {OPTIMIZERS}, but got optimizer={config.optimizer!r}")
     for name in ("epochs", "batch_size", "accum_steps", "img_size"):
-        value = getattr(config, name)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} should be a positive integer, but got {name}={value!r}")
+        check_positive_int(name, getattr(config, name))
     if config.num_workers < 0:
         raise ValueError(f"num_workers should be >= 0, but got num_workers={config.num_workers}")
     if config.max_steps is not None and config.max_steps < 1:

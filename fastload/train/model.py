@@ -15,6 +15,8 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from fastload.utils.checks import check_positive_int
+
 __all__ = [
     "create_model",
     "load_weights",
@@ -40,11 +42,10 @@ def create_model(
     """
     import timm
 
-    if not isinstance(num_classes, int) or num_classes < 1:
-        raise ValueError(f"num_classes should be a positive integer, but got {num_classes!r}")
+    check_positive_int("num_classes", num_classes)
     if not timm.is_model(name):
         raise ValueError(
-            f"--model {name!r} is not a timm model name; list them with timm.list_models()"
+            f"model {name!r} is not a timm model name; list them with timm.list_models()"
         )
     kwargs = {"pretrained": False, "num_classes": num_classes}
     if img_size is not None:
