@@ -75,3 +75,22 @@ def two_epoch_run(synth_root, synth_lmdb_data):
         return cache[loader]
 
     return run
+
+
+@pytest.fixture(scope="session")
+def sharded_set(tmp_path_factory):
+    """61 tiny JPEGs (3 classes, 9-12 px sides) converted into a 3-shard set (do not modify)."""
+    import numpy as np
+    from PIL import Image
+
+    from fastload.data.convert import convert_folder
+
+    base = tmp_path_factory.mktemp("sharded_set")
+    rng = np.random.default_rng(1)
+    for i in range(61):
+        folder = base / "src" / f"class_{i % 3}"
+        folder.mkdir(parents=True, exist_ok=True)
+        pixels = rng.integers(0, 256, (9 + i % 4, 12, 3), dtype=np.uint8)
+        Image.fromarray(pixels).save(folder / f"{i:03d}.jpg", quality=85)
+    convert_folder(base / "src", base / "set", workers=1, progress=False, shards=3)
+    return base / "set"
