@@ -100,7 +100,7 @@ def _print_epochs(result) -> None:
     print("| epoch | time (s) | images/s | data stall | peak mem (MiB) | train loss | val top-1 |")
     print("|---:|---:|---:|---:|---:|---:|---:|")
     for e in result.epochs:
-        top1 = "n/a" if e.val_top1 is None else f"{100 * e.val_top1:.1f}%"
+        top1 = "n/a (no val/ folder in DATA)" if e.val_top1 is None else f"{100 * e.val_top1:.1f}%"
         print(f"| {e.epoch + 1} | {e.epoch_time_s:.2f} | {e.images_per_s:.1f} | "
               f"{100 * e.data_stall_share:.0f}% | {e.peak_mem_mb:.0f} | {e.train_loss:.4f} | {top1} |")
     print(f"trainable parameters: {result.trainable_params:,} of {result.total_params:,}; "

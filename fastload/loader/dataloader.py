@@ -224,8 +224,10 @@ class DataLoader:
         if self._torch is not None:
             return iter(self._torch)
         old = self._live() if self._live is not None else None
-        if old is not None:
-            old._active = False
+        if old is not None and old._active and not old._done:
+            # An unfinished iterator holds the loader's graph: as torch does, both iterate
+            # (each its own epoch); this one gets a graph of its own, released when it ends.
+            return _EpochIterator(self, private=True)
         iterator = _EpochIterator(self)
         self._live = weakref.ref(iterator)
         return iterator
@@ -265,20 +267,23 @@ class DataLoader:
             decoder.close()
         self._stage.close()
 
-    def _decoder_for(self, max_batch: int) -> Any:
-        if self._decoder is not None and self._decoder_size >= max_batch:
+    def _decoder_for(self, max_batch: int, shared: bool = True) -> Any:
+        """The loader's decoder for batches up to ``max_batch`` (or, not ``shared``, a new
+        one for an iterator that runs beside the one holding the loader's)."""
+        if shared and self._decoder is not None and self._decoder_size >= max_batch:
             return self._decoder
         from fastload.pipelines.batch_decoder import BatchDecoder
 
-        if self._decoder is not None:
+        if shared and self._decoder is not None:
             self._decoder.close()
         cuda = self.device.type == "cuda"
-        self._decoder = BatchDecoder(
+        decoder = BatchDecoder(
             self._plan, max_batch_size=max_batch, num_threads=max(1, self.num_workers),
             device="gpu" if cuda else "cpu", device_id=self.device.index if cuda else None,
             queue_depth=max(1, self.prefetch_factor or 2), hw_decoder_load=self.hw_decoder_load)
-        self._decoder_size = max_batch
-        return self._decoder
+        if shared:
+            self._decoder, self._decoder_size = decoder, max_batch
+        return decoder
 
     def _note_skip(self, names: list[str], why: str) -> None:
         if not self.skipped:

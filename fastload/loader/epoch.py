@@ -35,7 +35,7 @@ class _EpochIterator:
     """One epoch of a DataLoader on the DALI path, keeping ``prefetch_factor`` batches in
     the decoder while the caller works. A newer ``iter()`` on the loader supersedes it."""
 
-    def __init__(self, loader: DataLoader) -> None:
+    def __init__(self, loader: DataLoader, private: bool = False) -> None:
         self._loader = loader
         self._source = loader._source
         self._epoch = loader._order.start_epoch()
@@ -51,8 +51,12 @@ class _EpochIterator:
         from fastload.loader.decoder_log import watch
 
         self._watch = watch()  # libjpeg's "Corrupt JPEG data" lines become errors
-        self._decoder = loader._decoder_for(max(1, max_batch))
-        self._decoder.reset()
+        self._private = private  # a decoder of its own: another iterator holds the loader's
+        if private:
+            self._decoder = loader._decoder_for(max(1, max_batch), shared=False)
+        else:
+            self._decoder = loader._decoder_for(max(1, max_batch))
+            self._decoder.reset()
         self._depth = max(1, loader.prefetch_factor or 2)
         self._queue: deque[_Batch] = deque()
         self._exhausted = False
@@ -213,6 +217,8 @@ class _EpochIterator:
         self._active = False
         self._done = True
         self._watch.close()
+        if self._private and self._decoder is not None:
+            self._decoder.close()
         order = self._loader._order
         if order.current is self._epoch:
             order.finish_epoch()

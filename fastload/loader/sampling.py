@@ -266,10 +266,17 @@ class BatchOrder:
         if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
             raise ValueError("state is not a fastload DataLoader state_dict (version "
                              f"{STATE_VERSION}); pass what DataLoader.state_dict() returned")
+        _check_state_fields(state)
         if state["num_items"] != self.num_items:
             raise ValueError(f"state was saved for a dataset of {state['num_items']} samples, "
                              f"but this loader's dataset has {self.num_items}")
         own = self.own
+        if (own is not None and state.get("world_size") == own.num_replicas
+                and state["batches_yielded"] > len(self.batch_sampler)):
+            raise ValueError(
+                f"state has batches_yielded={state['batches_yielded']}, but an epoch of this "
+                f"loader has {len(self.batch_sampler)} batches; pass a state_dict() saved by "
+                "a loader with the same dataset, batch_size and world size")
         state = dict(state)
         if own is not None and state["remaining"] is None:
             self._plan_own_resume(state)
@@ -314,3 +321,17 @@ class BatchOrder:
             consumed = offset + state["batches_yielded"] * state["batch_size"] * state["world_size"]
         state["_offset"], state["_start"] = min(int(consumed), self.num_items), 0
 
+
+def _check_state_fields(state: dict[str, Any]) -> None:
+    """One sentence for a state_dict field of the wrong type or out of range."""
+    import numbers
+
+    for key in ("epoch", "batches_yielded", "seed", "num_items"):
+        if key not in state:
+            raise ValueError(f"state has no {key!r}; pass what DataLoader.state_dict() returned")
+        value = state[key]
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise TypeError(f"state field {key} should be an integer, but got {key}={value!r}")
+        if key != "seed" and value < 0:
+            raise ValueError(f"state field {key} should be a non-negative integer, but got "
+                             f"{key}={value!r}")

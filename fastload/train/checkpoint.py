@@ -63,8 +63,17 @@ def save_checkpoint(path: str | os.PathLike, state: dict[str, Any]) -> pathlib.P
 def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     """Read a checkpoint written by :func:`save_checkpoint` (tensors and plain data only)."""
     path = pathlib.Path(path)
+    if path.is_dir():
+        raise ValueError(f"checkpoint {str(path)!r} is a folder; pass the checkpoint "
+                         "file that finetune() wrote (FinetuneConfig.checkpoint)")
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint {str(path)!r} does not exist")
+    with open(path, "rb") as handle:
+        head = handle.read(4)
+    if head[:4] != b"PK\x03\x04" and head[:1] != b"\x80":  # torch's zip, or its legacy pickle
+        what = "is empty (0 bytes)" if not head else f"is not a torch checkpoint (it starts {head!r})"
+        raise ValueError(f"checkpoint {str(path)!r} {what}; pass the file that finetune() wrote "
+                         "(FinetuneConfig.checkpoint)")
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:

@@ -1,0 +1,149 @@
+"""Bad arguments and odd call patterns get torch's behaviour or one clear sentence."""
+
+from __future__ import annotations
+
+import gc
+import os
+import threading
+from types import SimpleNamespace
+
+import pytest
+import torch
+import torchvision.transforms as T
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch.utils.data import DataLoader as TorchDataLoader
+from torch.utils.data import TensorDataset
+from torchvision.datasets import ImageFolder
+
+import fastload
+from fastload.loader.sampling import EpochSampler
+
+SMALL = T.Compose([T.Resize(16), T.CenterCrop(16), T.ToTensor()])
+
+
+@pytest.fixture(scope="module")
+def val(synth_root):
+    return ImageFolder(synth_root / "val", SMALL)
+
+
+def _indices(loader, it) -> list[int]:
+    out = []
+    for _ in it:
+        out += loader.last_batch_indices
+    return out
+
+
+def test_two_iterators_of_one_loader_both_run_a_full_epoch_as_in_torch(val):
+    loader = fastload.DataLoader(val, batch_size=4)
+    it1, it2 = iter(loader), iter(loader)
+    a = next(it1)
+    b = next(it2)
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    assert len([a, *it1]) == len([b, *it2]) == len(loader) == 4
+    torch_loader = TorchDataLoader(val, batch_size=4)
+    t1, t2 = iter(torch_loader), iter(torch_loader)
+    assert len(list(t1)) == len(list(t2)) == 4
+
+
+def test_a_second_iterator_releases_its_own_graph_when_it_ends(val):
+    loader = fastload.DataLoader(val, batch_size=8)
+    it1 = iter(loader)
+    next(it1)
+    it2 = iter(loader)
+    assert it2._decoder is not it1._decoder
+    list(it2)
+    assert it2._decoder._closed and not it1._decoder._closed
+    assert len(list(it1)) == 1
+
+
+@pytest.mark.parametrize("field, value, error, words", [
+    ("batches_yielded", -3, ValueError, "batches_yielded should be a non-negative integer"),
+    ("epoch", 2.5, TypeError, "epoch should be an integer, but got epoch=2.5"),
+    ("batches_yielded", "3", TypeError, "batches_yielded should be an integer, but got batches_yielded='3'"),
+    ("epoch", True, TypeError, "epoch should be an integer"),
+    ("batches_yielded", 5, ValueError, "batches_yielded=5, but an epoch of this loader has 4 batches"),
+])
+def test_load_state_dict_rejects_bad_fields_with_one_sentence(val, field, value, error, words):
+    loader = fastload.DataLoader(val, batch_size=4)
+    state = loader.state_dict()
+    state[field] = value
+    with pytest.raises(error, match=words):
+        loader.load_state_dict(state)
+
+
+def test_load_state_dict_of_the_last_position_yields_an_empty_epoch_then_the_next(val):
+    loader = fastload.DataLoader(val, batch_size=4)
+    it = iter(loader)
+    for _ in range(4):
+        next(it)
+    state = loader.state_dict()
+    resumed = fastload.DataLoader(val, batch_size=4)
+    resumed.load_state_dict(state)
+    assert len(list(resumed)) == 0 and len(list(resumed)) == 4
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(1, 60), batch_size=st.integers(1, 17), drop_last=st.booleans(),
+       world_size=st.integers(1, 4), rank_seed=st.integers(0, 3))
+def test_len_matches_torch_for_any_size_batch_and_world(n, batch_size, drop_last, world_size,
+                                                        rank_seed):
+    from torch.utils.data import BatchSampler, DistributedSampler
+
+    rank = rank_seed % world_size
+    data = TensorDataset(torch.arange(n))
+    theirs = TorchDataLoader(data, batch_size=batch_size, drop_last=drop_last,
+                             sampler=DistributedSampler(data, world_size, rank, shuffle=False,
+                                                        drop_last=drop_last))
+    ours = EpochSampler(n, shuffle=False, seed=0, num_replicas=world_size, rank=rank,
+                        drop_last=drop_last)
+    assert len(BatchSampler(ours, batch_size, drop_last)) == len(theirs)
+    assert list(ours) == list(theirs.sampler)
+
+
+def test_fifty_open_close_cycles_leak_no_fds_or_threads(synth_lmdb):
+    def cycle():
+        loader = fastload.DataLoader(fastload.LMDBDataset(synth_lmdb, transform=SMALL),
+                                     batch_size=16)
+        next(iter(loader))
+        loader.close()
+
+    for _ in range(3):  # process-wide DALI/torch threads start on first use
+        cycle()
+    gc.collect()
+    fds, threads = len(os.listdir("/proc/self/fd")), threading.active_count()
+    for _ in range(50):
+        cycle()
+    gc.collect()
+    assert len(os.listdir("/proc/self/fd")) <= fds
+    assert threading.active_count() <= threads
+
+
+@pytest.mark.parametrize("content, words", [
+    (b"hello, this is text\n", "is not a torch checkpoint"),
+    (b"", "is empty"),
+])
+def test_export_of_a_file_that_is_not_a_checkpoint_says_so(tmp_path, content, words):
+    from fastload.train.checkpoint import load_checkpoint
+
+    path = tmp_path / "model.pt"
+    path.write_bytes(content)
+    with pytest.raises(ValueError, match=words):
+        load_checkpoint(path)
+
+
+def test_export_of_a_folder_says_it_is_a_folder(tmp_path, capsys):
+    from fastload.tools.cli import main
+
+    assert main(["export", str(tmp_path), "--quantize", "dynamic"]) == 2
+    assert "is a folder" in capsys.readouterr().err
+
+
+def test_finetune_table_says_why_val_top1_is_missing(capsys):
+    from fastload.tools.finetune import _print_epochs
+
+    epoch = SimpleNamespace(epoch=0, epoch_time_s=1.0, images_per_s=2.0, data_stall_share=0.1,
+                            peak_mem_mb=3.0, train_loss=0.5, val_top1=None)
+    _print_epochs(SimpleNamespace(epochs=[epoch], trainable_params=1, total_params=2, steps=1,
+                                  skipped_steps=0))
+    assert "n/a (no val/ folder in DATA)" in capsys.readouterr().out
