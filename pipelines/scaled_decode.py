@@ -29,17 +29,19 @@ from . import geometry as g
 from . import torch_resample
 from .translate import TransformPlan
 
-__all__ = ["MAX_EIGHTHS", "ScaledBatch", "ScaledDecodeError", "describe", "jpeg_is_sequential", "eighths",
+__all__ = ["MAX_PIXEL_RATIO", "MIN_PIXELS", "ScaledBatch", "ScaledDecodeError", "describe", "jpeg_is_sequential", "eighths",
            "worth_it", "decode_sample", "decode_batch"]
 
-# The scaled path pays off when most samples decode at half size or less (measured on
-# 2100x1680 photos: 1/4 scale is 3.5x faster than a full decode plus resample; at full
-# scale simplejpeg has no region decode, where DALI's region decode wins).
-MAX_EIGHTHS = 4  # scale M/8 with M <= 4, i.e. <= 1/2
-MIN_SHARE = 0.5  # share of a batch's samples that must decode at <= MAX_EIGHTHS / 8
-# Only camera-sized sources: ImageNet-sized photos (~0.2 MP) keep DALI's region decode,
-# where a scaled decode would gain little and tiny images lose parity (8x8 DCT blocks).
-MIN_PIXELS = 1_000_000
+# The scaled path pays off when it decodes far fewer pixels than DALI's region decode would
+# (both pay the entropy decoding of the file, which no scale reduces). Measured, in CPU time
+# per image (benchmarks/NOTES.md, "High-resolution photos"): at a ratio of scaled to region
+# pixels of 0.78 (RRC on 1000x750) the scaled path was 9% slower, at 0.43 (RRC, 1400x1050)
+# even, at 0.21 (RRC, 2100x1680) 12% faster, at 0.14 and below (Resize+CenterCrop) 19-60%
+# faster.
+MAX_PIXEL_RATIO = 0.4
+# ImageNet-sized photos (~0.2 MP) keep DALI's path; tiny images would lose parity (the
+# 8x8 DCT blocks of a scaled decode are coarse against a 32-px output).
+MIN_PIXELS = 500_000
 
 _SOF_SEQUENTIAL = (0xC0, 0xC1)  # baseline, extended sequential (Huffman)
 _SOF_OTHER = frozenset(range(0xC2, 0xD0)) - {0xC4, 0xC8, 0xCC}  # progressive, lossless, ...
@@ -80,16 +82,18 @@ def eighths(params: g.SampleParams) -> int:
 def worth_it(plan_ok: bool, encoded: Sequence[np.ndarray], sizes: Sequence[tuple[int, int]],
              params: Sequence[g.SampleParams]) -> bool:
     """The batch goes the scaled way: ``plan_ok`` (device and plan allow it), every sample a
-    sequential JPEG of at least ``MIN_PIXELS`` (``sizes``: (height, width) each), and at
-    least ``MIN_SHARE`` of them decode at ``<= MAX_EIGHTHS/8``."""
+    sequential JPEG of at least ``MIN_PIXELS`` (``sizes``: (height, width) each), and the
+    scaled decodes produce at most ``MAX_PIXEL_RATIO`` of the pixels that decoding each
+    sample's region at full size would."""
     if not plan_ok or not params:
         return False
     if any(h * w < MIN_PIXELS for h, w in sizes):
         return False
     if any(p.resize != params[0].resize for p in params):  # the DALI path names the error
         return False
-    small = sum(1 for p in params if eighths(p) <= MAX_EIGHTHS)
-    if small < MIN_SHARE * len(params):
+    scaled = sum(h * w * eighths(p) ** 2 / 64 for (h, w), p in zip(sizes, params, strict=True))
+    region = sum(p.decode[2] * p.decode[3] for p in params)
+    if scaled > MAX_PIXEL_RATIO * region:
         return False
     return all(jpeg_is_sequential(e) for e in encoded)
 
@@ -196,7 +200,8 @@ class ScaledBatch:
 def describe(plan: TransformPlan, device: str) -> str:
     """One line: how a plan's JPEGs are decoded on ``device`` ("cpu" or "cuda"/"gpu")."""
     if device == "cpu" and torch_resample.eligible(plan):
-        return (f"decode: JPEGs of >= {MIN_PIXELS / 1e6:g} MP at 1/8..{MAX_EIGHTHS}/8 DCT scale "
-                f"(simplejpeg, resample threads) when >= {MIN_SHARE:.0%} of a batch needs "
-                f"<= {MAX_EIGHTHS}/8 of the pixels; else DALI's decoder")
+        return (f"decode: sequential JPEGs of >= {MIN_PIXELS / 1e6:g} MP at a 1/8..8/8 DCT scale "
+                "(simplejpeg, in the resample threads) when that decodes <= "
+                f"{MAX_PIXEL_RATIO:.0%} of the pixels of a full-size region decode; "
+                "else DALI's decoder")
     return "decode: DALI's decoder (full size or region)"

@@ -63,10 +63,21 @@ def test_val_transform_on_highres_photos_is_within_0_01_of_torchvisions_full_dec
     assert _worst_mad(out, [VAL(p[2]) for p in highres]) <= 0.01
 
 
+def _scaled(transform, photos, seeds) -> torch.Tensor:
+    """The scaled path alone (whatever worth_it would pick): sample ``i`` drawn from a
+    generator seeded ``seeds[i]``."""
+    plan = translate(transform)
+    params = [g.draw_sample(plan.steps, *p[1], torch.Generator().manual_seed(seed))
+              for seed, p in zip(seeds, photos, strict=True)]
+    out = torch.empty((len(photos), 3, 224, 224))
+    encoded = [np.frombuffer(p[0], np.uint8) for p in photos]
+    sd.decode_batch(plan, encoded, params, out, range(len(photos)))
+    return out
+
+
 def test_train_crops_and_flips_are_torchvisions_draws_on_the_full_image(highres):
     seeds = [11, 12, 13, 14]
-    out, scaled = _decode(TRAIN, highres, seeds)
-    assert scaled == len(highres)
+    out = _scaled(TRAIN, highres, seeds)
     refs = []
     for seed, p in zip(seeds, highres, strict=True):
         torch.manual_seed(seed)
@@ -78,7 +89,7 @@ def test_train_crops_and_flips_are_torchvisions_draws_on_the_full_image(highres)
 def test_a_draw_mirrored_from_torchvisions_would_fail_the_train_bound(highres):
     """The bound above tells crops apart: the same photo unflipped is far from flipped."""
     flip = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(p=1.0), T.ToTensor()])
-    out, _ = _decode(flip, highres[:1], [5])
+    out = _scaled(flip, highres[:1], [5])
     torch.manual_seed(5)
     ref = T.Compose([T.RandomResizedCrop(224), T.ToTensor()])(highres[0][2])
     assert float((out[0] - ref).abs().mean()) > 0.02
@@ -118,6 +129,12 @@ def test_scale_is_the_smallest_eighth_that_keeps_the_resized_pixels():
     assert sd.eighths(params) == 2  # 1680 * 2/8 = 420 >= 256; 1/8 would give 210
     params = g.draw_sample(steps, 300, 400, torch.Generator())
     assert sd.eighths(params) == 7  # ceil(8 * 256 / 300)
+
+
+def test_train_batches_of_large_photos_take_the_scaled_path_when_it_decodes_fewer_pixels(
+        highres):
+    _, scaled = _decode(TRAIN, highres)
+    assert scaled == 1  # 1600x1280, RRC-224: about a fifth of the region decode's pixels
 
 
 def test_a_corrupt_highres_jpeg_names_its_sample(highres):
