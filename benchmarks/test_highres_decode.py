@@ -16,6 +16,7 @@ import argparse
 import io
 import statistics
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -35,7 +36,9 @@ def _output_size(height: int, width: int) -> tuple[int, int]:
 def _finish(decoded: np.ndarray, height: int, width: int) -> torch.Tensor:
     """The shared suffix: torch uint8 antialiased bilinear resample, centre crop, [0, 1]."""
     oh, ow = _output_size(height, width)
-    src = torch.from_numpy(np.ascontiguousarray(decoded)).permute(2, 0, 1).unsqueeze(0)
+    with warnings.catch_warnings():  # Pillow's arrays are read-only; nothing writes to them
+        warnings.simplefilter("ignore", UserWarning)
+        src = torch.from_numpy(np.ascontiguousarray(decoded)).permute(2, 0, 1).unsqueeze(0)
     y = torch.nn.functional.interpolate(src, size=(oh, ow), mode="bilinear", antialias=True)[0]
     top, left = int(round((oh - CROP) / 2)), int(round((ow - CROP) / 2))
     return y[:, top : top + CROP, left : left + CROP].float().div_(255)
