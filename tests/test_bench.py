@@ -82,9 +82,9 @@ def test_bench_rejects_unknown_row_letter_naming_the_choices(synth_root, capsys)
     assert "rows should be distinct letters from 'abcdefgh'" in err and "'az'" in err
 
 
-def test_bench_missing_data_folder_is_one_clear_error(tmp_path, capsys):
+def test_bench_missing_data_folder_is_one_clear_error_and_a_failed_run(tmp_path, capsys):
     status = cli.main(["bench", str(tmp_path / "nowhere"), "--rows", "f"])
-    assert status == 2
+    assert status == 1  # the command line was valid; its data is not there
     err = capsys.readouterr().err
     assert "is not a directory" in err and "fastload synth" in err
 

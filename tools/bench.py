@@ -73,8 +73,19 @@ def _device(choice: str) -> str:
     return "gpu" if torch.cuda.is_available() else "cpu"
 
 
+# BenchConfig fields whose flag is not ``--`` + the field name with dashes.
+_FLAGS = {"data": "DATA", "rows": "--rows", "batch_size": "--batch-size",
+          "image_size": "--image-size", "transforms": "--transforms", "epochs": "--epochs",
+          "warmup_epochs": "--warmup-epochs", "threads": "--threads", "max_side": "--max-side",
+          "workdir": "--workdir", "limit": "--limit", "device": "--device",
+          "hw_decoder_load": "--hw-decoder-load", "seed": "--seed"}
+
+
 def run(args: argparse.Namespace) -> int:
+    """Exit status as ``fastload --help`` says: 2 for an option value BenchConfig refuses,
+    1 when the data cannot be used or a row failed."""
     from fastload.bench.harness import BenchConfig, format_table, run_bench, write_json, write_plot
+    from fastload.tools.cli import EXIT_FAILURE, EXIT_USAGE, report_error
 
     rows = "".join(ch for ch in args.rows.lower() if ch not in ", ")
 
@@ -100,10 +111,12 @@ def run(args: argparse.Namespace) -> int:
             hw_decoder_load=args.hw_decoder_load,
             seed=args.seed,
         )
+    except (ValueError, TypeError) as exc:  # an option value: nothing was done
+        return report_error("bench", exc, _FLAGS, EXIT_USAGE)
+    try:
         report = run_bench(config, log=log)
-    except (ValueError, FileNotFoundError) as exc:
-        print(f"fastload bench: error: {exc}", file=sys.stderr)
-        return 2
+    except (ValueError, OSError) as exc:  # the data: missing, empty, unreadable
+        return report_error("bench", exc, _FLAGS, EXIT_FAILURE)
     print(format_table(report))
     if args.json is not None:
         print(f"wrote {os.fspath(write_json(report, args.json))}")

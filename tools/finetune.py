@@ -107,17 +107,47 @@ def _print_epochs(result) -> None:
           f"steps: {result.steps}; skipped: {result.skipped_steps}")
 
 
+def field_flags() -> dict[str, str]:
+    """``{FinetuneConfig / ScalerConfig field: the flag that sets it}``, for error messages."""
+    import dataclasses
+
+    from fastload.train.amp import ScalerConfig
+    from fastload.train.config import FinetuneConfig
+
+    names = [f.name for f in dataclasses.fields(FinetuneConfig) + dataclasses.fields(ScalerConfig)]
+    flags = {name: "--" + name.replace("_", "-") for name in names}
+    flags.update(data="DATA", num_workers="--workers", log="--log-file",
+                 max_consecutive="--max-skips", rows="--compare")
+    return flags
+
+
 def run(args: argparse.Namespace) -> int:
+    """Exit status as ``fastload --help`` says: 2 for a wrong option value (checked before
+    any work), 1 for a run that failed (missing data, a non-finite stop, ...)."""
+    import timm  # noqa: F401  (the [train] extra; a missing one is reported by the dispatcher)
+
+    from fastload.tools.cli import EXIT_FAILURE, EXIT_USAGE, report_error, shell_words
     from fastload.train.amp import NonFiniteTrainingError
+    from fastload.train.config import validate_config
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("fastload.train.finetune").setLevel(logging.INFO)
+    flags = field_flags()
+    rows = None
     try:
         config = config_from_args(args)
+        validate_config(config)
+        if args.compare and args.compare != "all":
+            from fastload.train.compare import check_rows
+
+            rows = [r.strip() for r in args.compare.split(",")]
+            check_rows(rows)
+    except (ValueError, TypeError) as error:
+        return report_error("finetune", error, flags, EXIT_USAGE)
+    try:
         if args.compare:
             from fastload.train.compare import format_table, run_compare
 
-            rows = None if args.compare == "all" else [r.strip() for r in args.compare.split(",")]
             results = run_compare(config, rows, args.compare_out, progress=config.progress)
             print(format_table(results))
             return 0
@@ -125,11 +155,10 @@ def run(args: argparse.Namespace) -> int:
 
         result = finetune(config)
     except NonFiniteTrainingError as error:
-        print(f"fastload finetune: {error.diagnosis}", file=sys.stderr)
-        return 3
-    except (ValueError, FileNotFoundError, TypeError) as error:
-        print(f"fastload finetune: error: {error}", file=sys.stderr)
-        return 2
+        print(f"fastload finetune: {shell_words(error.diagnosis, flags)}", file=sys.stderr)
+        return EXIT_FAILURE
+    except (ValueError, OSError, TypeError, RuntimeError) as error:
+        return report_error("finetune", error, flags, EXIT_FAILURE)
     if int(os.environ.get("RANK", "0")) == 0:  # under torchrun only rank 0 prints
         _print_epochs(result)
     return 0

@@ -1,7 +1,7 @@
 """Mixed precision: autocast dtype, the fp16 GradScaler, and the non-finite step guard.
 
-``--amp bf16`` runs matmuls in bfloat16 (fast on CPUs with AMX-BF16 and on Ampere+ GPUs) and
-needs no loss scaling; ``--amp fp16`` needs a :class:`torch.amp.GradScaler`. The loss is
+``amp="bf16"`` runs matmuls in bfloat16 (fast on CPUs with AMX-BF16 and on Ampere+ GPUs) and
+needs no loss scaling; ``amp="fp16"`` needs a :class:`torch.amp.GradScaler`. The loss is
 always computed on ``logits.float()`` so softmax and cross-entropy stay in fp32.
 """
 
@@ -43,24 +43,24 @@ class ScalerConfig:
 
 
 def autocast_dtype(mode: str, device_type: str) -> torch.dtype | None:
-    """The autocast dtype for ``--amp mode`` on ``device_type`` (None for ``off``)."""
+    """The autocast dtype for ``amp=mode`` on ``device_type`` (None for ``off``)."""
     if mode not in AMP_MODES:
-        raise ValueError(f"--amp should be one of {', '.join(AMP_MODES)}, but got {mode!r}")
+        raise ValueError(f"amp should be one of {', '.join(AMP_MODES)}, but got amp={mode!r}")
     if mode == "off":
         return None
     if device_type == "cuda" and mode == "bf16" and not torch.cuda.is_bf16_supported():
-        raise ValueError("--amp bf16 needs a GPU with bfloat16 support; use --amp fp16")
+        raise ValueError("amp='bf16' needs a GPU with bfloat16 support; use amp='fp16'")
     if device_type == "cpu" and mode == "fp16":
         warnings.warn(
-            "--amp fp16 on CPU: float16 matmuls have no fast CPU kernels on most machines and "
-            "run slower than fp32; --amp bf16 is the CPU choice (AMX-BF16/AVX512-BF16)",
+            "amp='fp16' on CPU: float16 matmuls have no fast CPU kernels on most machines and "
+            "run slower than fp32; amp='bf16' is the CPU choice (AMX-BF16/AVX512-BF16)",
             stacklevel=2,
         )
     return _DTYPES[mode]
 
 
 def autocast(mode: str, device_type: str) -> contextlib.AbstractContextManager:
-    """``torch.autocast`` for ``--amp mode``; a null context for ``off``."""
+    """``torch.autocast`` for ``amp=mode``; a null context for ``off``."""
     dtype = autocast_dtype(mode, device_type)
     if dtype is None:
         return contextlib.nullcontext()
@@ -76,7 +76,8 @@ def make_scaler(mode: str, device_type: str, config: ScalerConfig | None = None)
             f"but got {config}"
         )
     if config.growth_interval < 1:
-        raise ValueError(f"--growth-interval should be >= 1, but got {config.growth_interval}")
+        raise ValueError(
+            f"growth_interval should be >= 1, but got growth_interval={config.growth_interval}")
     return torch.amp.GradScaler(
         device_type,
         init_scale=config.init_scale,
@@ -116,7 +117,8 @@ class NanGuard:
 
     def __post_init__(self) -> None:
         if self.max_consecutive < 1:
-            raise ValueError(f"--max-skips should be at least 1, but got {self.max_consecutive}")
+            raise ValueError(
+                f"max_skips should be at least 1, but got max_skips={self.max_consecutive}")
 
     def record_ok(self) -> None:
         self.consecutive = 0
@@ -182,24 +184,24 @@ class NanGuard:
         if self.amp == "fp16" and loss_scale is not None and loss_scale < 1.0:
             return head + (
                 f"Cause: the fp16 loss scale collapsed from {self.init_scale:g} to "
-                f"{loss_scale:g}: values overflow float16 even unscaled. Use --amp bf16 or "
-                f"--amp off, or lower --lr (now {lr:g})."
+                f"{loss_scale:g}: values overflow float16 even unscaled. Use amp='bf16' or "
+                f"amp='off', or lower the learning rate (now lr={lr:g})."
             )
         weights_finite = all(torch.isfinite(p).all() for p in model.parameters())
         if not weights_finite:
             return head + (
                 f"Cause: the model weights are no longer finite, so training diverged; lower "
-                f"--lr (now {lr:g}) or lengthen the warm-up."
+                f"the learning rate (now lr={lr:g}) or lengthen the warm-up."
             )
         if any(e["reason"] == "non-finite loss" for e in recent):
             return head + (
                 f"Cause: the loss is non-finite although inputs and weights are finite: the "
-                f"forward pass overflows (learning rate {lr:g}, --amp {self.amp}); try --amp "
-                "bf16/off or a lower --lr."
+                f"forward pass overflows (lr={lr:g}, amp={self.amp!r}); try amp='bf16' or "
+                "amp='off', or a lower learning rate."
             )
         return head + (
-            f"Cause: gradients overflow while the loss is finite; lower --lr (now {lr:g}), "
-            "lengthen the warm-up, or use --amp bf16/off."
+            f"Cause: gradients overflow while the loss is finite; lower the learning rate (now "
+            f"lr={lr:g}), lengthen the warm-up, or use amp='bf16' or amp='off'."
         )
 
 

@@ -27,7 +27,7 @@ from fastload.data.ensure import ensure_lmdb
 from fastload.train.config import FinetuneConfig
 from fastload.utils.process import call_in_fresh_process
 
-__all__ = ["ROWS", "row_configs", "run_compare", "format_table"]
+__all__ = ["ROWS", "check_rows", "format_table", "row_configs", "run_compare"]
 
 ROWS = {
     "baseline": "baseline: fp32, torchvision ImageFolder + torch DataLoader",
@@ -59,11 +59,16 @@ def _freeze_patterns(model_name: str, img_size: int) -> tuple[str, ...]:
     return tuple(patterns + [f"blocks.{i}.*" for i in range(depth // 2)])
 
 
-def row_configs(base: FinetuneConfig, rows: list[str]) -> list[tuple[str, FinetuneConfig]]:
-    """The config of each row: ``base`` with the techniques of this row and the ones before."""
+def check_rows(rows: list[str]) -> None:
+    """Raise ``ValueError`` naming the entries of ``rows`` that are not in :data:`ROWS`."""
     unknown = [r for r in rows if r not in ROWS]
     if unknown:
         raise ValueError(f"rows should be among {', '.join(ROWS)}, but got {unknown}")
+
+
+def row_configs(base: FinetuneConfig, rows: list[str]) -> list[tuple[str, FinetuneConfig]]:
+    """The config of each row: ``base`` with the techniques of this row and the ones before."""
+    check_rows(rows)
     ordered = [r for r in ROWS if r in rows]
     config = dataclasses.replace(
         base, loader="torch", data_format="folder", amp="off", grad_checkpointing=False,

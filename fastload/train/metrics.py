@@ -5,7 +5,7 @@ window). On CPU it is the process's resident set size: a thread samples RSS ever
 milliseconds, and ``ru_maxrss`` (the kernel's exact high-water mark) is used too when it
 rose during the window. ``ru_maxrss`` alone cannot show a *lowered* peak — it never goes
 down in a process — so comparisons (e.g. gradient checkpointing on/off) must run each
-configuration in a fresh process, which ``fastload finetune --compare`` does. The figure
+configuration in a fresh process, which :func:`fastload.train.compare.run_compare` does. The figure
 reported is the peak above the baseline RSS taken before training starts (model, optimizer
 and loader already built), i.e. what training itself adds.
 """

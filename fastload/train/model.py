@@ -81,7 +81,7 @@ def _read_state_dict(path: pathlib.Path) -> dict[str, torch.Tensor]:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # unpickling refused or not a torch file
         raise ValueError(
-            f"--weights {str(path)!r} could not be read as a safetensors or torch state dict "
+            f"weights={str(path)!r} could not be read as a safetensors or torch state dict "
             f"(loaded with weights_only=True): {error}"
         ) from error
     for key in _CHECKPOINT_KEYS:
@@ -90,7 +90,7 @@ def _read_state_dict(path: pathlib.Path) -> dict[str, torch.Tensor]:
             break
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise ValueError(
-            f"--weights {str(path)!r} does not hold a state dict of tensors; save one with "
+            f"weights={str(path)!r} does not hold a state dict of tensors; save one with "
             "torch.save(model.state_dict(), path) or safetensors"
         )
     return state
@@ -105,7 +105,7 @@ def load_weights(model: nn.Module, path: str | os.PathLike) -> list[str]:
     """
     path = pathlib.Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"--weights file {str(path)!r} does not exist")
+        raise FileNotFoundError(f"weights={str(path)!r} does not exist; pass a local weight file")
     state = _read_state_dict(path)
     state = {_strip_prefixes(k): v for k, v in state.items()}
     own = model.state_dict()
@@ -121,14 +121,14 @@ def load_weights(model: nn.Module, path: str | os.PathLike) -> list[str]:
             skipped.append(key)
         else:
             raise ValueError(
-                f"--weights {str(path)!r}: {key} has shape {tuple(state[key].shape)} but the "
+                f"weights={str(path)!r}: {key} has shape {tuple(state[key].shape)} but the "
                 f"model expects {tuple(own[key].shape)}; is it the same architecture?"
             )
     result = model.load_state_dict(state, strict=False)
     missing = [k for k in result.missing_keys if not k.startswith(heads)]
     if missing:
         raise ValueError(
-            f"--weights {str(path)!r} lacks {len(missing)} model tensors (first: {missing[0]}); "
+            f"weights={str(path)!r} lacks {len(missing)} model tensors (first: {missing[0]}); "
             "is it the same architecture?"
         )
     return sorted(set(skipped) | set(result.missing_keys))
@@ -160,7 +160,7 @@ def freeze_parameters(model: nn.Module, patterns: Sequence[str]) -> tuple[int, i
         if not any(fnmatch.fnmatchcase(name, pattern) for name in names):
             sample = ", ".join(names[:4])
             raise ValueError(
-                f"--freeze pattern {pattern!r} matches no parameter name (names look like: {sample}, ...)"
+                f"freeze pattern {pattern!r} matches no parameter name (names look like: {sample}, ...)"
             )
     for name, param in model.named_parameters():
         if any(fnmatch.fnmatchcase(name, p) for p in patterns):
@@ -201,7 +201,7 @@ def enable_grad_checkpointing(model: nn.Module) -> str:
     if not stacks:
         raise ValueError(
             f"{type(model).__name__} has no set_grad_checkpointing and no Sequential/ModuleList "
-            "of blocks to checkpoint; run without --grad-checkpointing"
+            "of blocks to checkpoint; set grad_checkpointing=False"
         )
     stack = max(stacks, key=len)
     for index in range(len(stack)):

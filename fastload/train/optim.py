@@ -49,12 +49,12 @@ def create_optimizer(
     """AdamW (``torch.optim``) or LAMB (``timm.optim``; torch has none) over the trainable
     parameters of ``model``."""
     if name not in OPTIMIZERS:
-        raise ValueError(f"--optimizer should be one of {', '.join(OPTIMIZERS)}, but got {name!r}")
+        raise ValueError(f"optimizer should be one of {', '.join(OPTIMIZERS)}, but got optimizer={name!r}")
     if not lr > 0:
-        raise ValueError(f"--lr should be positive, but got lr={lr}")
+        raise ValueError(f"lr should be positive, but got lr={lr}")
     groups = _param_groups(model, weight_decay)
     if not groups:
-        raise ValueError("no trainable parameters left: --freeze matched every parameter")
+        raise ValueError("no trainable parameters left: the freeze patterns matched every parameter")
     if name == "adamw":
         return torch.optim.AdamW(groups, lr=lr, betas=betas, weight_decay=weight_decay)
     from timm.optim import Lamb
