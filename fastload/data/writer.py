@@ -24,6 +24,7 @@ Durability protocol (one writer process):
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -33,6 +34,7 @@ from array import array
 from pathlib import Path
 
 from fastload.data.datum import datum_fields
+from fastload.data.dst_lock import lock_destination, unlock_destination
 from fastload.data.format import (
     CHECKSUM_DTYPE,
     CHECKSUM_FILE,
@@ -77,6 +79,13 @@ def write_bytes_atomic(path: Path, payload: bytes, *, durable: bool = True,
             if durable:
                 os.fsync(handle.fileno())
         os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise OSError(exc.errno, f"writing {str(path)!r} failed: {exc.strerror}; the disk "
+                          "may be full: free space there and rerun the same command to resume "
+                          "from the last committed batch") from None
+        raise
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -128,6 +137,15 @@ def prepare_destination(dst: Path, identity: dict, *, overwrite: bool) -> dict:
     if dst.exists() and not dst.is_dir():
         raise FileExistsError(f"destination {str(dst)!r} is a file; pass a new or empty folder")
     dst.mkdir(parents=True, exist_ok=True)
+    lock_destination(dst)
+    try:
+        return _prepare_locked(dst, identity, overwrite, fresh)
+    except BaseException:
+        unlock_destination(dst)
+        raise
+
+
+def _prepare_locked(dst: Path, identity: dict, overwrite: bool, fresh: dict) -> dict:
     names = {entry.name for entry in os.scandir(dst)}
     foreign = sorted(n for n in names if n not in OWNED_FILES and not n.startswith("."))
     meta = _read_json(dst / META_FILE)
@@ -142,7 +160,7 @@ def prepare_destination(dst: Path, identity: dict, *, overwrite: bool) -> dict:
         if not overwrite:
             raise FileExistsError(
                 f"destination {str(dst)!r} already holds a finished fastload database "
-                f"({meta.get('count')} records); pass --overwrite (overwrite=True) to replace it"
+                f"({meta.get('count')} records); pass overwrite=True to replace it"
             )
         _remove_owned(dst)
     elif partial is not None:
@@ -158,7 +176,7 @@ def prepare_destination(dst: Path, identity: dict, *, overwrite: bool) -> dict:
             raise ValueError(
                 f"destination {str(dst)!r} holds a partial conversion made from a different "
                 f"source or with different options ({detail}); rerun the original command to "
-                "finish it, or pass --overwrite to start over"
+                "finish it, or pass overwrite=True to start over"
             )
         _remove_owned(dst)
     elif names & set(OWNED_FILES):
@@ -227,7 +245,7 @@ class LMDBWriter:
                 raise
             raise ValueError(
                 f"the partial conversion in {str(self.dst)!r} is damaged ({exc}), e.g. by a "
-                "machine crash; pass --overwrite to start over"
+                "machine crash; pass overwrite=True to start over"
             ) from None
 
     def _reconcile_records(self) -> None:
@@ -240,7 +258,7 @@ class LMDBWriter:
                 if key != record_key(index):
                     raise ValueError(
                         f"partial conversion in {str(self.dst)!r} has record key {key!r} where "
-                        f"{record_key(index)!r} was expected; pass --overwrite to start over"
+                        f"{record_key(index)!r} was expected; pass overwrite=True to start over"
                     )
                 self._checksums.append(crc32(value))
                 self._labels.append(datum_fields(value)[1])
@@ -248,7 +266,7 @@ class LMDBWriter:
             if index < self.stored:
                 raise ValueError(
                     f"partial conversion in {str(self.dst)!r} claims {self.stored} records but "
-                    f"holds {index} (lost in a machine crash?); pass --overwrite to start over"
+                    f"holds {index} (lost in a machine crash?); pass overwrite=True to start over"
                 )
             _delete_from(cursor, self.stored)
 
@@ -265,6 +283,10 @@ class LMDBWriter:
         except self._lmdb.MapFullError:
             self._rollback_and_grow()
             raise MapFull from None
+        except self._lmdb.Error as exc:  # e.g. spilled dirty pages hit a full disk
+            self._txn.abort()
+            self._txn = None
+            raise self._write_failed(exc) from None
         self._maybe_crash("mid_txn")
         self._pending_crcs.append(crc)
         self._pending_labels.append(label)
@@ -283,6 +305,15 @@ class LMDBWriter:
             self._txn = txn
             self._rollback_and_grow()
             raise MapFull from None
+        except self._lmdb.Error as exc:  # a full disk shows as EIO or ENOSPC: the batch is lost,
+            raise self._write_failed(exc) from None  # the last progress record still holds
+
+    def _write_failed(self, exc: Exception) -> OSError:
+        """The error for an LMDB write the file system refused (a full disk, most often)."""
+        return OSError(errno.ENOSPC if "space" in str(exc) else errno.EIO,
+                       f"writing {str(self.dst / DATA_FILE)!r} failed ({exc}); the disk may be "
+                       "full: free space there and rerun the same command to resume from the "
+                       "last committed batch")
         _start_writeback(self._data_fd)  # per transaction: the final fsync waits for ~2.5 MB
 
     def skip(self, index: int, path: str, reason: str) -> None:
@@ -333,6 +364,7 @@ class LMDBWriter:
         if self._txn is not None or self._pending_skipped:
             raise RuntimeError("finish() called with an uncommitted batch; call commit() first")
         self.env.sync(True)
+        self._finishing = True  # keep the folder locked until fastload.json is written
         self.close()
         # Each sidecar is fsynced; one folder fsync then makes their renames durable, before
         # fastload.json (fsynced, renamed, folder fsynced) declares the database complete.
@@ -356,6 +388,7 @@ class LMDBWriter:
         }
         write_json_atomic(self.dst / META_FILE, full)
         (self.dst / PARTIAL_FILE).unlink(missing_ok=True)
+        unlock_destination(self.dst)
         return full
 
     def close(self) -> None:
@@ -367,6 +400,8 @@ class LMDBWriter:
         if self._data_fd is not None:
             os.close(self._data_fd)
             self._data_fd = None
+        if not getattr(self, "_finishing", False):
+            unlock_destination(self.dst)
 
     def _maybe_crash(self, point: str) -> None:
         if point == self._crash_point:

@@ -1,0 +1,41 @@
+"""One conversion at a time per destination folder: an exclusive ``flock`` on the folder.
+
+The lock is taken on the folder itself (no extra file in the database) before anything in
+it is read or removed, and held until ``fastload.json`` is written or the writer closes.
+A killed process's lock goes with it, so a resume is never blocked by a dead converter.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+# Folders this process converts into -> the descriptor holding their exclusive flock.
+_DST_LOCKS: dict[str, int] = {}
+
+
+def lock_destination(dst: Path) -> None:
+    """Hold an exclusive ``flock`` on the ``dst`` folder itself (no extra file) while this
+    process converts into it; a second conversion into the same folder is refused."""
+    import fcntl
+
+    key = os.path.realpath(dst)
+    if key in _DST_LOCKS:
+        return
+    fd = os.open(key, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise FileExistsError(
+            f"another conversion is writing into {str(dst)!r} right now; let it finish (or "
+            "stop it and rerun its command to resume) instead of starting a second one"
+        ) from None
+    _DST_LOCKS[key] = fd
+
+
+def unlock_destination(dst: Path) -> None:
+    """Release :func:`lock_destination`'s lock (idempotent)."""
+    fd = _DST_LOCKS.pop(os.path.realpath(dst), None)
+    if fd is not None:
+        os.close(fd)
