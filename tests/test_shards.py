@@ -138,7 +138,7 @@ def test_shard_index_without_shards_names_both_arguments(source, tmp_path):
 def test_cli_rejects_a_shard_index_out_of_range(source, tmp_path, capsys):
     code = cli(["convert", str(source), str(tmp_path / "set"), "--shards", "2",
                 "--shard-index", "2", "--no-progress"])
-    assert code == 1
+    assert code == 2  # an option value out of range: nothing was done
     assert "shard_index should be an integer in [0, 2)" in capsys.readouterr().err
 
 
@@ -156,3 +156,34 @@ def test_dataloader_reads_the_set_by_path_with_global_indices(source, unsharded,
     for (images, labels), (ref_images, ref_labels) in zip(loader, reference, strict=True):
         assert labels.tolist() == ref_labels.tolist()
         assert (images - ref_images).abs().max().item() == 0
+
+
+def test_a_shard_killed_mid_conversion_resumes_to_the_same_set(source, unsharded, tmp_path):
+    import os
+
+    command = [sys.executable, "-m", "fastload.tools.cli", "convert", str(source),
+               str(tmp_path / "set"), "--shards", "2", "--shard-index", "1", "--workers", "1",
+               "--commit-every", "3", "--no-progress"]
+    killed = subprocess.run(command, env={**os.environ, "FASTLOAD_TEST_CRASH": "after_commit:2"},
+                            capture_output=True, timeout=120)
+    assert killed.returncode == -9
+    assert subprocess.run(command, capture_output=True, timeout=120).returncode == 0
+    convert_folder(source, tmp_path / "set", workers=1, progress=False, shards=2, shard_index=0)
+    assert records(LMDBDataset(tmp_path / "set").reader) == records(unsharded.reader)
+
+
+def test_overwrite_replaces_a_set_of_another_shard_count(source, unsharded, tmp_path):
+    dst = tmp_path / "set"
+    convert_folder(source, dst, workers=1, progress=False, shards=2)
+    convert_folder(source, dst, workers=1, progress=False, shards=3, overwrite=True)
+    assert sorted(p.name for p in dst.iterdir() if p.is_dir()) == [
+        shard_name(k, 3) for k in range(3)]
+    assert records(LMDBDataset(dst).reader) == records(unsharded.reader)
+
+
+def test_an_image_folder_with_classes_named_like_shards_is_not_a_set(tmp_path):
+    from fastload.data.manifest import is_sharded_set
+
+    (tmp_path / "shard-00000-of-00002").mkdir()
+    Image.new("RGB", (8, 8)).save(tmp_path / "shard-00000-of-00002" / "a.jpg")
+    assert not is_sharded_set(tmp_path)

@@ -182,6 +182,7 @@ def convert_shards(samples, dst_path: Path, identity: dict, total_bytes: int, ov
         complete_manifest,
         existing_shard_counts,
         shard_bounds,
+        shard_folders,
         shard_name,
     )
 
@@ -206,6 +207,9 @@ def convert_shards(samples, dst_path: Path, identity: dict, total_bytes: int, ov
     dst_path.mkdir(parents=True, exist_ok=True)
     if overwrite:
         (dst_path / MANIFEST_FILE).unlink(missing_ok=True)  # the set is no longer complete
+        for name, count in shard_folders(dst_path).items():
+            if count != shards:  # a set of another shard count is replaced, not mixed in
+                _remove_shard(dst_path / name)
     bounds = shard_bounds(len(samples), shards)
     todo = range(shards) if shard_index is None else [shard_index]
     total = ConvertReport(path=dst_path, stored=0, skipped=0, seen=0)
@@ -227,6 +231,20 @@ def convert_shards(samples, dst_path: Path, identity: dict, total_bytes: int, ov
         total.resumed_from += report.resumed_from
     total.manifest = complete_manifest(dst_path, shards)
     return total
+
+
+def _remove_shard(folder: Path) -> None:
+    """Delete a shard folder of fastload files; one holding anything else is refused."""
+    from fastload.data.format import OWNED_FILES
+
+    foreign = [e.name for e in os.scandir(folder) if e.name not in OWNED_FILES]
+    if foreign:
+        raise FileExistsError(f"shard folder {str(folder)!r} holds files that are not part of "
+                              f"a fastload database ({', '.join(sorted(foreign)[:3])}); remove "
+                              "them first")
+    for name in sorted(OWNED_FILES, key=lambda n: n != META_FILE):  # not complete, first
+        (folder / name).unlink(missing_ok=True)
+    folder.rmdir()
 
 
 def _initial_map_size(total_bytes: int, count: int) -> int:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -30,6 +31,7 @@ from fastload.data.format import (
     LABELS_DTYPE,
     LABELS_FILE,
     META_FILE,
+    PARTIAL_FILE,
     STATE_COMPLETE,
     crc32,
 )
@@ -41,6 +43,7 @@ SUPPORTED_MANIFEST_VERSIONS = (1,)
 SET_LABELS_FILE = LABELS_FILE  # the set's labels, concatenated in global order
 LOCK_FILE = ".fastload-set.lock"
 SHARD_PREFIX = "shard-"
+_SHARD_DIR = re.compile(r"shard-(\d{5,})-of-(\d{5,})")
 # Keys every shard of one set must agree on (they come from the conversion's identity).
 SHARED_KEYS = ("format_version", "source", "source_kind", "source_fingerprint", "classes",
                "options")
@@ -69,23 +72,26 @@ def is_sharded_set(path: str | os.PathLike) -> bool:
         return path.is_file()
     if not path.is_dir():
         return False
-    if (path / MANIFEST_FILE).exists():
-        return True
-    return any(entry.name.startswith(SHARD_PREFIX) and entry.is_dir()
-               for entry in os.scandir(path))
+    return (path / MANIFEST_FILE).exists() or bool(existing_shard_counts(path))
+
+
+def shard_folders(root: Path) -> dict[str, int]:
+    """``{folder name: its shard count N}`` of the ``shard-xxxxx-of-N`` folders in ``root``
+    that hold a fastload database or partial (so ImageFolder classes never match)."""
+    found = {}
+    if root.is_dir():
+        for entry in os.scandir(root):
+            match = _SHARD_DIR.fullmatch(entry.name)
+            if match and entry.is_dir() and any(
+                    os.path.exists(os.path.join(entry.path, name))
+                    for name in (META_FILE, PARTIAL_FILE)):
+                found[entry.name] = int(match.group(2))
+    return found
 
 
 def existing_shard_counts(root: Path) -> set[int]:
     """The shard counts N named by the ``shard-xxxxx-of-N`` folders in ``root``."""
-    counts = set()
-    if root.is_dir():
-        for entry in os.scandir(root):
-            name = entry.name
-            if name.startswith(SHARD_PREFIX) and "-of-" in name and entry.is_dir():
-                tail = name.rsplit("-of-", 1)[1]
-                if tail.isdigit():
-                    counts.add(int(tail))
-    return counts
+    return set(shard_folders(root).values())
 
 
 def load_manifest(path: str | os.PathLike) -> dict:
@@ -96,11 +102,11 @@ def load_manifest(path: str | os.PathLike) -> dict:
         if root.is_dir() and existing_shard_counts(root):
             raise ValueError(
                 f"sharded set {str(root)!r} has no {MANIFEST_FILE} yet: some shards are "
-                f"unfinished; finish every `fastload convert --shard-index` run, then run "
+                f"unfinished; finish the conversion of every shard_index, then run "
                 f"`fastload verify {root}`"
             )
-        raise FileNotFoundError(f"{str(file)!r} does not exist; convert with "
-                                "`fastload convert SRC DST --shards N` first")
+        raise FileNotFoundError(f"{str(file)!r} does not exist; convert a sharded set "
+                                "(shards=N) there first")
     try:
         with open(file, encoding="utf-8") as handle:
             manifest = json.load(handle)
@@ -140,7 +146,7 @@ def build_manifest(root: Path, count: int) -> dict:
         meta = _read_meta(root / name)
         if meta is None:
             raise ValueError(f"shard {str(root / name)!r} is not complete; rerun its "
-                             f"`fastload convert --shard-index {k}` command")
+                             f"conversion with shard_index={k}")
         if first is None:
             first = meta
         differs = [key for key in SHARED_KEYS if meta.get(key) != first.get(key)]
@@ -149,7 +155,7 @@ def build_manifest(root: Path, count: int) -> dict:
             raise ValueError(
                 f"shard {str(root / name)!r} was converted from another source or with other "
                 f"options ({', '.join(differs) or 'shard index/count'} differ); reconvert it "
-                "with the same command and --overwrite")
+                "with the same source and options and overwrite=True")
         checksum_file = f"{name}/{meta.get('checksum_file', CHECKSUM_FILE)}"
         shards.append({
             "path": name, "count": int(meta["count"]), "start": start,
