@@ -187,3 +187,16 @@ def test_an_image_folder_with_classes_named_like_shards_is_not_a_set(tmp_path):
     (tmp_path / "shard-00000-of-00002").mkdir()
     Image.new("RGB", (8, 8)).save(tmp_path / "shard-00000-of-00002" / "a.jpg")
     assert not is_sharded_set(tmp_path)
+
+
+def test_a_loader_whose_samples_live_in_one_shard_opens_only_that_shard(source, tmp_path):
+    import torchvision.transforms as T
+
+    import fastload
+
+    convert_folder(source, tmp_path / "set", workers=1, progress=False, shards=3)
+    dataset = LMDBDataset(tmp_path / "set", T.Compose([T.Resize((8, 8)), T.ToTensor()]))
+    loader = fastload.DataLoader(dataset, batch_size=2, sampler=[0, 1, 2], device="cpu",
+                                 strict=True)
+    assert [labels.tolist() for _, labels in loader] == [dataset.targets[:2], dataset.targets[2:3]]
+    assert dataset.reader.opened_shards == [0]
