@@ -268,7 +268,7 @@ def test_finished_database_is_never_overwritten_without_overwrite(synth_root, tm
     dst = tmp_path / "db"
     convert_folder(synth_root / "val", dst, progress=False, workers=1)
     before = _dump(dst)
-    with pytest.raises(FileExistsError, match="already holds a finished.*--overwrite"):
+    with pytest.raises(FileExistsError, match="already holds a finished.*overwrite=True"):
         convert_folder(synth_root / "val", dst, progress=False, workers=1)
     assert cli(["convert", str(synth_root / "val"), str(dst), "--no-progress"]) == 1
     assert "--overwrite" in capsys.readouterr().err

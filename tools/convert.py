@@ -50,13 +50,33 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return parser
 
 
+# convert_folder's arguments -> the flags that set them, for messages shown to a shell user.
+_FLAGS = {"workers": "--workers", "max_side": "--max-side", "quality": "--quality",
+          "strict": "--strict", "overwrite": "--overwrite", "check": "--check",
+          "commit_every": "--commit-every", "shards": "--shards", "shard_index": "--shard-index"}
+
+
 def run(args: argparse.Namespace) -> int:
-    from fastload.data.convert import DEFAULT_COMMIT_EVERY, ConvertError, convert_folder
+    """Exit status as ``fastload --help`` says: 2 for an option value out of range (nothing
+    written), 1 for a conversion that failed."""
+    from fastload.data.convert import (
+        DEFAULT_COMMIT_EVERY,
+        ConvertError,
+        check_convert_options,
+        convert_folder,
+    )
+    from fastload.tools.cli import EXIT_FAILURE, EXIT_USAGE, report_error
 
     if args.commit_every is not None and args.commit_every <= 0:
         print(f"fastload convert: error: --commit-every should be a positive number of files, "
               f"but got {args.commit_every}", file=sys.stderr)
         return 2
+    try:
+        check_convert_options(
+            workers=args.workers, max_side=args.max_side, quality=args.quality,
+            check=args.check, shards=args.shards, shard_index=args.shard_index)
+    except ValueError as exc:  # an option value: nothing was done
+        return report_error("convert", exc, _FLAGS, EXIT_USAGE)
     try:
         report = convert_folder(
             args.src, args.dst, workers=args.workers, max_side=args.max_side,
@@ -66,8 +86,7 @@ def run(args: argparse.Namespace) -> int:
             shards=args.shards, shard_index=args.shard_index,
         )
     except (ConvertError, OSError, ValueError) as exc:
-        print(f"fastload convert: error: {exc}", file=sys.stderr)
-        return 1
+        return report_error("convert", exc, _FLAGS, EXIT_FAILURE)
     except KeyboardInterrupt:
         print(f"fastload convert: interrupted; rerun the same command to resume into {args.dst}",
               file=sys.stderr)

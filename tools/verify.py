@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -34,8 +33,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         report = check(args.dst, full=args.full, sample=args.sample, seed=args.seed)
     except (OSError, ValueError) as exc:
-        print(f"fastload verify: error: {exc}", file=sys.stderr)
-        return 1
+        from fastload.tools.cli import EXIT_FAILURE, report_error
+
+        return report_error("verify", exc, {"overwrite": "`fastload convert --overwrite`"},
+                            EXIT_FAILURE)
     print(f"{report.path}: {report.summary()}")
     for key, reason in report.bad[:50]:
         print(f"  bad {key}: {reason}")

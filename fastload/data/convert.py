@@ -2,7 +2,7 @@
 
 The main process reads every file and keeps a JPEG whose markers pass the keep-bytes
 check itself (see :mod:`fastload.data.image_check`): that costs less than handing the bytes to
-another process. Files that need Pillow (other formats, ``--max-side``, ``--check decode``)
+another process. Files that need Pillow (other formats, ``max_side``, ``check="decode"``)
 go to ``workers`` worker processes. Results are consumed in source order and the main
 process alone writes, in committed batches (see :mod:`fastload.data.writer`). The order is
 fixed by the source, so a resumed or re-run conversion produces the same records whatever
@@ -65,6 +65,29 @@ def _check_positive(name: str, value, allow_none: bool = True) -> None:
     check_positive_int(name, value, allow_none=allow_none)
 
 
+def check_convert_options(*, workers: int | None = None, max_side: int | None = None,
+                          quality: int = 90, commit_every: int = DEFAULT_COMMIT_EVERY,
+                          check: str = "markers", shards: int | None = None,
+                          shard_index: int | None = None) -> None:
+    """Raise ``ValueError`` naming the first of :func:`convert_folder`'s options that is out of
+    range (the checks it runs before touching any file)."""
+    _check_positive("workers", workers)
+    _check_positive("max_side", max_side)
+    _check_positive("commit_every", commit_every, allow_none=False)
+    if isinstance(quality, bool) or not isinstance(quality, int) or not 1 <= quality <= 100:
+        raise ValueError(f"quality should be an integer in [1, 100], but got quality={quality!r}")
+    if check not in CHECKS:
+        raise ValueError(f"check should be one of {CHECKS}, but got check={check!r}")
+    _check_positive("shards", shards)
+    if shard_index is not None:
+        if shards is None:
+            raise ValueError(f"shard_index={shard_index!r} needs shards=N (the number of shards)")
+        if isinstance(shard_index, bool) or not isinstance(shard_index, int) \
+                or not 0 <= shard_index < shards:
+            raise ValueError(f"shard_index should be an integer in [0, {shards}), but got "
+                             f"shard_index={shard_index!r}")
+
+
 def convert_folder(
     src: str | os.PathLike,
     dst: str | os.PathLike,
@@ -106,21 +129,9 @@ def convert_folder(
     source and options; the result equals an uninterrupted run. Unreadable files are
     listed in ``dst/errors.json``.
     """
-    _check_positive("workers", workers)
-    _check_positive("max_side", max_side)
-    _check_positive("commit_every", commit_every, allow_none=False)
-    if isinstance(quality, bool) or not isinstance(quality, int) or not 1 <= quality <= 100:
-        raise ValueError(f"quality should be an integer in [1, 100], but got quality={quality!r}")
-    if check not in CHECKS:
-        raise ValueError(f"check should be one of {CHECKS}, but got check={check!r}")
-    _check_positive("shards", shards)
-    if shard_index is not None:
-        if shards is None:
-            raise ValueError(f"shard_index={shard_index!r} needs shards=N (the number of shards)")
-        if isinstance(shard_index, bool) or not isinstance(shard_index, int) \
-                or not 0 <= shard_index < shards:
-            raise ValueError(f"shard_index should be an integer in [0, {shards}), but got "
-                             f"shard_index={shard_index!r}")
+    check_convert_options(workers=workers, max_side=max_side, quality=quality,
+                          commit_every=commit_every, check=check, shards=shards,
+                          shard_index=shard_index)
     start = time.perf_counter()
     src_path = Path(os.path.abspath(src))
     dst_path = Path(os.path.abspath(dst))
@@ -298,8 +309,8 @@ def _run_from(start, samples, writer, workers, options, strict, bar, commit_ever
         elif strict:
             writer.commit(index)
             raise ConvertError(
-                f"unreadable image {path!r}: {result[1]} (--strict); fix or remove it and "
-                "rerun with --overwrite, or run without --strict to skip such files"
+                f"unreadable image {path!r}: {result[1]} (strict=True); fix or remove it and "
+                "rerun with overwrite=True, or without strict=True to skip such files"
             )
         else:
             writer.skip(index, path, result[1])

@@ -43,7 +43,7 @@ LOCK_FILE = "lock.mdb"
 STATE_COMPLETE = "complete"
 STATE_PARTIAL = "partial"
 
-# Every file a fastload database directory may hold (``--overwrite`` removes only these).
+# Every file a fastload database directory may hold (``overwrite=True`` removes only these).
 OWNED_FILES = (
     DATA_FILE, LOCK_FILE, META_FILE, CHECKSUM_FILE, LABELS_FILE, ERRORS_FILE, PARTIAL_FILE,
 )

@@ -107,13 +107,13 @@ def load_meta(path: Path) -> dict:
         with open(meta_path, encoding="utf-8") as handle:
             meta = json.load(handle)
     except ValueError as exc:
-        raise ValueError(f"{str(meta_path)!r} is not valid JSON ({exc}); reconvert with --overwrite") from None
+        raise ValueError(f"{str(meta_path)!r} is not valid JSON ({exc}); reconvert it with overwrite=True") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
         raise ValueError(f"{str(meta_path)!r} does not describe a {FORMAT_NAME} database")
     if meta.get("version") not in SUPPORTED_VERSIONS:
         raise ValueError(
             f"{str(path)!r} uses format version {meta.get('version')!r} but this fastload reads "
-            f"versions {SUPPORTED_VERSIONS}; upgrade fastload or reconvert with --overwrite"
+            f"versions {SUPPORTED_VERSIONS}; upgrade fastload or reconvert it with overwrite=True"
         )
     if meta.get("state") != STATE_COMPLETE:
         raise ValueError(
@@ -124,7 +124,7 @@ def load_meta(path: Path) -> dict:
     if isinstance(count, bool) or not isinstance(count, int) or count < 0:
         raise ValueError(
             f"{str(meta_path)!r} states count={count!r}, not a record count; the sidecar is "
-            "damaged: restore it or reconvert with --overwrite"
+            "damaged: restore it or reconvert it with overwrite=True"
         )
     return meta
 
@@ -138,12 +138,12 @@ def load_labels(path: Path, meta: dict) -> list[int]:
         labels = np.fromfile(labels_path, dtype=meta.get("labels_dtype", LABELS_DTYPE))
     except FileNotFoundError:
         raise FileNotFoundError(
-            f"{str(labels_path)!r} is missing; reconvert with `fastload convert --overwrite`"
+            f"{str(labels_path)!r} is missing; reconvert it with overwrite=True"
         ) from None
     if len(labels) != meta["count"]:
         raise ValueError(
             f"{str(labels_path)!r} holds {len(labels)} labels for {meta['count']} records; "
-            "reconvert with `fastload convert --overwrite`"
+            "reconvert it with overwrite=True"
         )
     return labels.astype(np.int64).tolist()
 
@@ -157,13 +157,13 @@ def load_checksums(path: Path, meta: dict):
         checksums = np.fromfile(checksum_path, dtype=meta.get("checksum_dtype", CHECKSUM_DTYPE))
     except FileNotFoundError:
         raise FileNotFoundError(
-            f"{str(checksum_path)!r} is missing; restore it or reconvert with `fastload "
-            "convert --overwrite`"
+            f"{str(checksum_path)!r} is missing; restore it or reconvert it with "
+            "overwrite=True"
         ) from None
     if len(checksums) != meta["count"]:
         raise ValueError(
             f"{str(checksum_path)!r} holds {len(checksums)} checksums for {meta['count']} "
-            "records; restore it or reconvert with `fastload convert --overwrite`"
+            "records; restore it or reconvert it with overwrite=True"
         )
     return checksums.astype(np.uint32)
 
@@ -249,7 +249,7 @@ class LMDBReader:
         if value is None:
             raise KeyError(
                 f"record {key.decode()} is missing from {str(self.path)!r}; the database is "
-                "damaged: run `fastload verify` and reconvert with --overwrite"
+                "damaged: run `fastload verify` and reconvert it with overwrite=True"
             )
         if self.checksums is not None:
             stored = int(self.checksums[int(key)])
@@ -257,7 +257,7 @@ class LMDBReader:
                 raise CorruptRecord(
                     f"record {key.decode()} of {str(self.path)!r} is corrupt: its CRC-32 is "
                     f"{crc32(value):08x}, the checksum file says {stored:08x}; run `fastload "
-                    "verify` and reconvert with --overwrite"
+                    "verify` and reconvert it with overwrite=True"
                 )
         return value
 
@@ -270,6 +270,6 @@ class LMDBReader:
         except ValueError as exc:
             raise CorruptRecord(
                 f"record {self.key(index).decode()} of {str(self.path)!r} is corrupt ({exc}); "
-                "run `fastload verify` and reconvert with --overwrite"
+                "run `fastload verify` and reconvert it with overwrite=True"
             ) from None
         return data, label, (height, width)

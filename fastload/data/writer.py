@@ -13,7 +13,7 @@ Durability protocol (one writer process):
    OOM kill, Ctrl-C) can interrupt. They are flushed to disk (``fsync``) every
    ``DURABLE_EVERY_S`` seconds and at the end, not at every commit: per-commit flushes would
    cost more than the conversion itself. After a machine crash the last unflushed batches
-   may be gone; a partial damaged that way is detected and refused (``--overwrite``).
+   may be gone; a partial damaged that way is detected and refused (``overwrite=True``).
 3. On resume the partial file says where to continue. Records past ``stored`` (commits
    that landed before their batch's progress record) are deleted and redone, so the finished
    database is identical to an uninterrupted run. Checksums and labels of the kept prefix
