@@ -49,23 +49,35 @@ def _size(text: str) -> tuple[int, int]:
     return height, width
 
 
+# synthesize's arguments -> the flags that set them, for messages shown to a shell user.
+_FLAGS = {"train": "--train", "val": "--val", "classes": "--classes", "seed": "--seed",
+          "quality": "--quality", "workers": "--workers", "min_side": "--min-side",
+          "max_side": "--max-side", "size": "--size"}
+
+
 def run(args: argparse.Namespace) -> int:
     from fastload.data.synth import synthesize, tree_stats
+    from fastload.tools.cli import EXIT_FAILURE, EXIT_USAGE, report_error
 
     start = time.perf_counter()
-    root = synthesize(
-        args.out,
-        train=args.train,
-        val=args.val,
-        classes=args.classes,
-        seed=args.seed,
-        quality=args.quality,
-        workers=args.workers,
-        min_side=args.min_side,
-        max_side=args.max_side,
-        progress=not args.no_progress,
-        size=args.size,
-    )
+    try:
+        root = synthesize(
+            args.out,
+            train=args.train,
+            val=args.val,
+            classes=args.classes,
+            seed=args.seed,
+            quality=args.quality,
+            workers=args.workers,
+            min_side=args.min_side,
+            max_side=args.max_side,
+            progress=not args.no_progress,
+            size=args.size,
+        )
+    except ValueError as exc:  # synthesize checks its arguments before writing anything
+        return report_error("synth", exc, _FLAGS, EXIT_USAGE)
+    except OSError as exc:
+        return report_error("synth", exc, _FLAGS, EXIT_FAILURE)
     seconds = time.perf_counter() - start
     stats = tree_stats(root)
     print(
