@@ -1,5 +1,5 @@
 """Elastic resume under real torchrun (gloo, CPU) over a 3-shard set: a 3-rank job stopped
-mid-epoch is finished by a 2-rank job from one rank's state, every sample once."""
+mid-epoch is finished by a 2-rank job from one rank's state, and 2 -> 3, every sample once."""
 
 from __future__ import annotations
 
@@ -29,23 +29,32 @@ def torchrun(ranks: int, out: pathlib.Path, *args: str) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def stopped(sharded_set, tmp_path_factory):
-    out = tmp_path_factory.mktemp("elastic") / "stop3"
-    return out, torchrun(3, out, str(sharded_set), "stop", str(STOP))
+    """``stopped(W)``: a W-rank job stopped after STOP batches of epoch 0 (run once per W)."""
+    runs = {}
+
+    def run(world: int):
+        if world not in runs:
+            out = tmp_path_factory.mktemp("elastic") / f"stop{world}"
+            runs[world] = out, torchrun(world, out, str(sharded_set), "stop", str(STOP))
+        return runs[world]
+
+    return run
 
 
-def test_three_ranks_stopped_mid_epoch_finish_with_two_ranks_exactly_once(
-        sharded_set, stopped, tmp_path):
-    out, first = stopped
-    before = [i for rec in first for i in rec["epochs"][0]]
-    assert len(before) == len(set(before)) == STOP * BATCH * 3
-    resumed = torchrun(2, tmp_path / "resume2", str(sharded_set), "resume",
-                       str(out / "state2.pt"))  # any rank's state will do: take the last
+@pytest.mark.parametrize(("first", "second"), [(3, 2), (2, 3)])
+def test_a_job_stopped_mid_epoch_finishes_at_another_world_size_exactly_once(
+        sharded_set, stopped, tmp_path, first, second):
+    out, records = stopped(first)
+    before = [i for rec in records for i in rec["epochs"][0]]
+    assert len(before) == len(set(before)) == STOP * BATCH * first
+    resumed = torchrun(second, tmp_path / "resume", str(sharded_set), "resume",
+                       str(out / f"state{first - 1}.pt"))  # any rank's state: take the last
     after = [i for rec in resumed for i in rec["epochs"][0]]
     assert not set(before) & set(after)
     assert set(before) | set(after) == set(range(N))
-    assert len(after) - len(set(after)) <= 1  # the 2-rank run's padding, at most one
-    for rank, rec in enumerate(resumed):  # the next epoch: the plain 2-rank order
-        sampler = EpochSampler(N, shuffle=True, seed=5, num_replicas=2, rank=rank)
+    assert len(after) - len(set(after)) <= second - 1  # the resumed run's padding only
+    for rank, rec in enumerate(resumed):  # the next epoch: the plain order at the new size
+        sampler = EpochSampler(N, shuffle=True, seed=5, num_replicas=second, rank=rank)
         sampler.set_epoch(1)
         assert rec["epochs"][1] == sampler.indices().tolist()
 
@@ -55,7 +64,7 @@ def test_a_user_distributed_sampler_state_is_refused_at_another_world_size(
     import torchvision.transforms as T
     from torch.utils.data import DistributedSampler
 
-    out, _ = stopped
+    out, _ = stopped(3)
     state = torch.load(out / "user_sampler_state.pt", weights_only=True)
     dataset = fastload.LMDBDataset(sharded_set, T.Compose([T.Resize((8, 8)), T.ToTensor()]))
     loader = fastload.DataLoader(dataset, batch_size=4, device="cpu", strict=True,
