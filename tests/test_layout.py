@@ -47,3 +47,58 @@ def test_library_errors_name_fields_and_the_cli_maps_them_to_flags():
     assert "but got amp='x'" in str(caught.value) and "--" not in str(caught.value)
     assert shell_words(str(caught.value), {"amp": "--amp"}).endswith("but got --amp 'x'")
     assert shell_words("pass overwrite=True", {"overwrite": "--overwrite"}) == "pass --overwrite"
+
+
+# Runs in a fresh interpreter whose imports of the optional extras fail, as after a core-only
+# `pip install fastload`: the loader, convert and verify work; `fastload finetune` names its extra.
+_CORE_ONLY = r'''
+import json, sys
+BLOCKED = {"timm", "safetensors", "matplotlib", "psutil", "pytest_benchmark", "torchao"}
+
+class BlockExtras:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in BLOCKED:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+sys.meta_path.insert(0, BlockExtras())
+import pathlib
+from PIL import Image
+from torchvision import transforms as T
+from torchvision.datasets import ImageFolder
+
+import fastload
+from fastload.data.convert import convert_folder
+from fastload.data.verify import verify_lmdb
+from fastload.tools.cli import main
+
+root = pathlib.Path(sys.argv[1])
+for label in ("a", "b"):
+    (root / "train" / label).mkdir(parents=True)
+    for i in range(3):
+        Image.new("RGB", (40, 30), (60 * i, 100, 30)).save(root / "train" / label / f"{i}.jpg")
+dataset = ImageFolder(str(root / "train"), T.Compose([T.Resize(16), T.CenterCrop(16), T.ToTensor()]))
+loader = fastload.DataLoader(dataset, batch_size=4, num_workers=1)
+shapes = [list(images.shape) for images, _ in loader]
+report = convert_folder(root / "train", root / "train.lmdb", workers=1, progress=False)
+ok = verify_lmdb(root / "train.lmdb").ok
+code = main(["finetune", str(root), "--device", "cpu"])
+print(json.dumps({"shapes": shapes, "stored": report.stored, "verified": ok, "finetune": code,
+                  "loaded": sorted(m for m in BLOCKED if m in sys.modules)}))
+'''
+
+
+def test_core_install_without_extras_loads_converts_verifies_and_names_the_train_extra(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _CORE_ONLY, str(tmp_path)], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result == {"shapes": [[4, 3, 16, 16], [2, 3, 16, 16]], "stored": 6, "verified": True,
+                      "finetune": 2, "loaded": []}
+    errors = [line for line in done.stderr.splitlines() if line.startswith("fastload finetune:")]
+    assert errors == ["fastload finetune: error: this command needs timm, which the [train] extra "
+                      "installs: pip install 'fastload[train]'"]
