@@ -169,7 +169,8 @@ class BatchOrder:
     With the loader's own sampler a state is ``(epoch, batches yielded, seed)`` plus the
     global samples consumed; a loader with the same world size (and batch size and
     ``drop_last``) replays the epoch and skips to the position, one with another world size
-    resumes elastically from the remaining suffix of the epoch's order (module docstring). With a user's ``sampler`` or
+    resumes elastically from the remaining suffix of the epoch's order (module docstring).
+    With a user's ``sampler`` or
     ``batch_sampler`` (which fastload cannot replay), ``state_dict`` runs that sampler to the
     end of the epoch and stores the remaining batches' indices; the resumed epoch yields
     exactly those. A user sampler's own random state is not saved (as with torch).
