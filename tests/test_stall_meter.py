@@ -62,6 +62,14 @@ def test_a_loop_left_early_records_the_batches_it_took():
     assert meter.stats[0].batches == 2
 
 
+def test_sync_runs_before_the_loop_work_is_clocked():
+    calls = []
+    meter = fastload.StallMeter(_SlowLoader(count=3, batch=1, delay_s=0.0),
+                                sync=lambda: calls.append(time.perf_counter()))
+    list(meter)
+    assert len(calls) == 3
+
+
 def test_other_attributes_and_len_reach_the_wrapped_loader():
     loader = _SlowLoader(count=3, batch=1, delay_s=0.0)
     meter = fastload.StallMeter(loader)

@@ -13,12 +13,15 @@ between batches (the loop's own work), their share, and images per second. It wo
 any iterable of batches (``fastload.DataLoader``, ``torch.utils.data.DataLoader``, a
 list), costs two clock reads per batch, and passes every other attribute (``set_epoch``,
 ``state_dict``, ``dataset`` ...) through to the wrapped loader.
+
+On a GPU the loop's work is asynchronous: pass ``sync=torch.cuda.synchronize`` so the
+device's queued work is counted as the loop's, not as waiting for data.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -76,11 +79,14 @@ class StallMeter:
 
     An epoch is one ``iter()`` of the wrapper; its figures are recorded when it ends (or is
     abandoned: a ``break`` out of the loop records the batches seen so far when the
-    iterator is closed). ``last_epoch`` is the most recent record or None.
+    iterator is closed). ``last_epoch`` is the most recent record or None. ``sync``, when
+    given, is called before each clock read that ends the loop's work (e.g.
+    ``torch.cuda.synchronize``).
     """
 
-    def __init__(self, loader: Iterable[Any]) -> None:
+    def __init__(self, loader: Iterable[Any], sync: Callable[[], Any] | None = None) -> None:
         self.loader = loader
+        self.sync = sync
         self.stats: list[EpochStall] = []
 
     def __len__(self) -> int:
@@ -117,6 +123,8 @@ class StallMeter:
                 batches += 1
                 images += _batch_images(batch)
                 yield batch
+                if self.sync is not None:
+                    self.sync()
                 mark = clock()
                 busy += mark - now
         finally:
