@@ -250,7 +250,10 @@ class DataLoader:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from ``state``: the next ``iter()`` yields exactly the batches the saved
-        run had not yet yielded, with the same samples in the same order."""
+        run had not yet yielded, with the same samples in the same order. Under
+        torch.distributed with no ``sampler=``, a state saved by any rank of a job of another
+        world size finishes that epoch from the samples no rank had yet consumed, re-sharded
+        over this job's ranks (elastic resume)."""
         if self._order is None:
             raise ValueError(f"load_state_dict() needs the DALI path, but this loader runs "
                              f"torch's DataLoader because {self.fallback_reason}")
