@@ -12,6 +12,7 @@ from pathlib import Path
 
 # Folders this process converts into -> the descriptor holding their exclusive flock.
 _DST_LOCKS: dict[str, int] = {}
+_FORK_HOOK: list[bool] = []
 
 
 def lock_destination(dst: Path) -> None:
@@ -22,6 +23,9 @@ def lock_destination(dst: Path) -> None:
     key = os.path.realpath(dst)
     if key in _DST_LOCKS:
         return
+    if not _FORK_HOOK:
+        os.register_at_fork(after_in_child=_forget_in_child)
+        _FORK_HOOK.append(True)
     fd = os.open(key, os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -39,3 +43,15 @@ def unlock_destination(dst: Path) -> None:
     fd = _DST_LOCKS.pop(os.path.realpath(dst), None)
     if fd is not None:
         os.close(fd)
+
+
+def _forget_in_child() -> None:
+    """A forked child (a conversion worker) must not keep the lock alive after its parent
+    dies: close its copies of the descriptors (closing, not unlocking, leaves the parent's
+    lock in place)."""
+    for fd in _DST_LOCKS.values():
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    _DST_LOCKS.clear()
