@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fastload.data.image_check import Unreadable, parse_jpeg
+from fastload.data.jpeg import Unreadable, parse_jpeg
 
 __all__ = [
     "FileSource",
