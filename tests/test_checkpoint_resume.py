@@ -50,3 +50,20 @@ def test_checkpoint_write_is_atomic_and_foreign_files_are_refused(tmp_path):
     torch.save({"w": torch.ones(1)}, tmp_path / "other.pt")
     with pytest.raises(ValueError, match="not a fastload fine-tuning checkpoint"):
         load_checkpoint(tmp_path / "other.pt")
+
+
+def test_checkpoint_layout_round_trips_through_pack_and_read(tmp_path):
+    from fastload.train.checkpoint import pack_checkpoint, read_checkpoint
+
+    state = pack_checkpoint(
+        model={"w": torch.ones(2)}, optimizer={"state": {}}, scaler={}, scheduler={"last": 3},
+        epoch=1, micro_step=2, loader_kind="fastload", batch_size=8, seed=5,
+        loader_state={"epoch": 1}, step=4, skipped_total=1, classes=["a", "b"],
+        config={"model": "vit", "img_size": 32})
+    assert state["loader"]["consumed"] == 16  # micro-batches done x batch size
+    save_checkpoint(tmp_path / "c.pt", state)
+    back = read_checkpoint(tmp_path / "c.pt")
+    assert (back.epoch, back.micro_step, back.step, back.skipped_total) == (1, 2, 4, 1)
+    assert back.loader_kind == "fastload" and back.loader_state == {"epoch": 1}
+    assert back.classes == ["a", "b"] and back.config == {"model": "vit", "img_size": 32}
+    assert torch.equal(back.model["w"], torch.ones(2)) and torch.equal(back.rng, torch.get_rng_state())
