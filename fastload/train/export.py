@@ -1,51 +1,73 @@
-"""Int8 export: PyTorch dynamic quantization of every ``nn.Linear`` (weights qint8, activations
-quantized on the fly per batch), measured against the fp32 model it came from.
+"""Int8 export of a fine-tuned checkpoint, measured against the fp32 model it came from.
 
-ViT compute is almost all ``Linear`` (qkv, attention projection, MLP, head), so dynamic
-quantization covers most of it without calibration data. The API used,
-``torch.ao.quantization.quantize_dynamic``, is deprecated upstream in favour of ``torchao``
-but still ships (and works) in the pinned torch; its deprecation warnings are silenced here.
+Three ways (``quantize=``):
+
+- ``"dynamic"``: PyTorch dynamic quantization of every ``nn.Linear`` (qint8 weights, activations
+  quantized per batch at run time); writes a state dict (``.int8.pt``). The API used,
+  ``torch.ao.quantization.quantize_dynamic``, is deprecated upstream in favour of ``torchao``
+  but still ships in the pinned torch; its deprecation warnings are silenced here.
+- ``"static"``: PT2E static int8 (:mod:`fastload.train.quantize`), activation ranges calibrated
+  on ``calibration_batches`` training batches; writes an ``ExportedProgram`` (``.int8.pt2``).
+- ``"qat"``: converts a checkpoint trained with ``FinetuneConfig.qat`` (its learned ranges); same file.
+
+The report gives the file size, CPU latency at each batch size and val top-1 of int8 against
+fp32. Latency is measured interleaved (fp32, int8, fp32, ...) and the ratio is the median of
+the per-round ratios; with ``compile=True`` both models run under ``torch.compile`` with
+Inductor's ``freezing`` (weights folded as constants), the setting PT2E's int8 kernels need
+(eagerly, its graph runs float ops between quantize/dequantize pairs and is slower than fp32).
+Dynamic quantization is always timed eagerly, against eager fp32.
 """
 
 from __future__ import annotations
 
+import copy
 import io
 import os
 import pathlib
 import statistics
 import time
 import warnings
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
-__all__ = ["ExportReport", "quantize_dynamic_int8", "export_checkpoint", "model_from_checkpoint"]
+__all__ = [
+    "QUANTIZE_MODES", "ExportReport", "LayerCost", "export_checkpoint", "measure_latency",
+    "model_from_checkpoint", "quantize_dynamic_int8", "sensitivity",
+]
 
-_LATENCY_BATCH = 8  # images per timed forward pass
-_LATENCY_REPEATS = 5  # timed passes (median), after one warm-up pass
+QUANTIZE_MODES = ("dynamic", "static", "qat")
+_LATENCY_REPEATS = 3  # timed passes per model per round (median)
 
 
 @dataclass
 class ExportReport:
-    """Size, latency and accuracy of the int8 model relative to fp32."""
+    """Size, latency and accuracy of the int8 model relative to fp32. ``latency`` holds one row
+    per batch size: ``{"batch", "fp32_ms", "int8_ms", "ratio"}`` (ratio: median per round)."""
 
     output: str
-    fp32_bytes: int
-    int8_bytes: int
-    fp32_latency_ms: float
-    int8_latency_ms: float
-    fp32_top1: float | None
-    int8_top1: float | None
-    quantized_layers: int
+    quantize: str
+    fp32_bytes: int  # the fp32 state dict, saved with torch.save
+    int8_bytes: int  # the written int8 file
+    latency: list[dict] = field(default_factory=list)
+    compiled: bool = False
+    fp32_top1: float | None = None
+    int8_top1: float | None = None
+    fake_quant_top1: float | None = None  # qat: the fake-quantized model the checkpoint holds
+    quantized_layers: int = 0
+    skipped: list[str] = field(default_factory=list)  # module names kept in float
+    calibration_batches: int = 0
 
     @property
     def size_ratio(self) -> float:
         return self.int8_bytes / self.fp32_bytes
 
     @property
-    def latency_ratio(self) -> float:
-        return self.int8_latency_ms / self.fp32_latency_ms
+    def latency_ratio(self) -> float | None:
+        """The largest (worst) ratio over the measured batch sizes."""
+        return max((row["ratio"] for row in self.latency), default=None)
 
     @property
     def top1_change(self) -> float | None:
@@ -58,10 +80,17 @@ class ExportReport:
                 "latency_ratio": self.latency_ratio, "top1_change": self.top1_change}
 
 
+@dataclass
+class LayerCost:
+    """Val top-1 with only ``group`` quantized (static, calibrated), and its change from fp32."""
+
+    group: str
+    top1: float
+    change: float
+
+
 def quantize_dynamic_int8(model: nn.Module) -> nn.Module:
     """A copy of ``model`` (fp32, eval mode) with every ``nn.Linear`` dynamically quantized to qint8."""
-    import copy
-
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         warnings.filterwarnings("ignore", message=".*deprecated.*")
@@ -76,10 +105,7 @@ def _state_bytes(model: nn.Module) -> int:
     return buffer.tell()
 
 
-@torch.no_grad()
-def _latency_ms(model: nn.Module, img_size: int) -> float:
-    images = torch.randn(_LATENCY_BATCH, 3, img_size, img_size, generator=torch.Generator().manual_seed(0))
-    model(images)  # warm-up: kernel selection, weight packing
+def _median_ms(model, images: torch.Tensor) -> float:
     times = []
     for _ in range(_LATENCY_REPEATS):
         start = time.perf_counter()
@@ -88,64 +114,215 @@ def _latency_ms(model: nn.Module, img_size: int) -> float:
     return statistics.median(times)
 
 
+def measure_latency(fp32: nn.Module, int8: nn.Module, img_size: int, batches: Sequence[int] = (8, 64),
+                    rounds: int = 5, compile: bool = True) -> list[dict]:
+    """CPU latency of one forward pass, fp32 and int8 timed in alternating rounds, per batch size.
+
+    ``compile=True`` runs both under ``torch.compile`` with ``torch._inductor.config.freezing``
+    (compiled once per batch size, before timing); else eagerly.
+    """
+    if rounds < 1 or not batches or any(b < 1 for b in batches):
+        raise ValueError(f"batches and rounds should be positive, but got batches={batches!r}, rounds={rounds}")
+    rows = []
+    with torch.no_grad(), torch._inductor.config.patch(freezing=True):
+        runners = [torch.compile(m, dynamic=False) if compile else m for m in (fp32, int8)]
+        for batch in batches:
+            generator = torch.Generator().manual_seed(batch)
+            images = torch.randn(batch, 3, img_size, img_size, generator=generator)
+            for runner in runners:  # compile, kernel selection, weight packing
+                runner(images)
+                runner(images)
+            pairs = [[_median_ms(r, images) for r in runners] for _ in range(rounds)]
+            rows.append({"batch": batch, "fp32_ms": statistics.median(p[0] for p in pairs),
+                         "int8_ms": statistics.median(p[1] for p in pairs),
+                         "ratio": statistics.median(p[1] / p[0] for p in pairs)})
+    return rows
+
+
 def model_from_checkpoint(path: str | os.PathLike) -> tuple[nn.Module, dict]:
-    """The fp32 model saved in a ``fastload finetune`` checkpoint, and that run's config dict."""
+    """The fp32 model saved in a ``fastload finetune`` checkpoint, and that run's config dict.
+    For a QAT checkpoint (``config["qat"]``) it is the :class:`~fastload.train.quantize.QatModel`
+    (fake quantization on, eval mode); :func:`float_model` gives its float weights alone."""
     from fastload.train.checkpoint import read_checkpoint
     from fastload.train.model import create_model
 
     state = read_checkpoint(path)
     config = state.config
     model = create_model(config["model"], len(state.classes), config["img_size"])
+    if config.get("qat"):
+        from fastload.train.quantize import prepare_qat
+
+        model = prepare_qat(model, config["img_size"], config.get("skip_quantize", ()))
     model.load_state_dict(state.model)
     return model.eval(), config
 
 
-def _val_loader(config: dict, data: str | None):
-    from fastload.train.finetune import FinetuneConfig, resolve_data
+def float_model(qat_model: nn.Module, config: dict) -> nn.Module:
+    """A plain timm model (eval mode) holding the float weights of a QAT model."""
+    from fastload.train.model import create_model
+
+    weights = {k.removeprefix("graph."): v for k, v in qat_model.state_dict().items()}
+    num_classes = weights[f"{_head_name(weights)}.weight"].shape[0]
+    model = create_model(config["model"], num_classes, config["img_size"])
+    model.load_state_dict({k: v for k, v in weights.items() if k in model.state_dict()})
+    return model.eval()
+
+
+def _head_name(weights: dict) -> str:
+    for name in ("head", "fc", "classifier"):
+        if f"{name}.weight" in weights:
+            return name
+    raise ValueError("the QAT checkpoint's model has no head, fc or classifier weight; "
+                     "it was not written by finetune() with a timm classifier")
+
+
+def _loaders(config: dict, data: str | None, batch_size: int = 32):
+    """``(calibration_loader, val_loader)``: the training and val splits of the checkpoint's data
+    (or ``data``), both with the val transform, or None where not found."""
+    from fastload.train.config import FinetuneConfig, resolve_data
     from fastload.train.finetune_data import open_dataset, train_val_transforms
 
     fields = {k: v for k, v in config.items() if k in ("data", "train_lmdb", "val_lmdb", "data_format")}
     if data is not None:
         fields = {"data": data, "data_format": "auto"}
     try:
-        fmt, _, val_path = resolve_data(FinetuneConfig(**fields))
+        fmt, train_path, val_path = resolve_data(FinetuneConfig(**fields))
     except (ValueError, FileNotFoundError):
-        return None
-    if val_path is None:
-        return None
+        return None, None
     _, val_tf = train_val_transforms(config["img_size"])
-    dataset = open_dataset(fmt, val_path, val_tf)
-    return torch.utils.data.DataLoader(dataset, batch_size=32, num_workers=0)
+    loaders = []
+    for path, shuffle in ((train_path, True), (val_path, False)):
+        if path is None or not pathlib.Path(path).exists():
+            loaders.append(None)
+            continue
+        generator = torch.Generator().manual_seed(0)
+        loaders.append(torch.utils.data.DataLoader(open_dataset(fmt, path, val_tf), batch_size=batch_size,
+                                                   shuffle=shuffle, generator=generator, num_workers=0))
+    return loaders[0], loaders[1]
+
+
+def _top1(model, loader) -> float | None:
+    from fastload.train.loop import evaluate
+
+    if loader is None:
+        return None
+    correct, total, _ = evaluate(model, loader, torch.device("cpu"), "off", False)
+    return correct / total if total else None
+
+
+def _convert_static(fp32: nn.Module, img_size: int, calibration, batches: int,
+                    skip_quantize: Sequence[str] = (), only: str | None = None) -> tuple[nn.Module, int]:
+    """``(int8 graph, batches fed)`` of ``fp32`` calibrated on ``calibration``."""
+    from fastload.train.quantize import calibrate, convert, prepare_static
+
+    if calibration is None:
+        raise FileNotFoundError(
+            "static quantization needs training images to calibrate on, but the checkpoint's "
+            "training data was not found; pass data (a DATA folder with train/ or train.lmdb/)")
+    prepared = prepare_static(fp32, img_size, skip_quantize, only)
+    fed = calibrate(prepared, calibration, batches)
+    return convert(prepared), fed
 
 
 def export_checkpoint(
     checkpoint: str | os.PathLike,
     output: str | os.PathLike | None = None,
     data: str | None = None,
+    *,
+    quantize: str = "dynamic",
+    calibration_batches: int = 8,
+    skip_quantize: Sequence[str] = (),
+    latency_batches: Sequence[int] = (8, 64),
+    latency_rounds: int = 5,
+    compile: bool = True,
 ) -> ExportReport:
-    """Quantize the model in ``checkpoint`` and write its int8 state dict to ``output``
-    (default: ``CHECKPOINT`` with suffix ``.int8.pt``). Val top-1 is measured on ``data``
-    (or the data the checkpoint was trained on) when it can be found, else reported as None.
+    """Quantize the model in ``checkpoint`` (see the module doc for ``quantize``) and write it to
+    ``output`` (default: ``CHECKPOINT`` with suffix ``.int8.pt`` for dynamic, ``.int8.pt2``
+    otherwise). ``skip_quantize`` (static) keeps modules matching these fnmatch patterns in
+    float; a QAT checkpoint keeps those it was trained with. Val top-1 is measured on ``data``
+    (or the data the checkpoint was trained on) when found, else None.
 
-    The int8 file loads with ``torch.load(weights_only=True)`` into
-    ``quantize_dynamic_int8(create_model(...))``.
+    The dynamic file loads with ``torch.load(weights_only=True)`` into
+    ``quantize_dynamic_int8(create_model(...))``; the others with ``torch.export.load`` (see
+    :mod:`fastload.train.quantize`).
     """
-    from fastload.train.finetune import evaluate
+    from fastload.train.quantize import convert, quantized_layer_count, resolve_skip, save_program
 
-    fp32, config = model_from_checkpoint(checkpoint)
-    int8 = quantize_dynamic_int8(fp32)
-    layers = sum(1 for m in int8.modules() if type(m).__name__ == "Linear" and hasattr(m, "_packed_params"))
-    output = pathlib.Path(output) if output else pathlib.Path(checkpoint).with_suffix(".int8.pt")
-    torch.save(int8.state_dict(), output)
-    loader = _val_loader(config, data)
-    tops: list[float | None] = [None, None]
-    if loader is not None:
-        for i, model in enumerate((fp32, int8)):
-            correct, total, _ = evaluate(model, loader, torch.device("cpu"), "off", False)
-            tops[i] = correct / total if total else None
-    return ExportReport(
-        output=str(output), fp32_bytes=_state_bytes(fp32), int8_bytes=os.path.getsize(output),
-        fp32_latency_ms=_latency_ms(fp32, config["img_size"]),
-        int8_latency_ms=_latency_ms(int8, config["img_size"]),
-        fp32_top1=tops[0], int8_top1=tops[1], quantized_layers=layers,
-    )
+    if quantize not in QUANTIZE_MODES:
+        raise ValueError(f"quantize should be one of {QUANTIZE_MODES}, but got quantize={quantize!r}")
+    model, config = model_from_checkpoint(checkpoint)
+    is_qat = bool(config.get("qat"))
+    if (quantize == "qat") != is_qat:
+        raise ValueError(
+            f"checkpoint {str(checkpoint)!r} was trained with qat={is_qat}; use quantize='qat' "
+            "only for checkpoints trained with FinetuneConfig.qat=True, and 'static' or 'dynamic' otherwise")
+    if is_qat and skip_quantize and tuple(skip_quantize) != tuple(config.get("skip_quantize", ())):
+        raise ValueError(
+            f"skip_quantize of a qat checkpoint is the one it trained with "
+            f"({config.get('skip_quantize', ())!r}), but got skip_quantize={tuple(skip_quantize)!r}")
+    img_size = config["img_size"]
+    calibration, val = _loaders(config, data)
+    suffix = ".int8.pt" if quantize == "dynamic" else ".int8.pt2"
+    output = pathlib.Path(output) if output else pathlib.Path(checkpoint).with_suffix(suffix)
+    # torch.compile breaks its graph at every dynamically quantized Linear: dynamic runs eagerly.
+    compile = compile and quantize != "dynamic"
+    report = ExportReport(output=str(output), quantize=quantize, fp32_bytes=0, int8_bytes=0,
+                          compiled=compile)
+    if quantize == "qat":
+        report.fake_quant_top1 = _top1(model, val)
+        skip_quantize = config.get("skip_quantize", ())
+        int8 = convert(copy.deepcopy(model))
+        fp32 = float_model(model, config)
+    else:
+        fp32 = model
+        if quantize == "dynamic":
+            int8 = quantize_dynamic_int8(fp32)
+        else:
+            int8, report.calibration_batches = _convert_static(
+                fp32, img_size, calibration, calibration_batches, skip_quantize)
+    report.fp32_top1 = _top1(fp32, val)
+    report.fp32_bytes = _state_bytes(fp32)
+    if quantize == "dynamic":
+        report.quantized_layers = sum(1 for m in int8.modules()
+                                      if type(m).__name__ == "Linear" and hasattr(m, "_packed_params"))
+        torch.save(int8.state_dict(), output)
+    else:
+        report.skipped = resolve_skip(fp32, skip_quantize) if skip_quantize else []
+        report.quantized_layers = quantized_layer_count(int8)
+        save_program(int8, output, img_size)
+    report.int8_bytes = os.path.getsize(output)
+    report.int8_top1 = _top1(int8, val)
+    report.latency = measure_latency(fp32, int8, img_size, latency_batches, latency_rounds, compile)
+    return report
+
+
+def sensitivity(
+    checkpoint: str | os.PathLike,
+    data: str | None = None,
+    *,
+    calibration_batches: int = 8,
+    groups: Sequence[str] | None = None,
+) -> tuple[float, list[LayerCost]]:
+    """``(fp32 top-1, costs)``: val top-1 of the checkpoint's model with one layer group at a time
+    statically quantized (default groups: :func:`fastload.train.quantize.layer_groups` — patch
+    embedding, each block, head), so the groups that cost accuracy can be kept in float with
+    ``skip_quantize``. A QAT checkpoint is measured on its float weights."""
+    from fastload.train.quantize import layer_groups, resolve_skip
+
+    model, config = model_from_checkpoint(checkpoint)
+    if config.get("qat"):
+        model = float_model(model, config)
+    calibration, val = _loaders(config, data)
+    if val is None:
+        raise FileNotFoundError(
+            "sensitivity needs val images, but the checkpoint's val data was not found; "
+            "pass data (a DATA folder with val/ or val.lmdb/)")
+    groups = list(groups) if groups is not None else layer_groups(model)
+    resolve_skip(model, groups)  # every group names a module
+    base = _top1(model, val)
+    costs = []
+    for group in groups:
+        int8, _ = _convert_static(model, config["img_size"], calibration, calibration_batches, only=group)
+        top1 = _top1(int8, val)
+        costs.append(LayerCost(group=group, top1=top1, change=top1 - base))
+    return base, costs

@@ -140,6 +140,10 @@ class QatModel(nn.Module):
     ``set_epoch(e)`` turns fake quantization on from ``start_epoch`` (float training before);
     ``train()`` observes activation ranges while fake quantization is on, ``eval()`` freezes
     them, so an evaluation between epochs leaves the state a checkpoint holds unchanged.
+
+    The graph is captured in eval mode: dropout and drop-path (zero in the loop's models) are
+    not in it. torchao's ``move_exported_model_to_train`` is not used: its pattern rewrite
+    ignores literals and turns a ``p=0`` dropout into ``p=0.5`` (torchao 0.18).
     """
 
     def __init__(self, graph: torch.fx.GraphModule, start_epoch: int = 0) -> None:
@@ -162,12 +166,9 @@ class QatModel(nn.Module):
             disable_observer,
             enable_fake_quant,
             enable_observer,
-            move_exported_model_to_eval,
-            move_exported_model_to_train,
         )
 
         self.training = mode
-        (move_exported_model_to_train if mode else move_exported_model_to_eval)(self.graph)
         self.graph.apply(enable_fake_quant if self.active else disable_fake_quant)
         self.graph.apply(enable_observer if self.active and mode else disable_observer)
         return self
@@ -196,14 +197,14 @@ def check_qat_config(config) -> None:
 
 def prepare_qat(model: nn.Module, img_size: int, skip_quantize: Sequence[str] = (),
                 start_epoch: int = 0) -> QatModel:
-    """``model`` (train mode) with fake quantizers (``prepare_qat_pt2e``) on every quantizable
+    """``model`` with fake quantizers (``prepare_qat_pt2e``) on every quantizable
     layer except those in ``skip_quantize``, as a :class:`QatModel` fake-quantizing from
     ``start_epoch``. Build the optimizer after this call or before: parameters are shared."""
     from torchao.quantization.pt2e.quantize_pt2e import prepare_qat_pt2e
 
     if isinstance(start_epoch, bool) or not isinstance(start_epoch, int) or start_epoch < 0:
         raise ValueError(f"qat_start_epoch should be an integer >= 0, but got qat_start_epoch={start_epoch!r}")
-    model.train()
+    model.eval()  # no dropout in the graph (see QatModel); gradients flow all the same
     quantizer = _quantizer(model, qat=True, skip=skip_quantize, only=None)
     return QatModel(prepare_qat_pt2e(capture(model, img_size), quantizer), start_epoch)
 
@@ -211,11 +212,10 @@ def prepare_qat(model: nn.Module, img_size: int, skip_quantize: Sequence[str] = 
 def convert(prepared: torch.fx.GraphModule | QatModel) -> torch.fx.GraphModule:
     """The int8 graph of a calibrated or QAT-trained model (``convert_pt2e``, eval mode), with the
     float weights it no longer reads dropped, so that saving it stores int8 weights only."""
-    from torchao.quantization.pt2e import move_exported_model_to_eval
+    from torchao.quantization.pt2e import allow_exported_model_train_eval
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e
 
     graph = prepared.graph if isinstance(prepared, QatModel) else prepared
-    graph = move_exported_model_to_eval(graph)
     converted = convert_pt2e(graph)
     used = {node.target for node in converted.graph.nodes if node.op == "get_attr"}
     unused = [n for n, _ in converted.named_parameters(remove_duplicate=False) if n not in used]
@@ -225,7 +225,7 @@ def convert(prepared: torch.fx.GraphModule | QatModel) -> torch.fx.GraphModule:
         module = converted.get_submodule(owner) if owner else converted
         if hasattr(module, attr):
             delattr(module, attr)
-    return converted
+    return allow_exported_model_train_eval(converted)  # eval() works, as on any module
 
 
 def quantized_layer_count(graph: torch.fx.GraphModule) -> int:
