@@ -36,6 +36,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     m.add_argument("--grad-checkpointing", action="store_true",
                    help="recompute activations in backward (less memory, more time)")
     m.add_argument("--compile", action="store_true", help="torch.compile the model")
+    m.add_argument("--qat", action="store_true",
+                   help="quantization-aware training (PT2E fake int8; export with fastload export "
+                        "--quantize qat); needs --amp off, no --grad-checkpointing, no --compile")
+    m.add_argument("--qat-start-epoch", type=int, default=0, metavar="E",
+                   help="--qat: first epoch (0-based) trained fake-quantized; float before (default 0)")
+    m.add_argument("--skip-quantize", nargs="+", default=[], metavar="PATTERN",
+                   help="--qat: keep modules whose names match these fnmatch patterns in float")
     m.add_argument("--channels-last", action="store_true", help="NHWC memory format")
     o = p.add_argument_group("optimization")
     o.add_argument("--optimizer", choices=("adamw", "lamb"), default="adamw")
@@ -86,7 +93,8 @@ def config_from_args(args: argparse.Namespace):
         scaler=ScalerConfig(args.init_scale, args.growth_factor, args.backoff_factor,
                             args.growth_interval),
         grad_checkpointing=args.grad_checkpointing, accum_steps=args.accum_steps,
-        freeze=tuple(args.freeze), optimizer=args.optimizer, lr=args.lr,
+        freeze=tuple(args.freeze), qat=args.qat, qat_start_epoch=args.qat_start_epoch,
+        skip_quantize=tuple(args.skip_quantize), optimizer=args.optimizer, lr=args.lr,
         weight_decay=args.weight_decay, warmup_epochs=args.warmup_epochs,
         warmup_steps=args.warmup_steps, epochs=args.epochs, batch_size=args.batch_size,
         compile=args.compile, channels_last=args.channels_last, seed=args.seed,
