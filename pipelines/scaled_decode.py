@@ -29,8 +29,8 @@ from . import geometry as g
 from . import torch_resample
 from .translate import TransformPlan
 
-__all__ = ["MAX_PIXEL_RATIO", "MIN_PIXELS", "ScaledBatch", "ScaledDecodeError", "describe", "jpeg_is_sequential", "eighths",
-           "worth_it", "decode_sample", "decode_batch"]
+__all__ = ["MAX_PIXEL_RATIO", "MIN_PIXELS", "ScaledBatch", "ScaledDecodeError", "decode_batch",
+           "decode_sample", "describe", "eighths", "jpeg_is_sequential", "worth_it"]
 
 # The scaled path pays off when it decodes far fewer pixels than DALI's region decode would
 # (both pay the entropy decoding of the file, which no scale reduces). Measured, in CPU time
@@ -48,8 +48,9 @@ _SOF_OTHER = frozenset(range(0xC2, 0xD0)) - {0xC4, 0xC8, 0xCC}  # progressive, l
 
 
 def jpeg_is_sequential(data: np.ndarray | bytes) -> bool:
-    """``data`` is a sequential Huffman JPEG with 1 or 3 components (what the scaled path
-    decodes); False for progressive or arithmetic JPEGs, other formats and damaged headers."""
+    """``data`` is an 8-bit sequential Huffman JPEG with 1 or 3 components (what the scaled
+    path decodes); False for progressive, arithmetic or 12-bit JPEGs, other formats and
+    damaged headers."""
     view = memoryview(data).cast("B") if not isinstance(data, np.ndarray) else data
     n = len(view)
     if n < 4 or view[0] != 0xFF or view[1] != 0xD8:
@@ -63,8 +64,8 @@ def jpeg_is_sequential(data: np.ndarray | bytes) -> bool:
             pos += 1
             continue
         length = (int(view[pos + 2]) << 8) | int(view[pos + 3])
-        if marker in _SOF_SEQUENTIAL:
-            return pos + 9 < n and int(view[pos + 9]) in (1, 3)
+        if marker in _SOF_SEQUENTIAL:  # 8-bit samples, grey or three components
+            return pos + 9 < n and int(view[pos + 4]) == 8 and int(view[pos + 9]) in (1, 3)
         if marker in _SOF_OTHER or marker == 0xDA:  # a scan before any frame header
             return False
         pos += 2 + length

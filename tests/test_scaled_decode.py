@@ -166,3 +166,12 @@ def test_loader_on_a_highres_folder_matches_torchvisions_loader_and_says_so(tmp_
     assert torch.equal(labels, t_labels)
     assert (images - t_images).abs().flatten(1).mean(1).max() <= 0.01
     assert loader._decoder.scaled_batches == 1
+
+
+def test_a_grey_highres_jpeg_comes_out_as_pils_rgb_conversion(highres):
+    grey = highres[0][2].convert("L")
+    buffer = io.BytesIO()
+    grey.save(buffer, format="JPEG", quality=90)
+    out, scaled = _decode(VAL, [(buffer.getvalue(), highres[0][1], grey)])
+    assert scaled == 1
+    assert _worst_mad(out, [VAL(grey.convert("RGB"))]) <= 0.01
