@@ -11,6 +11,9 @@ and while an epoch runs the decoder's stderr goes through the watch of
   and with the checksums switched off (``reader.checksums = None``), rounds alternating, as
   a ratio of images/s (median and range over rounds).
 
+Also the alternatives for corrupt-JPEG detection in folders: the watch's fence per batch
+against a strict ``simplejpeg`` decode of every image of the batch (full and 1/8 scale).
+
 Run: ``pytest benchmarks/test_read_checks_cost.py -s`` (``FASTLOAD_BENCH_IMAGES=N`` for
 the tree size; ``--benchmark-disable`` for a smoke run).
 """
@@ -87,4 +90,40 @@ def test_read_checks_cost_side_by_side(lmdb_tree, benchmark):
           f"of the loader's {batch_ms:.1f} ms per batch; epochs with checks / without: "
           f"median {info['ratio_on_over_off_median']:.3f} (range {min(ratios):.3f}-"
           f"{max(ratios):.3f}) over {ROUNDS} alternating rounds")
+    benchmark.extra_info.update(_detection_alternatives(reader, reps=20))
+    print("corrupt-JPEG detection per batch of 64: stderr fence {fence_us_per_batch:.0f} us; "
+          "a strict simplejpeg decode of every image {strict_ms_per_batch:.1f} ms "
+          "(1/8 scale {strict_eighth_ms_per_batch:.1f} ms)".format(**benchmark.extra_info))
     benchmark.pedantic(lambda: [crc32(v) for v in values], rounds=3, iterations=1)
+
+
+def _detection_alternatives(reader, reps: int) -> dict[str, float]:
+    """The stderr watch's fence per batch against strict decodes of the batch's images."""
+    import simplejpeg
+
+    from fastload.loader.decoder_log import watch
+
+    images = [bytes(reader.image_bytes(i)[0]) for i in range(min(len(reader), BATCH))]
+    scale = BATCH / len(images)
+    handle = watch()
+    try:
+        start = time.perf_counter()
+        for _ in range(reps * 10):
+            handle.fence()
+        fence_us = 1e6 * (time.perf_counter() - start) / (reps * 10)
+    finally:
+        handle.close()
+    start = time.perf_counter()
+    for _ in range(reps):
+        for data in images:
+            simplejpeg.decode_jpeg(data, strict=True)
+    strict_ms = 1e3 * (time.perf_counter() - start) / reps * scale
+    start = time.perf_counter()
+    for _ in range(reps):
+        for data in images:
+            height, width, _, _ = simplejpeg.decode_jpeg_header(data)
+            simplejpeg.decode_jpeg(data, strict=True, min_height=height // 8,
+                                   min_width=width // 8)
+    eighth_ms = 1e3 * (time.perf_counter() - start) / reps * scale
+    return {"fence_us_per_batch": fence_us, "strict_ms_per_batch": strict_ms,
+            "strict_eighth_ms_per_batch": eighth_ms}

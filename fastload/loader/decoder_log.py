@@ -3,9 +3,10 @@
 libjpeg-turbo (inside DALI's CPU decoder) meets scrambled entropy-coded data, decodes the
 image anyway and only prints ``Corrupt JPEG data: ...`` to the process's stderr; a failed
 decode also prints coloured ``[ERROR] [libjpeg_turbo_decoder] ...`` lines before DALI
-raises. Detecting that damage otherwise costs a second decode (a strict Pillow or simplejpeg
-decode: about 75% of a full decode, see tests/test_hardening_jpeg.py), so the loader
-listens to the decoder instead, at no cost per image.
+raises. Detecting that damage otherwise costs a second decode: a strict simplejpeg decode,
+even at 1/8 scale, is most of a full decode (the Huffman decoding dominates;
+``benchmarks/test_read_checks_cost.py`` measures it beside the fence below), and Pillow
+ignores the damage. So the loader listens to the decoder instead: one fence per batch.
 
 While an epoch iterator is alive, file descriptor 2 is a pipe read by one thread: decoder
 lines are kept (never shown); every other byte goes on to the original stderr at once.
