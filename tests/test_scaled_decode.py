@@ -175,3 +175,22 @@ def test_a_grey_highres_jpeg_comes_out_as_pils_rgb_conversion(highres):
     out, scaled = _decode(VAL, [(buffer.getvalue(), highres[0][1], grey)])
     assert scaled == 1
     assert _worst_mad(out, [VAL(grey.convert("RGB"))]) <= 0.01
+
+
+def test_loader_names_a_corrupt_highres_file_or_skips_it(tmp_path):
+    from torchvision.datasets import ImageFolder
+
+    import fastload
+    from fastload.data.synth import synthesize
+
+    root = synthesize(tmp_path, train=2, val=0, classes=1, workers=1, size=(1100, 1400))
+    bad = sorted((root / "train").rglob("*.jpg"))[1]
+    data = bytearray(bad.read_bytes())
+    data[len(data) // 3 : len(data) // 3 + 4000] = b"\xff" * 4000
+    bad.write_bytes(bytes(data))
+    dataset = ImageFolder(root / "train", VAL)
+    with pytest.raises(fastload.SampleError, match=bad.name):
+        list(fastload.DataLoader(dataset, batch_size=2, device="cpu"))
+    with pytest.warns(RuntimeWarning, match=bad.name):
+        batches = list(fastload.DataLoader(dataset, batch_size=2, device="cpu", on_error="skip"))
+    assert batches[0][0].shape == (1, 3, 224, 224)
