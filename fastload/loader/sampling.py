@@ -272,12 +272,14 @@ class BatchOrder:
             raise ValueError(f"state was saved for a dataset of {state['num_items']} samples, "
                              f"but this loader's dataset has {self.num_items}")
         own = self.own
-        if (own is not None and state.get("world_size") == own.num_replicas
-                and state["batches_yielded"] > len(self.batch_sampler)):
-            raise ValueError(
-                f"state has batches_yielded={state['batches_yielded']}, but an epoch of this "
-                f"loader has {len(self.batch_sampler)} batches; pass a state_dict() saved by "
-                "a loader with the same dataset, batch_size and world size")
+        if own is not None and state.get("world_size") == own.num_replicas:
+            per_epoch = len(own) // self.batch_size if self.drop_last \
+                else math.ceil(len(own) / self.batch_size)  # what the BatchSampler over own gives
+            if state["batches_yielded"] > per_epoch:
+                raise ValueError(
+                    f"state has batches_yielded={state['batches_yielded']}, but an epoch of this "
+                    f"loader has {per_epoch} batches; pass a state_dict() saved by a loader "
+                    "with the same dataset, batch_size and world size")
         state = dict(state)
         if own is not None and state["remaining"] is None:
             self._plan_own_resume(state)
