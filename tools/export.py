@@ -59,7 +59,14 @@ def _print_report(report) -> None:
           + ("" if change is None else f" (change {100 * change:+.1f} points)"))
 
 
+_FLAGS = {"quantize": "--quantize", "calibration_batches": "--calibration-batches",
+          "skip_quantize": "--skip-quantize", "data": "--data", "output": "--output",
+          "latency_batches": "--latency-batches", "checkpoint": "CHECKPOINT"}
+
+
 def run(args: argparse.Namespace) -> int:
+    """Exit status 2 for a wrong option or checkpoint kind, 1 for missing files or a failed export."""
+    from fastload.tools.cli import EXIT_FAILURE, EXIT_USAGE, report_error
     from fastload.train.export import export_checkpoint, sensitivity
 
     try:
@@ -79,14 +86,15 @@ def run(args: argparse.Namespace) -> int:
         if args.quantize is None:
             print("fastload export: error: give --quantize dynamic, static or qat (or --sensitivity)",
                   file=sys.stderr)
-            return 2
+            return EXIT_USAGE
         report = export_checkpoint(
             args.checkpoint, args.output, args.data, quantize=args.quantize,
             calibration_batches=args.calibration_batches, skip_quantize=tuple(args.skip_quantize),
             latency_batches=tuple(args.latency_batches), compile=not args.no_compile)
-    except (ValueError, FileNotFoundError) as error:
-        print(f"fastload export: error: {error}", file=sys.stderr)
-        return 2
+    except ValueError as error:
+        return report_error("export", error, _FLAGS, EXIT_USAGE)
+    except (OSError, RuntimeError) as error:
+        return report_error("export", error, _FLAGS, EXIT_FAILURE)
     if args.json:
         print(json.dumps(report.as_dict(), indent=2))
         return 0

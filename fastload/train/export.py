@@ -250,6 +250,9 @@ def export_checkpoint(
 
     if quantize not in QUANTIZE_MODES:
         raise ValueError(f"quantize should be one of {QUANTIZE_MODES}, but got quantize={quantize!r}")
+    if quantize == "dynamic" and skip_quantize:
+        raise ValueError(f"skip_quantize applies to quantize='static' (and 'qat' at training time), "
+                         f"but got skip_quantize={tuple(skip_quantize)!r} with quantize='dynamic'")
     model, config = model_from_checkpoint(checkpoint)
     is_qat = bool(config.get("qat"))
     if (quantize == "qat") != is_qat:
