@@ -26,6 +26,7 @@ import torch
 
 from . import dali_backend, geometry, graph, scaled_decode, torch_resample
 from .buffers import BatchBuffers
+from .scaled_decode import available as scaled_decode_available
 from .translate import TransformPlan
 
 __all__ = ["BatchDecodeError", "BatchDecoder"]
@@ -168,7 +169,8 @@ class BatchDecoder:
         self.device_id = device_id
         self.queue_depth = queue_depth
         self.hw_decoder_load = hw_decoder_load
-        self.scaled_decode = scaled_decode if self.resampler == "torch" else "off"
+        use_scaled = self.resampler == "torch" and scaled_decode_available()
+        self.scaled_decode = scaled_decode if use_scaled else "off"
         self.scaled_batches = 0  # batches decoded on the scaled path (the rest ran DALI)
         self._names = graph.input_names(plan, resample=self.resampler == "dali")
         self._pending: collections.deque = collections.deque()  # (feeds, encoded, params)

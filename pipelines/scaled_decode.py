@@ -29,7 +29,8 @@ from . import geometry as g
 from . import torch_resample
 from .translate import TransformPlan
 
-__all__ = ["MAX_PIXEL_RATIO", "MIN_PIXELS", "ScaledBatch", "ScaledDecodeError", "decode_batch",
+__all__ = ["MAX_PIXEL_RATIO", "MIN_PIXELS", "ScaledBatch", "ScaledDecodeError", "available",
+           "decode_batch",
            "decode_sample", "describe", "eighths", "jpeg_is_sequential", "worth_it"]
 
 # The scaled path pays off when it decodes far fewer pixels than DALI's region decode would
@@ -45,6 +46,13 @@ MIN_PIXELS = 500_000
 
 _SOF_SEQUENTIAL = (0xC0, 0xC1)  # baseline, extended sequential (Huffman)
 _SOF_OTHER = frozenset(range(0xC2, 0xD0)) - {0xC4, 0xC8, 0xCC}  # progressive, lossless, ...
+
+
+def available() -> bool:
+    """simplejpeg is importable (a core dependency; without it the DALI path runs)."""
+    import importlib.util
+
+    return importlib.util.find_spec("simplejpeg") is not None
 
 
 def jpeg_is_sequential(data: np.ndarray | bytes) -> bool:
@@ -200,7 +208,7 @@ class ScaledBatch:
 
 def describe(plan: TransformPlan, device: str) -> str:
     """One line: how a plan's JPEGs are decoded on ``device`` ("cpu" or "cuda"/"gpu")."""
-    if device == "cpu" and torch_resample.eligible(plan):
+    if device == "cpu" and torch_resample.eligible(plan) and available():
         return (f"decode: sequential JPEGs of >= {MIN_PIXELS / 1e6:g} MP at a 1/8..8/8 DCT scale "
                 "(simplejpeg, in the resample threads) when that decodes <= "
                 f"{MAX_PIXEL_RATIO:.0%} of the pixels of a full-size region decode; "
