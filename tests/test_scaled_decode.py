@@ -194,3 +194,18 @@ def test_loader_names_a_corrupt_highres_file_or_skips_it(tmp_path):
     with pytest.warns(RuntimeWarning, match=bad.name):
         batches = list(fastload.DataLoader(dataset, batch_size=2, device="cpu", on_error="skip"))
     assert batches[0][0].shape == (1, 3, 224, 224)
+
+
+def test_a_batch_holding_a_png_runs_dali_for_the_whole_batch(highres):
+    buffer = io.BytesIO()
+    highres[1][2].save(buffer, format="PNG", compress_level=1)
+    photos = [highres[0], (buffer.getvalue(), highres[1][1], highres[1][2])]
+    out, scaled = _decode(VAL, photos)
+    assert scaled == 0
+    assert _worst_mad(out, [VAL(p[2]) for p in photos]) <= 0.01
+
+
+def test_the_plan_names_the_decode_per_device():
+    plan = translate(VAL)
+    assert "DCT scale" in sd.describe(plan, "cpu")
+    assert sd.describe(plan, "cuda") == "decode: DALI's decoder (full size or region)"
