@@ -31,6 +31,7 @@ from collections.abc import Callable
 
 import torch
 
+from fastload.loader.stall import StallMeter
 from fastload.train.amp import NanGuard, make_scaler
 from fastload.train.config import FinetuneConfig, FinetuneResult, resolve_data, validate_config
 from fastload.train.finetune_data import (
@@ -41,7 +42,7 @@ from fastload.train.finetune_data import (
     train_val_transforms,
 )
 from fastload.train.loop import Run, epoch_stats, evaluate, train_one_epoch
-from fastload.train.metrics import EpochStats, JsonLog, MemoryMonitor, StepTimer
+from fastload.train.metrics import EpochStats, JsonLog, MemoryMonitor
 
 __all__ = ["FinetuneConfig", "FinetuneResult", "evaluate", "finetune", "resolve_data"]
 
@@ -227,7 +228,10 @@ def finetune(config: FinetuneConfig, *, loss_hook=None) -> FinetuneResult:
 
         monitor = MemoryMonitor(device)
         monitor.set_baseline()
-        timer = StepTimer(device)
+        # The data-stall meter users get (fastload.StallMeter) splits each epoch into waiting
+        # for batches and the loop's work; on CUDA it syncs so queued kernels count as work.
+        sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else None
+        metered = StallMeter(train_loader, sync=sync)
         epochs: list[EpochStats] = []
         for epoch in range(start_epoch, config.epochs):
             first = micro_done if epoch == start_epoch else 0
@@ -244,9 +248,8 @@ def finetune(config: FinetuneConfig, *, loss_hook=None) -> FinetuneResult:
                        unit="batch", disable=not (config.progress and rank == 0), leave=False)
             monitor.start()
             started = time.perf_counter()
-            timer.reset()
             steps_before = run.step
-            totals = train_one_epoch(run, train_loader, epoch, first, timer, bar, save)
+            totals = train_one_epoch(run, metered, epoch, first, bar, save)
             train_time = time.perf_counter() - started
             peak, peak_above = monitor.stop()
             bar.close()
@@ -257,7 +260,8 @@ def finetune(config: FinetuneConfig, *, loss_hook=None) -> FinetuneResult:
             val = (0, 0, 0.0)
             if val_loader is not None:
                 val = evaluate(model, val_loader, device, config.amp, config.channels_last)
-            stats = epoch_stats(run, epoch, totals, val, train_time, timer, (peak, peak_above),
+            stats = epoch_stats(run, epoch, totals, val, train_time, metered.last_epoch,
+                                 (peak, peak_above),
                                  run.step - steps_before)
             epochs.append(stats)
             jlog(stats.as_dict())

@@ -12,9 +12,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from fastload.loader.stall import EpochStall
 from fastload.train.amp import NanGuard, autocast, grad_norm
 from fastload.train.config import FinetuneConfig
-from fastload.train.metrics import EpochStats, JsonLog, StepTimer, all_reduce, to_mib
+from fastload.train.metrics import EpochStats, JsonLog, all_reduce, to_mib
 
 __all__ = ["EpochTotals", "Run", "epoch_stats", "evaluate", "optimizer_step", "train_one_epoch"]
 
@@ -74,8 +75,7 @@ class EpochTotals:
     stopped: bool = False  # max_steps was reached
 
 
-def optimizer_step(run: Run, epoch: int, loss: float, inputs_ok: bool, losses_ok: bool,
-                    timer: StepTimer) -> None:
+def optimizer_step(run: Run, epoch: int, loss: float, inputs_ok: bool, losses_ok: bool) -> None:
     """End of an accumulation window: step unless anything was non-finite on any rank."""
     scaler, optimizer = run.scaler, run.optimizer
     if scaler.is_enabled():
@@ -91,7 +91,6 @@ def optimizer_step(run: Run, epoch: int, loss: float, inputs_ok: bool, losses_ok
     current_lr = optimizer.param_groups[0]["lr"]
     run.scheduler.step()
     run.step += 1
-    timer.step_done()
     run.jlog({"event": "step", "epoch": epoch, "step": run.step, "loss": loss, "lr": current_lr,
               "grad_norm": norm, "loss_scale": scale, "skipped": not ok})
     if ok:
@@ -102,8 +101,7 @@ def optimizer_step(run: Run, epoch: int, loss: float, inputs_ok: bool, losses_ok
                               model=run.model)
 
 
-def train_one_epoch(run: Run, train_loader, epoch: int, first: int, timer: StepTimer, bar,
-                     save) -> EpochTotals:
+def train_one_epoch(run: Run, train_loader, epoch: int, first: int, bar, save) -> EpochTotals:
     """Micro-batches ``first..`` of ``epoch``; an optimizer step at the end of each window of
     ``accum_steps`` (DDP syncs gradients only then); ``save(epoch, micro)`` every
     ``checkpoint_every`` steps."""
@@ -111,7 +109,6 @@ def train_one_epoch(run: Run, train_loader, epoch: int, first: int, timer: StepT
     totals = EpochTotals(micro=first)
     inputs_ok = losses_ok = True  # over the micro-batches of the current window
     for images, labels in train_loader:
-        timer.batch_ready()
         images = images.to(device, non_blocking=True)
         labels = labels.to(device, non_blocking=True)
         if config.channels_last:
@@ -138,9 +135,8 @@ def train_one_epoch(run: Run, train_loader, epoch: int, first: int, timer: StepT
         totals.micro += 1
         bar.update(1)
         if not last:
-            timer.step_done()
             continue
-        optimizer_step(run, epoch, value, inputs_ok, losses_ok, timer)
+        optimizer_step(run, epoch, value, inputs_ok, losses_ok)
         inputs_ok = losses_ok = True
         bar.set_postfix(loss=f"{value:.3f}", refresh=False)
         if config.checkpoint_every and run.step % config.checkpoint_every == 0:
@@ -152,12 +148,12 @@ def train_one_epoch(run: Run, train_loader, epoch: int, first: int, timer: StepT
 
 
 def epoch_stats(run: Run, epoch: int, totals: EpochTotals, val: tuple[int, int, float],
-                 train_time: float, timer: StepTimer, peaks: tuple[int, int],
+                 train_time: float, stall: EpochStall, peaks: tuple[int, int],
                  steps: int) -> EpochStats:
     """One epoch's figures over all ranks: counts and losses summed, times and memory maxed."""
     peak, peak_above = peaks
     sums = all_reduce([totals.images, totals.loss_sum, totals.loss_count, *val], "sum", run.world)
-    maxes = all_reduce([train_time, timer.data_wait, timer.compute, peak_above, peak], "max", run.world)
+    maxes = all_reduce([train_time, stall.wait_s, stall.busy_s, peak_above, peak], "max", run.world)
     return EpochStats(
         epoch=epoch, images=int(sums[0]), epoch_time_s=maxes[0], data_wait_s=maxes[1],
         compute_s=maxes[2], train_loss=sums[1] / sums[2] if sums[2] else float("nan"),

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["MemoryMonitor", "StepTimer", "EpochStats", "JsonLog", "all_reduce", "rss_bytes"]
+__all__ = ["MemoryMonitor", "EpochStats", "JsonLog", "all_reduce", "rss_bytes"]
 
 _SAMPLE_SECONDS = 0.002  # RSS sampling period of the monitor thread
 _MIB = 1 << 20
@@ -99,38 +99,6 @@ class MemoryMonitor:
         if maxrss > self._maxrss_before:  # the kernel saw a new high-water mark in the window
             peak = max(peak, maxrss)
         return peak, max(0, peak - self.baseline)
-
-
-class StepTimer:
-    """Splits wall time into waiting for the next batch and computing on it.
-
-    Call ``batch_ready()`` when ``next(loader)`` returns and ``step_done()`` after the
-    optimizer work for that batch; on CUDA ``step_done`` synchronizes first, so compute time
-    is the device's, not the launch time.
-    """
-
-    def __init__(self, device: torch.device) -> None:
-        self.device = device
-        self.data_wait = 0.0
-        self.compute = 0.0
-        self._mark = time.perf_counter()
-
-    def reset(self) -> None:
-        self.data_wait = 0.0
-        self.compute = 0.0
-        self._mark = time.perf_counter()
-
-    def batch_ready(self) -> None:
-        now = time.perf_counter()
-        self.data_wait += now - self._mark
-        self._mark = now
-
-    def step_done(self) -> None:
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-        now = time.perf_counter()
-        self.compute += now - self._mark
-        self._mark = now
 
 
 @dataclass
