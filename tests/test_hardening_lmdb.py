@@ -100,7 +100,8 @@ def test_sidecar_count_that_differs_from_lmdb_entries_is_refused(db):
     meta = json.loads((db / META_FILE).read_text())
     meta["count"] = 40
     (db / META_FILE).write_text(json.dumps(meta))
-    (db / "labels.i32").write_bytes((db / "labels.i32").read_bytes()[:160])
+    for sidecar in ("labels.i32", "checksums.crc32"):  # consistent with count=40
+        (db / sidecar).write_bytes((db / sidecar).read_bytes()[:160])
     with pytest.raises(DamagedDatabase, match="holds 48 records but its fastload.json says count=40"):
         LMDBReader(db)
 

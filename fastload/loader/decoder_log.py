@@ -67,9 +67,10 @@ class StderrWatch:
         self._thread = threading.Thread(target=self._pump, name="fastload-stderr", daemon=True)
         self._thread.start()
 
-    def fence(self) -> tuple[list[str], list[str]]:
+    def fence(self, take: bool = True) -> tuple[list[str], list[str]]:
         """``(corrupt-data lines, error lines)`` the decoder printed since the last fence
-        (possibly for a batch still in flight), once every earlier write to fd 2 is read."""
+        (possibly for a batch still in flight), once every earlier write to fd 2 is read.
+        ``take=False`` only waits for that and leaves the lines to the next fence."""
         with self._cond:
             if self._stopped:
                 return [], []
@@ -78,6 +79,8 @@ class StderrWatch:
         os.write(self._write_fd, _FENCE + b"%d\n" % number)  # outside the lock: may block
         with self._cond:
             self._cond.wait_for(lambda: self._fences_seen >= number, timeout=_FENCE_TIMEOUT)
+            if not take:
+                return [], []
             reports, self._reports = self._reports, []
             errors, self._errors = self._errors, []
         return reports, errors
@@ -183,9 +186,12 @@ class WatchHandle:
         return shared.fence()
 
     def close(self) -> None:
+        """Give back this share; everything written to fd 2 so far has reached the real
+        stderr when it returns (the last user also stops the watch)."""
         shared, self._watch = self._watch, None
         if shared is None or shared._pid != os.getpid():
             return
+        shared.fence(take=False)  # the lines belong to whoever iterates, not to this handle
         with _LOCK:
             shared.users -= 1
             if shared.users > 0:
