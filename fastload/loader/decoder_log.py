@@ -13,7 +13,10 @@ lines are kept (never shown); every other byte goes on to the original stderr at
 :meth:`StderrWatch.fence` writes a marker through the pipe and waits until the thread has
 read it, so every line a decode wrote before the caller's ``fetch()`` returned is counted.
 Decoder lines printed by other code of the same process while a loader iterates are
-swallowed too. Fork: a child does not inherit the watch (it starts its own if needed).
+swallowed too. The lines carry no sample name, so the iterator that fences traces them to
+its own batch by decoding it again one image at a time; with two iterators advancing in
+turn, a report can be claimed by the one that did not cause it (not traced: a known gap).
+Fork: a child does not inherit the watch (it starts its own if needed).
 """
 
 from __future__ import annotations
