@@ -166,3 +166,17 @@ def test_enospc_injected_at_a_sidecar_write_is_one_error_and_resumable(source, t
     fresh = convert_folder(source, tmp_path / "fresh", workers=1, commit_every=40, max_side=64,
                            progress=False)
     assert dump(dst) == dump(fresh.path)
+
+
+def test_resuming_a_partial_whose_data_mdb_was_cut_short_is_an_error_not_sigbus(source,
+                                                                                tmp_path):
+    dst = tmp_path / "db"
+    env = {**os.environ, "FASTLOAD_TEST_CRASH": "after_progress:20"}
+    result = subprocess.run(command(source, dst), env=env, capture_output=True, timeout=300)
+    assert result.returncode == -signal.SIGKILL
+    with open(dst / "data.mdb", "r+b") as handle:
+        handle.truncate((dst / "data.mdb").stat().st_size // 2)
+    result = subprocess.run(command(source, dst), capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1, result.stderr
+    assert "cannot resume the partial conversion" in result.stderr
+    assert "truncated" in result.stderr and "overwrite" in result.stderr

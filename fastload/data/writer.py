@@ -219,6 +219,14 @@ class LMDBWriter:
         self._crash_point, self._crash_at = _crash_hook()
         self._crash_seen = 0
         existing = (dst / DATA_FILE).stat().st_size if (dst / DATA_FILE).exists() else 0
+        if existing:  # a partial cut short (a half copy) must not SIGBUS the resume
+            from fastload.data.lmdb_meta import DamagedDatabase, check_data_file
+
+            try:
+                check_data_file(dst / DATA_FILE)
+            except DamagedDatabase as exc:
+                raise DamagedDatabase(f"cannot resume the partial conversion in {str(dst)!r}: "
+                                      f"{exc}; or pass overwrite=True to start over") from None
         self._map_size = max(MIN_MAP_SIZE, int(map_size), 2 * existing)
         self._lmdb = lmdb
         try:
