@@ -146,8 +146,10 @@ class SetVerifyReport:
 
     def summary(self) -> str:
         verdict = "OK" if self.ok else f"FAILED: {len(self.bad)} problem(s)"
+        written = "; manifest completed" if self.manifest_written else ""
         return (f"{verdict}: {self.found}/{self.expected} records in {self.shards} shards, "
-                f"{self.checksums_checked} checksums checked, {self.decoded} images decoded")
+                f"{self.checksums_checked} checksums checked, {self.decoded} images decoded"
+                f"{written}")
 
 
 def verify_set(path: str | os.PathLike, full: bool = False, sample: int = 64,
