@@ -200,3 +200,17 @@ def test_a_loader_whose_samples_live_in_one_shard_opens_only_that_shard(source, 
                                  strict=True)
     assert [labels.tolist() for _, labels in loader] == [dataset.targets[:2], dataset.targets[2:3]]
     assert dataset.reader.opened_shards == [0]
+
+
+def test_processes_completing_the_manifest_at_once_agree_on_one_file(source, tmp_path):
+    dst = tmp_path / "set"
+    convert_folder(source, dst, workers=1, progress=False, shards=3)
+    (dst / MANIFEST_FILE).unlink()
+    code = ("import json, sys; from fastload.data.manifest import complete_manifest; "
+            "print(json.dumps(complete_manifest(sys.argv[1], 3)['shards']))")
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(dst)], stdout=subprocess.PIPE)
+             for _ in range(4)]
+    answers = [json.loads(p.communicate(timeout=60)[0]) for p in procs]
+    assert all(answer == answers[0] for answer in answers)
+    assert json.loads((dst / MANIFEST_FILE).read_text())["shards"] == answers[0]
+    assert verify_set(dst).ok
