@@ -11,8 +11,9 @@ auto-augmentations, a ``Lambda``) receives a PIL image made from it.
 Random draws: each sample runs with torch's default generator, Python's ``random`` and
 NumPy's global generator seeded from that sample's seed, so a sample's augmentation depends
 only on its seed. Samples of transforms :mod:`~fastload.pipelines.augment` replays with an
-explicit generator run in parallel threads (torch ops release the GIL); the rest run one
-at a time, the global generators' states restored after each batch.
+explicit generator run in parallel threads (torch ops release the GIL); the rest run in
+forked worker processes (:func:`process_pool`), or, without one, one at a time in the
+calling thread, the global generators' states restored after each batch.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import torch
 
 from . import augment
 
-__all__ = ["Suffix", "tensor_capable"]
+__all__ = ["Suffix", "process_pool", "tensor_capable"]
 
 _GLOBAL_RNG = threading.Lock()
 _CONTAINERS = ("Compose", "RandomApply", "RandomChoice", "RandomOrder")
@@ -95,15 +96,22 @@ class Suffix:
             if pil and (_to_float(t) or _to_uint8(t) or not tensor_capable(t)):
                 pil = False
             names.append(label)
-        how = "threads, replayed draws" if self.threaded else "one at a time, seeded global RNG"
+        how = "replayed draws" if self.threaded else "seeded global RNG"
         return " -> ".join(names) + f" [{how}]"
 
     def run(self, images: torch.Tensor, seeds: Sequence[int], pool: Any = None) -> list[Any]:
-        """The suffix's output for each sample ``images[j]``, drawn from ``seeds[j]``."""
-        if self.threaded and pool is not None and len(seeds) > 1:
-            return list(pool.map(self._replayed, [images[j] for j in range(len(seeds))], seeds))
+        """The suffix's output for each sample ``images[j]``, drawn from ``seeds[j]``.
+
+        ``pool``: a thread pool (for a ``threaded`` suffix) or a process pool made by
+        :func:`process_pool` for this suffix (each process has its own global generators)."""
+        samples = [images[j] for j in range(len(seeds))]
+        if pool is not None and len(seeds) > 1:
+            fn = self._replayed if self.threaded else _in_worker
+            chunk = max(1, len(seeds) // (4 * getattr(pool, "_max_workers", 1)))
+            kwargs = {} if self.threaded else {"chunksize": chunk}
+            return list(pool.map(fn, samples, seeds, **kwargs))
         if self.threaded:
-            return [self._replayed(images[j], s) for j, s in enumerate(seeds)]
+            return [self._replayed(x, s) for x, s in zip(samples, seeds, strict=True)]
         with _GLOBAL_RNG:
             saved = torch.default_generator.get_state(), random.getstate(), np.random.get_state()
             try:
@@ -133,6 +141,29 @@ class Suffix:
             if not done:
                 x = t(x)
         return x
+
+
+_WORKER: list[Suffix] = []
+
+
+def _init_worker(suffix: Suffix) -> None:
+    _WORKER.append(suffix)
+    torch.set_num_threads(1)  # one process per core, as torch's DataLoader workers
+
+
+def _in_worker(x: Any, seed: int) -> Any:
+    return _WORKER[0]._global(x, seed)
+
+
+def process_pool(suffix: Suffix, processes: int) -> Any:
+    """``processes`` forked worker processes that run ``suffix`` one sample per task, each
+    with its own global generators (seeded per sample), for a suffix whose draws are not
+    replayed. The suffix is inherited through fork, not pickled; inputs and outputs are."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    return ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("fork"),
+                               initializer=_init_worker, initargs=(suffix,))
 
 
 def _enter(t, x: Any, pil: bool) -> tuple[Any, bool, bool]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 import warnings
 
+import numpy as np
 import pytest
 import torch
 import torchvision.transforms as v1
@@ -41,7 +42,8 @@ def assert_like_torch(dataset, epochs=3, tolerance=0.15, seed=0, **kwargs):
         warnings.simplefilter("error", FallbackWarning)
         fast = fastload.DataLoader(dataset, batch_size=16, num_workers=2, seed=seed, **kwargs)
     torch.manual_seed(seed)
-    random.seed(seed)  # timm's augmentations draw from Python's random
+    random.seed(seed)  # timm's augmentations draw from Python's random and NumPy's generator
+    np.random.seed(seed)
     ours = _batches(fast, epochs)
     ref = _batches(TorchDataLoader(dataset, batch_size=16, **kwargs), epochs)
     assert ours.shape == ref.shape and ours.dtype == ref.dtype
@@ -98,7 +100,7 @@ def test_plan_names_what_runs_where(synth_root):
     text = str(loader.plan)
     assert "DALI graph: decode -> RandomResizedCrop -> RandomHorizontalFlip" in text
     assert "torch suffix (per sample): RandAugment -> PILToTensor" in text
-    assert "RandomErasing [threads, replayed draws]" in text
+    assert "RandomErasing [replayed draws]\ntorch suffix runs: 1 thread(s)" in text
 
 
 TIMM = {

@@ -133,3 +133,15 @@ def test_v2_suffix_is_reproducible_from_the_seed(synth_root):
     dataset = ImageFolder(synth_root / "train", transform)
     runs = [next(iter(fastload.DataLoader(dataset, batch_size=8, seed=9)))[0] for _ in range(2)]
     assert torch.equal(runs[0], runs[1])
+
+
+def test_unreplayed_suffix_runs_where_measured_faster_with_the_same_batches(synth_root):
+    transform = v2.Compose([v2.RandomResizedCrop(32), v2.RandAugment(), v2.PILToTensor()])
+    dataset = ImageFolder(synth_root / "train", transform)
+    loader = fastload.DataLoader(dataset, batch_size=6, seed=4, num_workers=2)
+    assert "measuring" in str(loader.plan)
+    measured = torch.cat([images for images, _ in loader])
+    assert loader._stage.choice in ("here", "processes")
+    assert "ms/sample here" in str(loader.plan)
+    alone = torch.cat([images for images, _ in fastload.DataLoader(dataset, batch_size=6, seed=4)])
+    assert torch.equal(measured, alone)

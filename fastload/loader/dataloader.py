@@ -152,7 +152,7 @@ class DataLoader:
         self._stage = SampleStage(split.suffix if split is not None else None,
                                   self.collate_fn, self.num_workers)
         self.plan = make_plan(split, collate_fn, self.device.type, max(1, self.num_workers),
-                              reason)
+                              reason, self._stage)
         if reason is not None:
             if strict:
                 raise ValueError(f"fastload.DataLoader cannot run this on DALI: {reason} "
