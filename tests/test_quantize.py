@@ -112,6 +112,7 @@ def test_sensitivity_measures_the_top1_change_of_each_layer_group(fp32_checkpoin
     for cost in costs:
         assert 0.0 <= cost.top1 <= 1.0 and cost.change == cost.top1 - base
         assert abs(cost.change) <= ONE_VAL_IMAGE  # one group alone costs at most one image here
+    assert all(c.loss_change != 0.0 for c in costs)  # int8 rounding moves every group's logits
 
 
 def test_export_cli_reports_static_int8_as_json(fp32_checkpoint, tmp_path, capsys):

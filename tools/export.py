@@ -77,10 +77,11 @@ def run(args: argparse.Namespace) -> int:
                 print(json.dumps({"fp32_top1": base, "groups": [c.__dict__ for c in costs]}, indent=2))
                 return 0
             print(f"fp32 val top-1: {_percent(base)}; one layer group quantized at a time (static):")
-            print("| layer group | val top-1 | change (points) |")
-            print("|---|---:|---:|")
+            print("| layer group | val top-1 | change (points) | val loss change |")
+            print("|---|---:|---:|---:|")
             for cost in costs:
-                print(f"| {cost.group} | {_percent(cost.top1)} | {100 * cost.change:+.1f} |")
+                print(f"| {cost.group} | {_percent(cost.top1)} | {100 * cost.change:+.1f} | "
+                      f"{cost.loss_change:+.4f} |")
             print("keep the costly groups in float with --skip-quantize GROUP ...")
             return 0
         if args.quantize is None:

@@ -87,6 +87,7 @@ class LayerCost:
     group: str
     top1: float
     change: float
+    loss_change: float  # val cross-entropy change: a finer signal where top-1 ties
 
 
 def quantize_dynamic_int8(model: nn.Module) -> nn.Module:
@@ -202,12 +203,17 @@ def _loaders(config: dict, data: str | None, batch_size: int = 32):
 
 
 def _top1(model, loader) -> float | None:
+    return _evaluate(model, loader)[0]
+
+
+def _evaluate(model, loader) -> tuple[float | None, float | None]:
+    """``(val top-1, mean val cross-entropy)`` on CPU, or Nones without a loader."""
     from fastload.train.loop import evaluate
 
     if loader is None:
-        return None
-    correct, total, _ = evaluate(model, loader, torch.device("cpu"), "off", False)
-    return correct / total if total else None
+        return None, None
+    correct, total, loss_sum = evaluate(model, loader, torch.device("cpu"), "off", False)
+    return (correct / total, loss_sum / total) if total else (None, None)
 
 
 def _convert_static(fp32: nn.Module, img_size: int, calibration, batches: int,
@@ -322,10 +328,10 @@ def sensitivity(
             "pass data (a DATA folder with val/ or val.lmdb/)")
     groups = list(groups) if groups is not None else layer_groups(model)
     resolve_skip(model, groups)  # every group names a module
-    base = _top1(model, val)
+    base, base_loss = _evaluate(model, val)
     costs = []
     for group in groups:
         int8, _ = _convert_static(model, config["img_size"], calibration, calibration_batches, only=group)
-        top1 = _top1(int8, val)
-        costs.append(LayerCost(group=group, top1=top1, change=top1 - base))
+        top1, loss = _evaluate(int8, val)
+        costs.append(LayerCost(group=group, top1=top1, change=top1 - base, loss_change=loss - base_loss))
     return base, costs
