@@ -46,6 +46,15 @@ def test_two_iterators_of_one_loader_both_run_a_full_epoch_as_in_torch(val):
     assert len(list(t1)) == len(list(t2)) == 4
 
 
+def test_two_shuffled_iterators_run_two_epochs_each_with_its_own_order(val):
+    loader = fastload.DataLoader(val, batch_size=4, shuffle=True, seed=9)
+    it1, it2 = iter(loader), iter(loader)
+    first, second = _indices(loader, it1), _indices(loader, it2)
+    reference = fastload.DataLoader(val, batch_size=4, shuffle=True, seed=9)
+    assert [first, second] == [_indices(reference, iter(reference)) for _ in range(2)]
+    assert first != second and sorted(first) == sorted(second) == list(range(16))
+
+
 def test_a_second_iterator_releases_its_own_graph_when_it_ends(val):
     loader = fastload.DataLoader(val, batch_size=8)
     it1 = iter(loader)

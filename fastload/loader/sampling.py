@@ -223,11 +223,12 @@ class BatchOrder:
         return self.current
 
     def _own_batches(self, start: int, offset: int = 0) -> Iterator[list[int]]:
+        # The order is drawn now, not at the first next(): a second iterator's epoch may
+        # set the sampler's epoch meanwhile.
         order = self.own.indices(offset)
         size = self.batch_size
         stop = len(order) - len(order) % size if self.drop_last else len(order)
-        for begin in range(start * size, stop, size):
-            yield order[begin : begin + size].tolist()
+        return (order[begin : begin + size].tolist() for begin in range(start * size, stop, size))
 
     def finish_epoch(self) -> None:
         """The current epoch ran to its end."""
