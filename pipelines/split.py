@@ -95,12 +95,10 @@ def split(transform) -> SplitPlan:
         raise UnsupportedTransform(
             "transform=None", "the dataset would yield PIL images, not tensors; add ToTensor()")
     flat = flatten(transform)
-    first_error: UnsupportedTransform | None = None
     for k in range(len(flat), -1, -1):
         try:
             prefix, state = translate_list(flat[:k], pil_end=True)
-        except UnsupportedTransform as err:
-            first_error = first_error or err
+        except UnsupportedTransform:
             continue
         break
     rest = flat[k:]
@@ -116,8 +114,8 @@ def split(transform) -> SplitPlan:
             "ToTensor() so it receives a tensor")
     if not _fixed_size(prefix.steps):
         raise UnsupportedTransform(
-            _name(rest[0]), f"the torch suffix would start on images of varying size ({first_error});"
-            " put a crop (e.g. CenterCrop) before it")
+            _name(rest[0]), "it would start the torch suffix on images of varying size (the "
+            f"DALI part ends with {prefix.source}); put a crop such as CenterCrop before it")
     suffix = Suffix(rest, state)
     if suffix.final_state == "pil":
         raise UnsupportedTransform(" -> ".join(map(_name, flat)),
