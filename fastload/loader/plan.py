@@ -99,18 +99,21 @@ class SampleStage:
         """The batch for decoded ``images`` (one per sample) and per-sample ``labels``."""
         if self.suffix:
             seeds = [mix_seed(seed, j) for j in range(len(labels))]
-            pool = self._pool_for(images) if len(labels) > 1 else None
-            if pool is not None and not self.suffix.threaded and self.choice is None:
+            measuring = (not self.suffix.threaded and self.choice is None and len(labels) > 1
+                         and self._threads > 1 and images.device.type == "cpu")
+            if measuring:
                 measured = len(self._times["here"]) + len(self._times["processes"])
                 where = "here" if measured % 2 == 0 else "processes"
+                pool = self._pool_for(images) if where == "processes" else None
                 start = time.perf_counter()
-                samples = self.suffix.run(images, seeds, pool if where == "processes" else None)
+                samples = self.suffix.run(images, seeds, pool)
                 self._times[where].append((time.perf_counter() - start) / len(seeds))
                 if measured == 3:
                     self.choice = min(self._times, key=lambda k: min(self._times[k]))
                     if self.choice == "here":
                         self.close()  # the processes lost: stop them
             else:
+                pool = self._pool_for(images) if len(labels) > 1 else None
                 samples = self.suffix.run(images, seeds, pool)
         else:
             samples = list(images.unbind(0))
