@@ -150,11 +150,9 @@ class SampleStage:
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
 
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass
+    # No __del__: an unreferenced ProcessPoolExecutor stops its workers itself (its weakref
+    # callback wakes the management thread); shutting it down from a finalizer run by the
+    # garbage collector at an arbitrary point could wait on a lock its own thread holds.
 
 
 def sample_labels(source: Any, indices: list[int]) -> list[Any]:
