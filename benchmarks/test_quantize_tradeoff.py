@@ -9,8 +9,8 @@ under ``torch.compile`` with Inductor freezing, dynamic runs both eagerly (see
 ``fastload.train.export``). Targets (issue 15): latency <= 0.6, size <= 0.3, top-1 >= -1.0
 (static) and >= -0.5 points (qat). Nothing here asserts a timing.
 
-    .venv/bin/python -m pytest -q -s benchmarks/test_quantize.py          # measure (224 px)
-    .venv/bin/python -m pytest -q benchmarks/test_quantize.py --benchmark-disable  # smoke, 32 px
+    .venv/bin/python -m pytest -q -s benchmarks/test_quantize_tradeoff.py          # measure (224 px)
+    .venv/bin/python -m pytest -q benchmarks/test_quantize_tradeoff.py --benchmark-disable  # smoke, 32 px
 
 ``FASTLOAD_QUANT_DATA=DIR`` uses an existing DATA folder (train/ + val/, or the LMDBs) instead of
 generating one; ``FASTLOAD_QUANT_IMG``, ``_TRAIN``, ``_VAL``, ``_EPOCHS`` size the run;
