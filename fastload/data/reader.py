@@ -129,22 +129,30 @@ def load_meta(path: Path) -> dict:
     return meta
 
 
+def _load_sidecar_array(path: Path, meta: dict, kind: str, default_file: str,
+                        default_dtype: str, fix: str):
+    """The per-record ``kind`` array (labels, checksums) beside ``path``'s data.mdb, checked
+    against the record count; a missing or short file is one error naming it and ``fix``."""
+    import numpy as np
+
+    sidecar = path / meta.get(f"{kind}_file", default_file)
+    try:
+        values = np.fromfile(sidecar, dtype=meta.get(f"{kind}_dtype", default_dtype))
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{str(sidecar)!r} is missing; {fix}") from None
+    if len(values) != meta["count"]:
+        noun = "labels" if kind == "labels" else "checksums"
+        raise ValueError(f"{str(sidecar)!r} holds {len(values)} {noun} for {meta['count']} "
+                         f"records; {fix}")
+    return values
+
+
 def load_labels(path: Path, meta: dict) -> list[int]:
     """Per-record labels from the labels sidecar, checked against the record count."""
     import numpy as np
 
-    labels_path = path / meta.get("labels_file", LABELS_FILE)
-    try:
-        labels = np.fromfile(labels_path, dtype=meta.get("labels_dtype", LABELS_DTYPE))
-    except FileNotFoundError:
-        raise FileNotFoundError(
-            f"{str(labels_path)!r} is missing; reconvert it with overwrite=True"
-        ) from None
-    if len(labels) != meta["count"]:
-        raise ValueError(
-            f"{str(labels_path)!r} holds {len(labels)} labels for {meta['count']} records; "
-            "reconvert it with overwrite=True"
-        )
+    labels = _load_sidecar_array(path, meta, "labels", LABELS_FILE, LABELS_DTYPE,
+                                 "reconvert it with overwrite=True")
     return labels.astype(np.int64).tolist()
 
 
@@ -152,19 +160,8 @@ def load_checksums(path: Path, meta: dict):
     """Per-record CRC-32s (a uint32 numpy array) from the checksum sidecar."""
     import numpy as np
 
-    checksum_path = path / meta.get("checksum_file", CHECKSUM_FILE)
-    try:
-        checksums = np.fromfile(checksum_path, dtype=meta.get("checksum_dtype", CHECKSUM_DTYPE))
-    except FileNotFoundError:
-        raise FileNotFoundError(
-            f"{str(checksum_path)!r} is missing; restore it or reconvert it with "
-            "overwrite=True"
-        ) from None
-    if len(checksums) != meta["count"]:
-        raise ValueError(
-            f"{str(checksum_path)!r} holds {len(checksums)} checksums for {meta['count']} "
-            "records; restore it or reconvert it with overwrite=True"
-        )
+    checksums = _load_sidecar_array(path, meta, "checksum", CHECKSUM_FILE, CHECKSUM_DTYPE,
+                                    "restore it or reconvert it with overwrite=True")
     return checksums.astype(np.uint32)
 
 
