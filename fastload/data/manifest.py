@@ -185,7 +185,7 @@ def complete_manifest(root: str | os.PathLike, count: int | None = None) -> dict
 
     import numpy as np
 
-    from fastload.data.writer import write_bytes_atomic, write_json_atomic
+    from fastload.data.atomic import write_bytes_atomic, write_json_atomic
 
     root = Path(os.path.abspath(root))
     if count is None:
