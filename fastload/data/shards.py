@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import bisect
 import os
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 
+from fastload.data.format import LABELS_FILE
 from fastload.data.manifest import (
     complete_manifest,
     existing_shard_counts,
@@ -23,6 +23,7 @@ from fastload.data.manifest import (
     pending_shards,
 )
 from fastload.data.reader import LMDBReader
+from fastload.data.verify import VerifyReport
 
 __all__ = ["SetVerifyReport", "ShardedReader", "open_reader", "verify_set"]
 
@@ -128,21 +129,12 @@ def open_reader(path: str | os.PathLike) -> LMDBReader | ShardedReader:
 
 
 @dataclass
-class SetVerifyReport:
-    """:func:`verify_set`'s findings, shaped like ``VerifyReport`` (``ok``, ``summary``)."""
+class SetVerifyReport(VerifyReport):
+    """:func:`verify_set`'s findings: a :class:`VerifyReport` summed over the shards."""
 
-    path: Path
-    expected: int
     found: int = 0
-    checksums_checked: int = 0
-    decoded: int = 0
     shards: int = 0
-    bad: list[tuple[str, str]] = field(default_factory=list)
     manifest_written: bool = False
-
-    @property
-    def ok(self) -> bool:
-        return not self.bad
 
     def summary(self) -> str:
         verdict = "OK" if self.ok else f"FAILED: {len(self.bad)} problem(s)"
@@ -204,7 +196,7 @@ def verify_set(path: str | os.PathLike, full: bool = False, sample: int = 64,
         if pinned is not None and pinned != int(info["checksum_file_crc32"]):
             report.bad.append((info["checksum_file"], "differs from the file the manifest "
                                "was written for (CRC-32 mismatch)"))
-        shard_labels = np.fromfile(shard_dir / "labels.i32", dtype=manifest["labels_dtype"])
+        shard_labels = np.fromfile(shard_dir / LABELS_FILE, dtype=manifest["labels_dtype"])
         if not np.array_equal(shard_labels, labels[int(info["start"]):int(info["stop"])]):
             report.bad.append((manifest["labels_file"], f"labels of {info['path']} differ "
                                "from the set's labels file"))
