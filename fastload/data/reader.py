@@ -129,7 +129,7 @@ def load_meta(path: Path) -> dict:
     return meta
 
 
-def _load_sidecar_array(path: Path, meta: dict, kind: str, default_file: str,
+def load_sidecar_array(path: Path, meta: dict, kind: str, default_file: str,
                         default_dtype: str, fix: str):
     """The per-record ``kind`` array (labels, checksums) beside ``path``'s data.mdb, checked
     against the record count; a missing or short file is one error naming it and ``fix``."""
@@ -151,7 +151,7 @@ def load_labels(path: Path, meta: dict) -> list[int]:
     """Per-record labels from the labels sidecar, checked against the record count."""
     import numpy as np
 
-    labels = _load_sidecar_array(path, meta, "labels", LABELS_FILE, LABELS_DTYPE,
+    labels = load_sidecar_array(path, meta, "labels", LABELS_FILE, LABELS_DTYPE,
                                  "reconvert it with overwrite=True")
     return labels.astype(np.int64).tolist()
 
@@ -160,7 +160,7 @@ def load_checksums(path: Path, meta: dict):
     """Per-record CRC-32s (a uint32 numpy array) from the checksum sidecar."""
     import numpy as np
 
-    checksums = _load_sidecar_array(path, meta, "checksum", CHECKSUM_FILE, CHECKSUM_DTYPE,
+    checksums = load_sidecar_array(path, meta, "checksum", CHECKSUM_FILE, CHECKSUM_DTYPE,
                                     "restore it or reconvert it with overwrite=True")
     return checksums.astype(np.uint32)
 

@@ -13,8 +13,9 @@ import bisect
 import os
 from dataclasses import dataclass
 
-from fastload.data.format import LABELS_FILE
+from fastload.data.format import LABELS_DTYPE, LABELS_FILE
 from fastload.data.manifest import (
+    SET_LABELS_FILE,
     complete_manifest,
     existing_shard_counts,
     is_sharded_set,
@@ -22,7 +23,7 @@ from fastload.data.manifest import (
     manifest_path,
     pending_shards,
 )
-from fastload.data.reader import LMDBReader
+from fastload.data.reader import LMDBReader, load_sidecar_array
 from fastload.data.verify import VerifyReport
 
 __all__ = ["SetVerifyReport", "ShardedReader", "open_reader", "verify_set"]
@@ -42,15 +43,9 @@ class ShardedReader:
         self._count = int(self.meta["count"])
         self._shards: list[dict] = list(self.meta["shards"])
         self._starts = [int(s["start"]) for s in self._shards]
-        labels_path = self.path / self.meta["labels_file"]
-        try:
-            labels = np.fromfile(labels_path, dtype=self.meta["labels_dtype"])
-        except FileNotFoundError:
-            raise FileNotFoundError(f"{str(labels_path)!r} is missing; run `fastload verify "
-                                    f"{self.path}` to rewrite the set's manifest") from None
-        if len(labels) != self._count:
-            raise ValueError(f"{str(labels_path)!r} holds {len(labels)} labels for "
-                             f"{self._count} records; run `fastload verify {self.path}`")
+        labels = load_sidecar_array(self.path, self.meta, "labels", SET_LABELS_FILE,
+                                    LABELS_DTYPE, f"run `fastload verify {self.path}` to "
+                                    "rewrite the set's manifest")
         self.targets: list[int] = labels.astype(np.int64).tolist()
         self._readers: dict[int, LMDBReader] = {}
 
