@@ -2,15 +2,18 @@
 
 :func:`replay` gives, for a transform, a function ``(x, generator) -> x`` that makes the
 same random calls as the transform's ``forward`` does on torch's default generator, in the
-same order, then applies torchvision's own op (``_apply_op``, ``F.erase``, ``F.hflip``).
-So seeding the default generator with ``s`` and calling the transform gives exactly what
-the replay gives with a generator seeded ``s`` — and replays can run in parallel threads.
-Deterministic transforms replay as themselves; others give None (the suffix then runs
-them on the seeded global generator, one sample at a time).
+same order, then applies torchvision's own ops, all through :func:`_apply_op` (v2 transforms:
+:mod:`~fastload.pipelines.augment_v2` and its ``_apply_op_v2``). So seeding the default
+generator with ``s`` and calling the transform gives exactly what the replay gives with a
+generator seeded ``s`` — and replays can run in parallel threads. Deterministic transforms
+replay as themselves; others give None (the suffix then runs them on the seeded global
+generator, one sample at a time): v1 ``RandomChoice``/``RandomOrder`` (they draw from
+Python's ``random``), containers holding such a transform, and transforms not listed here.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -27,9 +30,20 @@ _DETERMINISTIC = frozenset({
     "MaybePILToTensor",
 })
 
+# The op names torchvision's auto-augment ``_apply_op`` knows.
+_AUTOAUGMENT_OPS = frozenset({
+    "Identity", "ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate", "Brightness",
+    "Color", "Contrast", "Sharpness", "Posterize", "Solarize", "AutoContrast", "Equalize",
+    "Invert",
+})
+
 
 def replay(t) -> Replay | None:
-    """The explicit-generator form of ``t``, or None when its draws are not replayed."""
+    """The explicit-generator form of ``t``, or None when its draws are not replayed.
+
+    Only torchvision's (and timm's deterministic) classes themselves replay, not subclasses:
+    a subclass may draw differently. ``torchvision.transforms.v2`` classes replay through
+    :mod:`~fastload.pipelines.augment_v2`."""
     cls = type(t)
     module, name = cls.__module__, cls.__name__
     if module == "timm.data.transforms" and name in _DETERMINISTIC:
@@ -39,18 +53,66 @@ def replay(t) -> Replay | None:
     if name in _DETERMINISTIC:
         return lambda x, gen: t(x)
     if module.startswith("torchvision.transforms.v2"):
-        return None
+        from .augment_v2 import replay_v2
+
+        return replay_v2(t)
+    maker = _makers().get(cls)
+    return None if maker is None else maker(t)
+
+
+def _apply_op(img: Any, op_name: str, magnitude: Any, interpolation: Any = None,
+              fill: Any = None) -> Any:
+    """``img`` with one op applied: the one place v1 replays apply ops.
+
+    ``op_name`` is one of torchvision's auto-augment ops (``"Rotate"``, ``"Posterize"``, ...),
+    applied by torchvision's ``_apply_op`` with the float ``magnitude``, ``interpolation`` and
+    ``fill``; or the name of a ``torchvision.transforms.functional`` function (``"hflip"``,
+    ``"erase"``, ``"adjust_hue"``, ...), called with ``magnitude``, a dict, as its keyword
+    arguments (``interpolation`` and ``fill`` then unused)."""
+    if op_name in _AUTOAUGMENT_OPS:
+        from torchvision.transforms.autoaugment import _apply_op as apply
+
+        return apply(img, op_name, magnitude, interpolation=interpolation, fill=fill)
+    from torchvision.transforms import functional as F
+
+    return getattr(F, op_name)(img, **magnitude)
+
+
+@functools.cache
+def _makers() -> dict[type, Callable[[Any], Replay | None]]:
+    import torchvision.transforms as T
+
     return {
-        "RandAugment": _rand_augment,
-        "TrivialAugmentWide": _trivial_augment,
-        "AutoAugment": _auto_augment,
-        "RandomErasing": _random_erasing,
-        "RandomHorizontalFlip": _flip,
-        "RandomVerticalFlip": _flip,
-    }.get(name, lambda t: None)(t)
+        T.RandAugment: _rand_augment,
+        T.TrivialAugmentWide: _trivial_augment,
+        T.AutoAugment: _auto_augment,
+        T.AugMix: _augmix,
+        T.RandomErasing: _random_erasing,
+        T.RandomHorizontalFlip: _flip,
+        T.RandomVerticalFlip: _flip,
+        T.RandomGrayscale: _random_grayscale,
+        T.ColorJitter: _color_jitter,
+        T.Compose: _compose,
+        T.RandomApply: _random_apply,
+        T.RandomRotation: _random_rotation,
+        T.RandomAffine: _random_affine,
+        T.RandomPerspective: _random_perspective,
+        T.GaussianBlur: _gaussian_blur,
+        T.RandomCrop: _random_crop,
+        T.RandomResizedCrop: _random_resized_crop,
+        T.RandomInvert: _coin_op("invert"),
+        T.RandomEqualize: _coin_op("equalize"),
+        T.RandomAutocontrast: _coin_op("autocontrast"),
+        T.RandomPosterize: _coin_op("posterize", "bits"),
+        T.RandomSolarize: _coin_op("solarize", "threshold"),
+        T.RandomAdjustSharpness: _coin_op("adjust_sharpness", "sharpness_factor"),
+        # RandomChoice and RandomOrder draw from Python's ``random``, whose state a replay
+        # cannot know from the torch generator: not replayed.
+    }
 
 
 def _fill(t, img) -> Any:
+    """``t.fill`` as the v1 transforms pass it for ``img`` (a float per channel on tensors)."""
     from torchvision.transforms import functional as F
 
     fill = t.fill
@@ -67,8 +129,11 @@ def _randint(high: int, gen: torch.Generator) -> int:
     return int(torch.randint(high, (1,), generator=gen).item())
 
 
+def _uniform(low: Any, high: Any, gen: torch.Generator) -> float:
+    return torch.empty(1).uniform_(low, high, generator=gen).item()
+
+
 def _rand_augment(t) -> Replay:
-    from torchvision.transforms.autoaugment import _apply_op
     from torchvision.transforms.functional import get_dimensions
 
     def run(img, gen):
@@ -82,15 +147,13 @@ def _rand_augment(t) -> Replay:
             magnitude = float(magnitudes[t.magnitude].item()) if magnitudes.ndim > 0 else 0.0
             if signed and _randint(2, gen):
                 magnitude = -magnitude
-            img = _apply_op(img, op, magnitude, interpolation=t.interpolation, fill=fill)
+            img = _apply_op(img, op, magnitude, t.interpolation, fill)
         return img
 
     return run
 
 
 def _trivial_augment(t) -> Replay:
-    from torchvision.transforms.autoaugment import _apply_op
-
     def run(img, gen):
         fill = _fill(t, img)
         space = t._augmentation_space(t.num_magnitude_bins)
@@ -102,13 +165,12 @@ def _trivial_augment(t) -> Replay:
             magnitude = float(magnitudes[pick].item())
         if signed and _randint(2, gen):
             magnitude = -magnitude
-        return _apply_op(img, op, magnitude, interpolation=t.interpolation, fill=fill)
+        return _apply_op(img, op, magnitude, t.interpolation, fill)
 
     return run
 
 
 def _auto_augment(t) -> Replay:
-    from torchvision.transforms.autoaugment import _apply_op
     from torchvision.transforms.functional import get_dimensions
 
     def run(img, gen):
@@ -124,19 +186,283 @@ def _auto_augment(t) -> Replay:
                 magnitude = float(magnitudes[magnitude_id].item()) if magnitude_id is not None else 0.0
                 if signed and signs[i] == 0:
                     magnitude = -magnitude
-                img = _apply_op(img, op, magnitude, interpolation=t.interpolation, fill=fill)
+                img = _apply_op(img, op, magnitude, t.interpolation, fill)
         return img
 
     return run
 
 
-def _flip(t) -> Replay:
+def _augmix(t) -> Replay:
     from torchvision.transforms import functional as F
 
-    op = F.hflip if type(t).__name__ == "RandomHorizontalFlip" else F.vflip
+    def run(orig, gen):
+        fill = _fill(t, orig)
+        _, height, width = F.get_dimensions(orig)
+        img = orig if isinstance(orig, torch.Tensor) else F.pil_to_tensor(orig)
+        space = t._augmentation_space(t._PARAMETER_MAX, (height, width))
+        names = list(space)
+        dims = list(img.shape)
+        batch = img.view([1] * max(4 - img.ndim, 0) + dims)
+        batch_dims = [batch.size(0)] + [1] * (batch.ndim - 1)
+        alpha = torch.tensor([t.alpha, t.alpha], device=batch.device).expand(batch_dims[0], -1)
+        m = torch._sample_dirichlet(alpha, generator=gen)
+        width_alpha = torch.tensor([t.alpha] * t.mixture_width, device=batch.device)
+        weights = torch._sample_dirichlet(width_alpha.expand(batch_dims[0], -1), generator=gen)
+        weights = weights * m[:, 1].view([batch_dims[0], -1])
+        mix = m[:, 0].view(batch_dims) * batch
+        for i in range(t.mixture_width):
+            aug = batch
+            depth = t.chain_depth
+            if depth <= 0:
+                depth = int(torch.randint(low=1, high=4, size=(1,), generator=gen).item())
+            for _ in range(depth):
+                op = names[_randint(len(space), gen)]
+                magnitudes, signed = space[op]
+                magnitude = 0.0
+                if magnitudes.ndim > 0:
+                    pick = torch.randint(t.severity, (1,), dtype=torch.long, generator=gen)
+                    magnitude = float(magnitudes[pick].item())
+                if signed and _randint(2, gen):
+                    magnitude *= -1.0
+                aug = _apply_op(aug, op, magnitude, t.interpolation, fill)
+            mix.add_(weights[:, i].view(batch_dims) * aug)
+        mix = mix.view(dims).to(dtype=img.dtype)
+        return mix if isinstance(orig, torch.Tensor) else F.to_pil_image(mix)
+
+    return run
+
+
+def _flip(t) -> Replay:
+    op = "hflip" if type(t).__name__ == "RandomHorizontalFlip" else "vflip"
 
     def run(img, gen):
-        return op(img) if torch.rand(1, generator=gen) < t.p else img
+        return _apply_op(img, op, {}) if torch.rand(1, generator=gen) < t.p else img
+
+    return run
+
+
+def _coin_op(op: str, arg: str | None = None) -> Callable[[Any], Replay]:
+    """The replay maker of a transform that applies ``op`` (with ``t.<arg>``) with
+    probability ``t.p`` (``RandomInvert``, ``RandomPosterize``, ...)."""
+
+    def make(t) -> Replay:
+        kwargs = {} if arg is None else {arg: getattr(t, arg)}
+
+        def run(img, gen):
+            if torch.rand(1, generator=gen).item() < t.p:
+                return _apply_op(img, op, kwargs)
+            return img
+
+        return run
+
+    return make
+
+
+def _random_grayscale(t) -> Replay:
+    from torchvision.transforms.functional import get_dimensions
+
+    def run(img, gen):
+        channels = get_dimensions(img)[0]
+        if torch.rand(1, generator=gen) < t.p:
+            return _apply_op(img, "rgb_to_grayscale", {"num_output_channels": channels})
+        return img
+
+    return run
+
+
+_JITTER = (("adjust_brightness", "brightness_factor"), ("adjust_contrast", "contrast_factor"),
+           ("adjust_saturation", "saturation_factor"), ("adjust_hue", "hue_factor"))
+
+
+def _color_jitter(t) -> Replay:
+    ranges = (t.brightness, t.contrast, t.saturation, t.hue)
+
+    def run(img, gen):
+        order = torch.randperm(4, generator=gen)
+        factors = [None if r is None else float(torch.empty(1).uniform_(r[0], r[1], generator=gen))
+                   for r in ranges]
+        for fn_id in order.tolist():
+            if factors[fn_id] is not None:
+                op, arg = _JITTER[fn_id]
+                img = _apply_op(img, op, {arg: factors[fn_id]})
+        return img
+
+    return run
+
+
+def _chain(steps: list[Replay], img: Any, gen: torch.Generator) -> Any:
+    for step in steps:
+        img = step(img, gen)
+    return img
+
+
+def _children(t) -> list[Replay] | None:
+    steps = [replay(c) for c in t.transforms]
+    return None if any(s is None for s in steps) else steps  # type: ignore[return-value]
+
+
+def _compose(t) -> Replay | None:
+    steps = _children(t)
+    if steps is None:
+        return None
+    return lambda img, gen: _chain(steps, img, gen)
+
+
+def _random_apply(t) -> Replay | None:
+    steps = _children(t)
+    if steps is None:
+        return None
+
+    def run(img, gen):
+        if t.p < torch.rand(1, generator=gen):
+            return img
+        return _chain(steps, img, gen)
+
+    return run
+
+
+def _random_rotation(t) -> Replay:
+    def run(img, gen):
+        fill = _fill(t, img)
+        angle = float(_uniform(float(t.degrees[0]), float(t.degrees[1]), gen))
+        return _apply_op(img, "rotate", {"angle": angle, "interpolation": t.interpolation,
+                                         "expand": t.expand, "center": t.center, "fill": fill})
+
+    return run
+
+
+def _random_affine(t) -> Replay:
+    from torchvision.transforms.functional import get_dimensions
+
+    def run(img, gen):
+        fill = _fill(t, img)
+        _, height, width = get_dimensions(img)
+        angle = float(_uniform(float(t.degrees[0]), float(t.degrees[1]), gen))
+        translate = (0, 0)
+        if t.translate is not None:
+            max_dx, max_dy = float(t.translate[0] * width), float(t.translate[1] * height)
+            translate = (int(round(_uniform(-max_dx, max_dx, gen))),
+                         int(round(_uniform(-max_dy, max_dy, gen))))
+        scale = 1.0 if t.scale is None else float(_uniform(t.scale[0], t.scale[1], gen))
+        shear_x = shear_y = 0.0
+        if t.shear is not None:
+            shear_x = float(_uniform(t.shear[0], t.shear[1], gen))
+            if len(t.shear) == 4:
+                shear_y = float(_uniform(t.shear[2], t.shear[3], gen))
+        return _apply_op(img, "affine", {
+            "angle": angle, "translate": translate, "scale": scale, "shear": (shear_x, shear_y),
+            "interpolation": t.interpolation, "fill": fill, "center": t.center})
+
+    return run
+
+
+def _perspective_points(width: int, height: int, distortion: float,
+                        gen: torch.Generator) -> tuple[list[list[int]], list[list[int]]]:
+    """v1 ``RandomPerspective.get_params`` with draws from ``gen``."""
+    dw, dh = int(distortion * (width // 2)), int(distortion * (height // 2))
+
+    def draw(low: int, high: int) -> int:
+        return int(torch.randint(low, high, size=(1,), generator=gen).item())
+
+    topleft = [draw(0, dw + 1), draw(0, dh + 1)]
+    topright = [draw(width - dw - 1, width), draw(0, dh + 1)]
+    botright = [draw(width - dw - 1, width), draw(height - dh - 1, height)]
+    botleft = [draw(0, dw + 1), draw(height - dh - 1, height)]
+    start = [[0, 0], [width - 1, 0], [width - 1, height - 1], [0, height - 1]]
+    return start, [topleft, topright, botright, botleft]
+
+
+def _random_perspective(t) -> Replay:
+    from torchvision.transforms.functional import get_dimensions
+
+    def run(img, gen):
+        fill = t.fill
+        if isinstance(img, torch.Tensor):  # v1 converts even fill=None here (and fails)
+            channels = get_dimensions(img)[0]
+            fill = ([float(fill)] * channels if isinstance(fill, (int, float))
+                    else [float(f) for f in fill])
+        if torch.rand(1, generator=gen) < t.p:
+            _, height, width = get_dimensions(img)
+            start, end = _perspective_points(width, height, t.distortion_scale, gen)
+            return _apply_op(img, "perspective", {"startpoints": start, "endpoints": end,
+                                                  "interpolation": t.interpolation, "fill": fill})
+        return img
+
+    return run
+
+
+def _gaussian_blur(t) -> Replay:
+    def run(img, gen):
+        sigma = _uniform(t.sigma[0], t.sigma[1], gen)
+        return _apply_op(img, "gaussian_blur", {"kernel_size": t.kernel_size,
+                                                "sigma": [sigma, sigma]})
+
+    return run
+
+
+def _random_crop(t) -> Replay:
+    from torchvision.transforms.functional import get_dimensions
+
+    def pad(img, padding):
+        return _apply_op(img, "pad", {"padding": padding, "fill": t.fill,
+                                      "padding_mode": t.padding_mode})
+
+    def run(img, gen):
+        if t.padding is not None:
+            img = pad(img, t.padding)
+        _, height, width = get_dimensions(img)
+        if t.pad_if_needed and width < t.size[1]:
+            img = pad(img, [t.size[1] - width, 0])
+        if t.pad_if_needed and height < t.size[0]:
+            img = pad(img, [0, t.size[0] - height])
+        _, height, width = get_dimensions(img)
+        th, tw = t.size
+        if height < th or width < tw:
+            raise ValueError(f"Required crop size {(th, tw)} is larger than input image size "
+                             f"{(height, width)}")
+        i = j = 0
+        if not (width == tw and height == th):
+            i = int(torch.randint(0, height - th + 1, size=(1,), generator=gen).item())
+            j = int(torch.randint(0, width - tw + 1, size=(1,), generator=gen).item())
+        return _apply_op(img, "crop", {"top": i, "left": j, "height": th, "width": tw})
+
+    return run
+
+
+def _resized_crop_box(height: int, width: int, scale: Any, ratio: Any, log_ratio: torch.Tensor,
+                      gen: torch.Generator) -> tuple[int, int, int, int]:
+    """``RandomResizedCrop``'s ``(top, left, height, width)`` (v1 and v2 draw alike)."""
+    area = height * width
+    for _ in range(10):
+        target_area = area * _uniform(scale[0], scale[1], gen)
+        aspect = torch.exp(torch.empty(1).uniform_(log_ratio[0], log_ratio[1],
+                                                   generator=gen)).item()
+        w = int(round(math.sqrt(target_area * aspect)))
+        h = int(round(math.sqrt(target_area / aspect)))
+        if 0 < w <= width and 0 < h <= height:
+            i = int(torch.randint(0, height - h + 1, size=(1,), generator=gen).item())
+            j = int(torch.randint(0, width - w + 1, size=(1,), generator=gen).item())
+            return i, j, h, w
+    in_ratio = float(width) / float(height)
+    if in_ratio < min(ratio):
+        w, h = width, int(round(width / min(ratio)))
+    elif in_ratio > max(ratio):
+        h, w = height, int(round(height * max(ratio)))
+    else:
+        w, h = width, height
+    return (height - h) // 2, (width - w) // 2, h, w
+
+
+def _random_resized_crop(t) -> Replay:
+    from torchvision.transforms.functional import get_dimensions
+
+    def run(img, gen):
+        _, height, width = get_dimensions(img)
+        i, j, h, w = _resized_crop_box(height, width, t.scale, t.ratio,
+                                       torch.log(torch.tensor(t.ratio)), gen)
+        return _apply_op(img, "resized_crop", {
+            "top": i, "left": j, "height": h, "width": w, "size": t.size,
+            "interpolation": t.interpolation, "antialias": t.antialias})
 
     return run
 
@@ -147,7 +473,7 @@ def _erase_params(img, scale, ratio, value, gen):
     area = height * width
     log_ratio = torch.log(torch.tensor(ratio))
     for _ in range(10):
-        erase_area = area * torch.empty(1).uniform_(scale[0], scale[1], generator=gen).item()
+        erase_area = area * _uniform(scale[0], scale[1], gen)
         aspect = torch.exp(torch.empty(1).uniform_(log_ratio[0], log_ratio[1],
                                                    generator=gen)).item()
         h = int(round(math.sqrt(erase_area * aspect)))
@@ -165,8 +491,6 @@ def _erase_params(img, scale, ratio, value, gen):
 
 
 def _random_erasing(t) -> Replay:
-    from torchvision.transforms import functional as F
-
     if isinstance(t.value, (int, float)):
         value = [float(t.value)]
     elif isinstance(t.value, str):
@@ -180,7 +504,8 @@ def _random_erasing(t) -> Replay:
                 raise ValueError(f"RandomErasing value={t.value!r} should have 1 or "
                                  f"{img.shape[-3]} values (one per channel)")
             i, j, h, w, v = _erase_params(img, t.scale, t.ratio, value, gen)
-            return F.erase(img, i, j, h, w, v.to(img.device), t.inplace)
+            return _apply_op(img, "erase", {"i": i, "j": j, "h": h, "w": w,
+                                            "v": v.to(img.device), "inplace": t.inplace})
         return img
 
     return run

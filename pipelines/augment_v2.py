@@ -1,0 +1,481 @@
+"""Replays (see :mod:`~fastload.pipelines.augment`) of ``torchvision.transforms.v2`` transforms.
+
+Each replay makes the draws the v2 transform's ``forward``/``make_params`` makes on torch's
+default generator (``torch.randint(n, ())``, ``torch.rand(1)``, ...), in the same order and
+with the same shapes, from an explicit generator, then applies v2's own ops through
+:func:`_apply_op_v2`. Inputs are what the suffix gives v2 transforms, a plain CHW tensor or a
+``tv_tensors.Image``, and the output has the type the transform itself returns for it.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from .augment import _AUTOAUGMENT_OPS, Replay, _resized_crop_box, _uniform, replay
+
+__all__ = ["replay_v2"]
+
+
+def replay_v2(t) -> Replay | None:
+    """The explicit-generator form of the v2 transform ``t`` (its exact class), or None."""
+    maker = _makers().get(type(t))
+    return None if maker is None else maker(t)
+
+
+@functools.cache
+def _autoaugment_base() -> Any:
+    # v2's auto-augment op application is a method that does not use its instance.
+    from torchvision.transforms import v2
+
+    return v2.RandAugment()
+
+
+def _apply_op_v2(img: Any, op_name: str, magnitude: Any, interpolation: Any = None,
+                 fill: Any = None) -> Any:
+    """``img`` with one op applied: the one place v2 replays apply ops.
+
+    ``op_name`` is one of v2's auto-augment ops, applied by v2's
+    ``_AutoAugmentBase._apply_image_or_video_transform`` with the float ``magnitude``,
+    ``interpolation`` and ``fill`` (v2's per-type fill dict); or the name of a
+    ``torchvision.transforms.v2.functional`` function (``"horizontal_flip"``, ``"erase"``,
+    ...), called with ``magnitude``, a dict, as its keyword arguments. v2's ops are not v1's
+    (different kernels, tv_tensor wrapping), hence a seam of their own."""
+    if op_name in _AUTOAUGMENT_OPS:
+        return _autoaugment_base()._apply_image_or_video_transform(
+            img, op_name, magnitude, interpolation=interpolation, fill=fill)
+    from torchvision.transforms.v2 import functional as F
+
+    return getattr(F, op_name)(img, **magnitude)
+
+
+@functools.cache
+def _makers() -> dict[type, Callable[[Any], Replay | None]]:
+    from torchvision.transforms import v2
+
+    return {
+        v2.RandAugment: _rand_augment,
+        v2.TrivialAugmentWide: _trivial_augment,
+        v2.AutoAugment: _auto_augment,
+        v2.AugMix: _augmix,
+        v2.RandomErasing: _random_erasing,
+        v2.RandomHorizontalFlip: _coin_op("horizontal_flip"),
+        v2.RandomVerticalFlip: _coin_op("vertical_flip"),
+        v2.RandomInvert: _coin_op("invert"),
+        v2.RandomEqualize: _coin_op("equalize"),
+        v2.RandomAutocontrast: _coin_op("autocontrast"),
+        v2.RandomPosterize: _coin_op("posterize", "bits"),
+        v2.RandomSolarize: _coin_op("solarize", "threshold"),
+        v2.RandomAdjustSharpness: _coin_op("adjust_sharpness", "sharpness_factor"),
+        v2.RandomGrayscale: _random_grayscale,
+        v2.ColorJitter: _color_jitter,
+        v2.RandomChannelPermutation: _channel_permutation,
+        v2.RandomPhotometricDistort: _photometric_distort,
+        v2.Compose: _compose,
+        v2.RandomApply: _random_apply,
+        v2.RandomChoice: _random_choice,
+        v2.RandomOrder: _random_order,
+        v2.RandomRotation: _random_rotation,
+        v2.RandomAffine: _random_affine,
+        v2.RandomPerspective: _random_perspective,
+        v2.GaussianBlur: _gaussian_blur,
+        v2.RandomCrop: _random_crop,
+        v2.RandomResizedCrop: _random_resized_crop,
+    }
+
+
+def _fill(t, img) -> Any:
+    """v2's fill of ``t`` for ``img``'s type."""
+    from torchvision.transforms.v2._utils import _get_fill
+
+    return _get_fill(t._fill, type(img))
+
+
+def _skipped(t, gen: torch.Generator) -> bool:
+    """``_RandomApplyTransform``'s draw: True when the transform leaves the input as it is."""
+    return bool(torch.rand(1, generator=gen) >= t.p)
+
+
+def _magnitude(fn: Callable, bins: int, height: int, width: int, index: Callable[[], int],
+               signed: bool, gen: torch.Generator) -> float:
+    """An auto-augment op's magnitude as v2 draws it: ``index()`` picks the bin, then a sign."""
+    magnitudes = fn(bins, height, width)
+    if magnitudes is None:
+        return 0.0
+    magnitude = float(magnitudes[index()])
+    if signed and torch.rand((), generator=gen) <= 0.5:
+        magnitude *= -1
+    return magnitude
+
+
+def _random_item(space: dict[str, Any], gen: torch.Generator) -> tuple[str, Any]:
+    keys = tuple(space)
+    key = keys[int(torch.randint(len(keys), (), generator=gen))]
+    return key, space[key]
+
+
+def _size(img) -> tuple[int, int]:
+    from torchvision.transforms.v2.functional import get_size
+
+    height, width = get_size(img)
+    return height, width
+
+
+def _rand_augment(t) -> Replay:
+    def run(img, gen):
+        height, width = _size(img)
+        for _ in range(t.num_ops):
+            op, (fn, signed) = _random_item(t._AUGMENTATION_SPACE, gen)
+            magnitude = _magnitude(fn, t.num_magnitude_bins, height, width, lambda: t.magnitude,
+                                   signed, gen)
+            img = _apply_op_v2(img, op, magnitude, t.interpolation, t._fill)
+        return img
+
+    return run
+
+
+def _trivial_augment(t) -> Replay:
+    def run(img, gen):
+        height, width = _size(img)
+        op, (fn, signed) = _random_item(t._AUGMENTATION_SPACE, gen)
+        magnitude = _magnitude(fn, t.num_magnitude_bins, height, width,
+                               lambda: int(torch.randint(t.num_magnitude_bins, (), generator=gen)),
+                               signed, gen)
+        return _apply_op_v2(img, op, magnitude, t.interpolation, t._fill)
+
+    return run
+
+
+def _auto_augment(t) -> Replay:
+    def run(img, gen):
+        height, width = _size(img)
+        policy = t._policies[int(torch.randint(len(t._policies), (), generator=gen))]
+        for op, probability, index in policy:
+            if not torch.rand((), generator=gen) <= probability:
+                continue
+            fn, signed = t._AUGMENTATION_SPACE[op]
+            magnitude = _magnitude(fn, 10, height, width, lambda i=index: i, signed, gen)
+            img = _apply_op_v2(img, op, magnitude, t.interpolation, t._fill)
+        return img
+
+    return run
+
+
+def _augmix(t) -> Replay:
+    from torchvision import tv_tensors
+    from torchvision.transforms.v2 import functional as F
+
+    def run(orig, gen):
+        height, width = _size(orig)
+        img = orig if isinstance(orig, torch.Tensor) else F.pil_to_tensor(orig)
+        space = t._AUGMENTATION_SPACE if t.all_ops else t._PARTIAL_AUGMENTATION_SPACE
+        dims = list(img.shape)
+        ndim = 5 if isinstance(orig, tv_tensors.Video) else 4
+        batch = img.reshape([1] * max(ndim - img.ndim, 0) + dims)
+        batch_dims = [batch.size(0)] + [1] * (batch.ndim - 1)
+        alpha = torch.tensor([t.alpha, t.alpha], device=batch.device).expand(batch_dims[0], -1)
+        m = torch._sample_dirichlet(alpha, generator=gen)
+        width_alpha = torch.tensor([t.alpha] * t.mixture_width, device=batch.device)
+        weights = torch._sample_dirichlet(width_alpha.expand(batch_dims[0], -1), generator=gen)
+        weights = weights * m[:, 1].reshape([batch_dims[0], -1])
+        mix = m[:, 0].reshape(batch_dims) * batch
+        for i in range(t.mixture_width):
+            aug = batch
+            depth = t.chain_depth
+            if depth <= 0:
+                depth = int(torch.randint(low=1, high=4, size=(1,), generator=gen).item())
+            for _ in range(depth):
+                op, (fn, signed) = _random_item(space, gen)
+                magnitude = _magnitude(fn, t._PARAMETER_MAX, height, width,
+                                       lambda: int(torch.randint(t.severity, (), generator=gen)),
+                                       signed, gen)
+                aug = _apply_op_v2(aug, op, magnitude, t.interpolation, t._fill)
+            mix.add_(weights[:, i].reshape(batch_dims) * aug)
+        mix = mix.reshape(dims).to(dtype=img.dtype)
+        if isinstance(orig, (tv_tensors.Image, tv_tensors.Video)):
+            return tv_tensors.wrap(mix, like=orig)
+        return mix if isinstance(orig, torch.Tensor) else F.to_pil_image(mix)
+
+    return run
+
+
+def _random_erasing(t) -> Replay:
+    def run(img, gen):
+        if _skipped(t, gen):
+            return img
+        from torchvision.transforms.v2.functional import get_dimensions
+
+        channels, height, width = get_dimensions(img)
+        if t.value is not None and len(t.value) not in (1, channels):
+            raise ValueError(f"If value is a sequence, it should have either a single value or "
+                             f"{channels} (number of inpt channels)")
+        area = height * width
+        for _ in range(10):
+            erase_area = area * _uniform(t.scale[0], t.scale[1], gen)
+            aspect = torch.exp(torch.empty(1).uniform_(t._log_ratio[0], t._log_ratio[1],
+                                                       generator=gen)).item()
+            h = int(round(math.sqrt(erase_area * aspect)))
+            w = int(round(math.sqrt(erase_area / aspect)))
+            if not (h < height and w < width):
+                continue
+            if t.value is None:
+                v = torch.empty([channels, h, w], dtype=torch.float32).normal_(generator=gen)
+            else:
+                v = torch.tensor(t.value)[:, None, None]
+            i = torch.randint(0, height - h + 1, size=(1,), generator=gen).item()
+            j = torch.randint(0, width - w + 1, size=(1,), generator=gen).item()
+            return _apply_op_v2(img, "erase", {"i": i, "j": j, "h": h, "w": w, "v": v,
+                                               "inplace": t.inplace})
+        return img
+
+    return run
+
+
+def _coin_op(op: str, arg: str | None = None) -> Callable[[Any], Replay]:
+    """The replay maker of a ``_RandomApplyTransform`` that applies ``op`` (with
+    ``t.<arg>``) with probability ``t.p``."""
+
+    def make(t) -> Replay:
+        kwargs = {} if arg is None else {arg: getattr(t, arg)}
+        return lambda img, gen: img if _skipped(t, gen) else _apply_op_v2(img, op, kwargs)
+
+    return make
+
+
+def _random_grayscale(t) -> Replay:
+    from torchvision.transforms.v2.functional import get_dimensions
+
+    def run(img, gen):
+        if _skipped(t, gen):
+            return img
+        channels = get_dimensions(img)[0]
+        return _apply_op_v2(img, "rgb_to_grayscale", {"num_output_channels": channels})
+
+    return run
+
+
+_JITTER = (("adjust_brightness", "brightness_factor"), ("adjust_contrast", "contrast_factor"),
+           ("adjust_saturation", "saturation_factor"), ("adjust_hue", "hue_factor"))
+
+
+def _color_jitter(t) -> Replay:
+    ranges = (t.brightness, t.contrast, t.saturation, t.hue)
+
+    def run(img, gen):
+        order = torch.randperm(4, generator=gen)
+        factors = [None if r is None else float(_uniform(r[0], r[1], gen)) for r in ranges]
+        for fn_id in order.tolist():
+            if factors[fn_id] is not None:
+                op, arg = _JITTER[fn_id]
+                img = _apply_op_v2(img, op, {arg: factors[fn_id]})
+        return img
+
+    return run
+
+
+def _channel_permutation(t) -> Replay:
+    from torchvision.transforms.v2.functional import get_dimensions
+
+    def run(img, gen):
+        permutation = torch.randperm(get_dimensions(img)[0], generator=gen)
+        return _apply_op_v2(img, "permute_channels", {"permutation": permutation})
+
+    return run
+
+
+def _photometric_distort(t) -> Replay:
+    from torchvision.transforms.v2.functional import get_dimensions
+
+    names = ("brightness", "contrast", "saturation", "hue")
+
+    def run(img, gen):
+        channels = get_dimensions(img)[0]
+        factors = {}
+        for name in names:
+            low, high = getattr(t, name)
+            factors[name] = (float(_uniform(low, high, gen))
+                             if torch.rand(1, generator=gen) < t.p else None)
+        contrast_before = bool(torch.rand((), generator=gen) < 0.5)
+        permutation = (torch.randperm(channels, generator=gen)
+                       if torch.rand(1, generator=gen) < t.p else None)
+
+        def adjust(img, name):
+            if factors[name] is None:
+                return img
+            return _apply_op_v2(img, f"adjust_{name}", {f"{name}_factor": factors[name]})
+
+        img = adjust(img, "brightness")
+        if contrast_before:
+            img = adjust(img, "contrast")
+        img = adjust(adjust(img, "saturation"), "hue")
+        if not contrast_before:
+            img = adjust(img, "contrast")
+        if permutation is not None:
+            img = _apply_op_v2(img, "permute_channels", {"permutation": permutation})
+        return img
+
+    return run
+
+
+def _children(t) -> list[Replay] | None:
+    steps = [replay(c) for c in t.transforms]
+    return None if any(s is None for s in steps) else steps  # type: ignore[return-value]
+
+
+def _chain(steps: list[Replay], img: Any, gen: torch.Generator) -> Any:
+    for step in steps:
+        img = step(img, gen)
+    return img
+
+
+def _compose(t) -> Replay | None:
+    steps = _children(t)
+    return None if steps is None else (lambda img, gen: _chain(steps, img, gen))
+
+
+def _random_apply(t) -> Replay | None:
+    steps = _children(t)
+    if steps is None:
+        return None
+    return lambda img, gen: img if _skipped(t, gen) else _chain(steps, img, gen)
+
+
+def _random_choice(t) -> Replay | None:
+    steps = _children(t)
+    if steps is None:
+        return None
+    p = torch.tensor(t.p)
+
+    def run(img, gen):
+        return steps[int(torch.multinomial(p, 1, generator=gen))](img, gen)
+
+    return run
+
+
+def _random_order(t) -> Replay | None:
+    steps = _children(t)
+    if steps is None:
+        return None
+
+    def run(img, gen):
+        for idx in torch.randperm(len(steps), generator=gen).tolist():
+            img = steps[idx](img, gen)
+        return img
+
+    return run
+
+
+def _random_rotation(t) -> Replay:
+    def run(img, gen):
+        angle = _uniform(t.degrees[0], t.degrees[1], gen)
+        return _apply_op_v2(img, "rotate", {"angle": angle, "interpolation": t.interpolation,
+                                            "expand": t.expand, "center": t.center,
+                                            "fill": _fill(t, img)})
+
+    return run
+
+
+def _random_affine(t) -> Replay:
+    def run(img, gen):
+        height, width = _size(img)
+        angle = _uniform(t.degrees[0], t.degrees[1], gen)
+        translate = (0, 0)
+        if t.translate is not None:
+            max_dx, max_dy = float(t.translate[0] * width), float(t.translate[1] * height)
+            translate = (int(round(float(_uniform(-max_dx, max_dx, gen)))),
+                         int(round(float(_uniform(-max_dy, max_dy, gen)))))
+        scale = 1.0 if t.scale is None else _uniform(t.scale[0], t.scale[1], gen)
+        shear_x = shear_y = 0.0
+        if t.shear is not None:
+            shear_x = float(_uniform(t.shear[0], t.shear[1], gen))
+            if len(t.shear) == 4:
+                shear_y = float(_uniform(t.shear[2], t.shear[3], gen))
+        return _apply_op_v2(img, "affine", {
+            "angle": angle, "translate": translate, "scale": scale, "shear": (shear_x, shear_y),
+            "interpolation": t.interpolation, "fill": _fill(t, img), "center": t.center})
+
+    return run
+
+
+def _random_perspective(t) -> Replay:
+    from torchvision.transforms.v2.functional._geometry import _get_perspective_coeffs
+
+    def run(img, gen):
+        if _skipped(t, gen):
+            return img
+        height, width = _size(img)
+        bh = int(t.distortion_scale * (height // 2)) + 1
+        bw = int(t.distortion_scale * (width // 2)) + 1
+
+        def draw(low: int, high: int) -> int:
+            return int(torch.randint(low, high, size=(1,), generator=gen))
+
+        topleft = [draw(0, bw), draw(0, bh)]
+        topright = [draw(width - bw, width), draw(0, bh)]
+        botright = [draw(width - bw, width), draw(height - bh, height)]
+        botleft = [draw(0, bw), draw(height - bh, height)]
+        start = [[0, 0], [width - 1, 0], [width - 1, height - 1], [0, height - 1]]
+        coefficients = _get_perspective_coeffs(start, [topleft, topright, botright, botleft])
+        return _apply_op_v2(img, "perspective", {
+            "startpoints": None, "endpoints": None, "fill": _fill(t, img),
+            "interpolation": t.interpolation, "coefficients": coefficients})
+
+    return run
+
+
+def _gaussian_blur(t) -> Replay:
+    def run(img, gen):
+        sigma = _uniform(t.sigma[0], t.sigma[1], gen)
+        return _apply_op_v2(img, "gaussian_blur", {"kernel_size": t.kernel_size,
+                                                   "sigma": [sigma, sigma]})
+
+    return run
+
+
+def _random_crop(t) -> Replay:
+    def run(img, gen):
+        height, width = _size(img)
+        left = right = top = bottom = 0
+        if t.padding is not None:
+            left, right, top, bottom = t.padding
+            height += top + bottom
+            width += left + right
+        crop_h, crop_w = t.size
+        if t.pad_if_needed:
+            if height < crop_h:
+                diff = crop_h - height
+                top, bottom, height = top + diff, bottom + diff, height + 2 * diff
+            if width < crop_w:
+                diff = crop_w - width
+                left, right, width = left + diff, right + diff, width + 2 * diff
+        if height < crop_h or width < crop_w:
+            raise ValueError(f"Required crop size {(crop_h, crop_w)} is larger than input image "
+                             f"size {(height, width)}.")
+        y = int(torch.randint(0, height - crop_h + 1, size=(), generator=gen)) if height > crop_h else 0
+        x = int(torch.randint(0, width - crop_w + 1, size=(), generator=gen)) if width > crop_w else 0
+        padding = [left, top, right, bottom]
+        if any(padding):
+            img = _apply_op_v2(img, "pad", {"padding": padding, "fill": _fill(t, img),
+                                            "padding_mode": t.padding_mode})
+        if height > crop_h or width > crop_w:
+            img = _apply_op_v2(img, "crop", {"top": y, "left": x, "height": crop_h,
+                                             "width": crop_w})
+        return img
+
+    return run
+
+
+def _random_resized_crop(t) -> Replay:
+    def run(img, gen):
+        height, width = _size(img)
+        i, j, h, w = _resized_crop_box(height, width, t.scale, t.ratio, t._log_ratio, gen)
+        return _apply_op_v2(img, "resized_crop", {
+            "top": i, "left": j, "height": h, "width": w, "size": t.size,
+            "interpolation": t.interpolation, "antialias": t.antialias})
+
+    return run
+
