@@ -10,6 +10,12 @@ The steps of a plan (one dataclass per geometric or colour transform) are walked
 sample and folded into one :class:`SampleParams`: a region of the source to decode, one
 resample, a crop of the resampled image (which may reach past the edges: padding), flips and
 colour-jitter factors. Flips are moved to the end by mirroring the crops that follow them.
+
+timm's transforms draw from Python's ``random``; their parameters are drawn here from the
+same distributions with the torch generator (the same distribution, not timm's stream): the
+crop of ``RandomResizedCropAndInterpolation`` as torchvision's, and its
+``interpolation='random'`` (``random.choice`` over bilinear, bicubic) as a uniform
+``randint`` over the modes, drawn after the crop as timm draws it.
 """
 
 from __future__ import annotations
@@ -26,32 +32,55 @@ __all__ = [
     "CenterCrop",
     "RandomCrop",
     "RandomResizedCrop",
+    "ResizeKeepRatio",
     "Flip",
     "ColorJitter",
     "SampleParams",
     "resized_output_size",
+    "keep_ratio_output_size",
     "center_crop_offsets",
     "random_resized_crop_params",
     "random_crop_params",
     "color_jitter_params",
+    "draw_interpolation",
     "draw_sample",
 ]
 
 
 # ---------------------------------------------------------------- steps (static, from a plan)
+# A resample's interpolation: one mode ("nearest" | "linear" | "cubic" | "lanczos"), or a
+# tuple of modes of which each sample uses one, drawn uniformly (timm's 'random').
+Interpolation = str | tuple[str, ...]
+
+
 @dataclass(frozen=True)
 class Resize:
     """``Resize``: ``size`` is ``(s,)`` for the shorter side, ``(h, w)``, or ``None`` (v2, with max_size)."""
 
     size: tuple[int, ...] | None
     max_size: int | None
-    interpolation: str  # "nearest" | "linear" | "cubic" | "lanczos"
+    interpolation: Interpolation
+    antialias: bool
+
+
+@dataclass(frozen=True)
+class ResizeKeepRatio:
+    """timm's ``ResizeKeepRatio`` without its random scale/aspect: both sides divided by one
+    ratio between the side ratios to ``size`` (``longest=0``: the shorter side fits, 1: the
+    longer side fits)."""
+
+    size: tuple[int, int]  # (h, w) target
+    longest: float
+    interpolation: Interpolation
     antialias: bool
 
 
 @dataclass(frozen=True)
 class CenterCrop:
+    """``CenterCrop`` (pads with 0) or timm's ``CenterCropOrPad`` (pads with ``fill``)."""
+
     size: tuple[int, int]  # (h, w)
+    fill: tuple[int, ...] = (0,)
 
 
 @dataclass(frozen=True)
@@ -67,7 +96,7 @@ class RandomResizedCrop:
     size: tuple[int, int]  # (h, w)
     scale: tuple[float, float]
     ratio: tuple[float, float]
-    interpolation: str
+    interpolation: Interpolation
     antialias: bool
 
 
@@ -85,7 +114,8 @@ class ColorJitter:
     hue: tuple[float, float] | None
 
 
-Step = Resize | CenterCrop | RandomCrop | RandomResizedCrop | Flip | ColorJitter
+Step = Resize | ResizeKeepRatio | CenterCrop | RandomCrop | RandomResizedCrop | Flip | ColorJitter
+Resample = Resize | ResizeKeepRatio | RandomResizedCrop
 
 
 # ---------------------------------------------------------------- torchvision arithmetic
@@ -103,6 +133,20 @@ def resized_output_size(
     else:
         return size[0], size[1]
     return (new_long, new_short) if width <= height else (new_short, new_long)
+
+
+def keep_ratio_output_size(
+    height: int, width: int, size: tuple[int, int], longest: float
+) -> tuple[int, int]:
+    """``(h, w)`` after timm's ``ResizeKeepRatio(size, longest)`` (no random scale or aspect)."""
+    ratio_h, ratio_w = height / size[0], width / size[1]
+    ratio = max(ratio_h, ratio_w) * longest + min(ratio_h, ratio_w) * (1.0 - longest)
+    h, w = round(height / ratio), round(width / ratio)  # Python's round, as timm's
+    if h <= 0 or w <= 0:  # Pillow refuses such a resize too
+        raise ValueError(
+            f"ResizeKeepRatio of a {height}x{width} image to {size} gives an empty {h}x{w} image"
+        )
+    return h, w
 
 
 def center_crop_offsets(height: int, width: int, crop_h: int, crop_w: int) -> tuple[int, int]:
@@ -221,6 +265,7 @@ class SampleParams:
     the decoded region mapped onto that output, ``((y0, x0), (y1, x1))`` in decoded pixels.
     ``crop``: ``(top, left, h, w)`` taken from the resampled (or decoded) image afterwards;
     may reach outside it (filled with ``fill``). ``jitter``: colour factors or None.
+    ``interpolation``: the resample's mode for this sample (drawn where the plan has a choice).
     """
 
     decode: tuple[int, int, int, int]
@@ -230,6 +275,7 @@ class SampleParams:
     hflip: bool
     vflip: bool
     jitter: tuple[float, float, float, float] | None
+    interpolation: str | None = None
 
     @property
     def output_size(self) -> tuple[int, int]:
@@ -238,6 +284,13 @@ class SampleParams:
         if self.resize is not None:
             return self.resize
         return self.decode[2], self.decode[3]
+
+
+def draw_interpolation(mode: Interpolation, generator: torch.Generator) -> str:
+    """``mode`` itself, or one of the modes of a tuple drawn uniformly (as ``random.choice``)."""
+    if isinstance(mode, str):
+        return mode
+    return mode[_randint(0, len(mode), generator)]
 
 
 def _pad_ltrb(step: RandomCrop, height: int, width: int) -> tuple[int, int, int, int]:
@@ -265,6 +318,7 @@ def draw_sample(
     crop: list[int] | None = None  # region of the resized image
     hflip = vflip = False
     jitter = None
+    interpolation: str | None = None
 
     def current() -> tuple[int, int]:
         if crop is not None:
@@ -303,6 +357,11 @@ def draw_sample(
         if isinstance(step, Resize):
             h, w = resized_output_size(cur_h, cur_w, step.size, step.max_size)
             apply_resize(h, w)
+            interpolation = draw_interpolation(step.interpolation, generator)
+        elif isinstance(step, ResizeKeepRatio):
+            h, w = keep_ratio_output_size(cur_h, cur_w, step.size, step.longest)
+            apply_resize(h, w)
+            interpolation = draw_interpolation(step.interpolation, generator)
         elif isinstance(step, CenterCrop):
             top, left = center_crop_offsets(cur_h, cur_w, *step.size)
             apply_crop(top, left, *step.size)
@@ -318,6 +377,7 @@ def draw_sample(
             )
             apply_crop(top, left, h, w)
             apply_resize(*step.size)
+            interpolation = draw_interpolation(step.interpolation, generator)
         elif isinstance(step, Flip):
             if _uniform(0.0, 1.0, generator) < step.p:  # torch.rand(1)
                 if step.vertical:
@@ -328,7 +388,9 @@ def draw_sample(
             jitter = color_jitter_params(step, generator)
         else:
             raise TypeError(f"unknown geometry step {step!r}")
-    return _finish(roi, resized, crop, hflip, vflip, jitter, height, width)
+    params = _finish(roi, resized, crop, hflip, vflip, jitter, height, width)
+    params.interpolation = interpolation
+    return params
 
 
 def _finish(roi, resized, crop, hflip, vflip, jitter, height, width) -> SampleParams:

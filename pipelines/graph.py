@@ -2,8 +2,9 @@
 
 Every per-sample number (decode region, output size, resample region, crop, flips, colour
 factors) comes from Python through ``external_source`` inputs, so the graph draws nothing
-itself and reproduces torchvision's integer arithmetic. Stages, each present only when the
-plan needs it::
+itself and reproduces torchvision's integer arithmetic (a random interpolation too: each
+sample's mode comes in as ``interp``, an argument input of ``fn.resize``). Stages, each
+present only when the plan needs it::
 
     encoded -> decode (full, or region of interest) -> resize (only the kept region)
             -> padded crop -> colour jitter -> vertical flip
@@ -16,9 +17,13 @@ rest on the GPU.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
+import numpy as np
+
 from .translate import TransformPlan
 
-__all__ = ["INPUT_NAMES", "build_pipeline"]
+__all__ = ["INPUT_NAMES", "build_pipeline", "input_names", "interp_codes"]
 
 NO_COPY_ENCODED = True
 
@@ -29,6 +34,7 @@ INPUT_NAMES = (
     "resize_size",
     "roi_start",
     "roi_end",
+    "interp",
     "crop_anchor",
     "crop_shape",
     "hflip",
@@ -51,6 +57,12 @@ def _interp_type(name: str):
     }[name]
 
 
+def interp_codes(modes: Iterable[str]) -> np.ndarray:
+    """The ``interp`` feed: each sample's mode (``SampleParams.interpolation``) as DALI's
+    ``DALIInterpType`` value, int32 (the graph casts it to ``INTERP_TYPE``)."""
+    return np.array([int(_interp_type(m)) for m in modes], np.int32)
+
+
 def _dali_dtype(dtype):
     import torch
     from nvidia.dali import types
@@ -69,6 +81,8 @@ def input_names(plan: TransformPlan, resample: bool = True) -> tuple[str, ...]:
         return tuple(names)
     if plan.has_resize:
         names += ["resize_size", "roi_start", "roi_end"]
+        if len(plan.interpolations) > 1:
+            names.append("interp")
     if plan.pad_crop:
         names += ["crop_anchor", "crop_shape"]
     if plan.jitter is not None:
@@ -181,6 +195,13 @@ def build_pipeline(
                 )
             elif name in ("decode_anchor", "decode_shape", "crop_anchor", "crop_shape"):
                 inputs[name] = fn.external_source(name=name, dtype=types.INT32, ndim=1)
+            elif name == "interp":
+                # fn.resize takes a per-sample interp_type only as INTERP_TYPE (DALI 2.4
+                # refuses an int32 one), which numpy cannot feed: cast in the graph
+                inputs[name] = fn.cast(
+                    fn.external_source(name=name, dtype=types.INT32, ndim=0),
+                    dtype=types.INTERP_TYPE,
+                )
             elif name in ("hflip", "vflip"):
                 inputs[name] = fn.external_source(name=name, dtype=types.INT32, ndim=0)
             elif name in ("resize_size", "roi_start", "roi_end"):
@@ -215,7 +236,9 @@ def build_pipeline(
                 roi_start=inputs["roi_start"],
                 roi_end=inputs["roi_end"],
                 roi_relative=False,
-                interp_type=_interp_type(plan.interpolation),
+                interp_type=inputs["interp"]
+                if "interp" in inputs
+                else _interp_type(plan.interpolations[0]),
                 antialias=plan.antialias,
             )
         if plan.pad_crop:

@@ -5,7 +5,8 @@ uint8 images reproduces Pillow's to one grey level and costs about half of DALI'
 so for plans whose resample is followed only by flips and crops inside the image
 (``RandomResizedCrop`` and flips; ``Resize`` then ``CenterCrop``) the DALI graph stops after
 decoding (the region, where a crop comes first) and this module resizes, crops, flips and
-normalises each sample straight into the output batch.
+normalises each sample straight into the output batch, with each sample's interpolation
+(``SampleParams.interpolation``: drawn per sample for timm's ``interpolation='random'``).
 """
 
 from __future__ import annotations
@@ -73,13 +74,13 @@ def eligible(plan: TransformPlan) -> bool:
     ``RandomCrop``) and flips; no padding, no colour jitter."""
     if not plan.has_resize or plan.pad_crop or plan.jitter is not None:
         return False
-    if plan.interpolation not in _MODES:
+    if any(mode not in _MODES for mode in plan.interpolations):
         return False
     if plan.output_dtype not in (torch.float32, torch.float16, torch.uint8):
         return False
     seen_resample = False
     for step in plan.steps:
-        if isinstance(step, (g.Resize, g.RandomResizedCrop)):
+        if isinstance(step, (g.Resize, g.ResizeKeepRatio, g.RandomResizedCrop)):
             seen_resample = True
         elif seen_resample and not isinstance(step, (g.Flip, g.CenterCrop, g.RandomCrop)):
             return False
@@ -104,9 +105,13 @@ class SampleWriter:
     def __init__(self, plan: TransformPlan, out: torch.Tensor):
         self.out = out
         self.size = (out.shape[2], out.shape[3])
-        mode = _MODES[plan.interpolation]
-        self._mode, self._antialias = mode, plan.antialias
-        self._aa_out = _AA_OUT[mode]() if plan.antialias else None
+        self._default = plan.interpolations[0]
+        self._antialias = plan.antialias
+        # per mode: F.interpolate's name, and its antialiased kernel with out= (or None)
+        self._kernels = {
+            m: (_MODES[m], _AA_OUT[_MODES[m]]() if plan.antialias else None)
+            for m in plan.interpolations
+        }
         self._normalise = plan.output_dtype != torch.uint8
         self._in_place = plan.output_dtype == torch.float32
         if self._normalise:
@@ -124,16 +129,17 @@ class SampleWriter:
         h, w = self.size
         src = torch.from_numpy(np.asarray(decoded)).permute(2, 0, 1).unsqueeze(0)
         rh, rw, top, left = _full_resize(params)
+        mode, aa_out = self._kernels[params.interpolation or self._default]
         buf = getattr(self._local, "buf", None)
         if buf is None:
             buf = self._local.buf = torch.empty((1, h, w, 3), dtype=torch.uint8).permute(0, 3, 1, 2)
         if (rh, rw) != (h, w):  # the output is a crop of the resampled image
             buf = torch.empty((1, rh, rw, 3), dtype=torch.uint8).permute(0, 3, 1, 2)
-        if self._aa_out is not None:  # into a channels-last buffer: no RGBA -> planar repack
-            y = self._aa_out(src, [rh, rw], False, None, None, out=buf)[0]
+        if aa_out is not None:  # into a channels-last buffer: no RGBA -> planar repack
+            y = aa_out(src, [rh, rw], False, None, None, out=buf)[0]
         else:
             y = torch.nn.functional.interpolate(
-                src, size=(rh, rw), mode=self._mode, antialias=self._antialias,
+                src, size=(rh, rw), mode=mode, antialias=self._antialias,
                 align_corners=False,
             )[0]
         y = y[:, top : top + h, left : left + w]

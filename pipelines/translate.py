@@ -5,7 +5,26 @@ Supported, with the same parameters: ``Compose``, ``RandomResizedCrop``, ``Resiz
 (constant padding, ``pad_if_needed``), ``RandomHorizontalFlip``, ``RandomVerticalFlip``,
 ``ColorJitter``, ``ToTensor``, ``PILToTensor``, ``ConvertImageDtype``, ``Normalize`` and the v2
 forms (``ToImage``, ``ToDtype(dtype, scale=...)``, ``ToPureTensor``). At most one resampling
-step (``Resize`` or ``RandomResizedCrop``) and one ``ColorJitter`` per plan.
+step (``Resize``, ``RandomResizedCrop`` or timm's ``ResizeKeepRatio``) and one ``ColorJitter``
+per plan.
+
+timm (``timm.data.transforms``), what ``create_transform`` builds:
+
+- ``RandomResizedCropAndInterpolation``: as ``RandomResizedCrop`` (the same crop
+  distribution, drawn from fastload's torch generator, not timm's Python ``random``). With
+  ``interpolation='random'`` each sample uses bilinear or bicubic, each with probability 1/2
+  as timm's ``random.choice`` over that tuple; the choice is drawn from the same generator
+  after the crop (the same distribution, not timm's stream) and fed to DALI's ``fn.resize``
+  (or the torch resampler) per sample.
+- ``ResizeKeepRatio`` with ``random_scale_prob=0`` and ``random_aspect_prob=0`` (eval: the
+  'border' crop mode and 'center' with a non-square size): timm's ratio and rounding give the
+  output size per image; any interpolation above, 'random' included. Its random scale and
+  aspect raise UnsupportedTransform: only timm's train crop modes 'rkrc'/'rkrr' use them,
+  with reflect padding after, which DALI cannot do either.
+- ``CenterCropOrPad`` with ``padding_mode='constant'``: torchvision's ``CenterCrop``
+  arithmetic (the same pad split and offsets), padding with its ``fill``.
+- ``MaybeToTensor``/``MaybePILToTensor``: as ``ToTensor``/``PILToTensor`` on an image, no-ops
+  on a tensor.
 
 ``ColorJitter``: torchvision applies its four adjustments in a random order; the graph applies
 them in the fixed order brightness, contrast, saturation, hue, with factors drawn from the
@@ -47,7 +66,7 @@ class TransformPlan:
     output_dtype: torch.dtype
     mean: tuple[float, float, float]
     std: tuple[float, float, float]
-    interpolation: str
+    interpolation: g.Interpolation  # a tuple: each sample draws one (SampleParams.interpolation)
     antialias: bool
     has_resize: bool
     decode_roi: bool
@@ -58,6 +77,12 @@ class TransformPlan:
     @property
     def has_vflip(self) -> bool:
         return any(isinstance(s, g.Flip) and s.vertical for s in self.steps)
+
+    @property
+    def interpolations(self) -> tuple[str, ...]:
+        """The modes the resample may use (one, or the choices of a random interpolation)."""
+        mode = self.interpolation
+        return (mode,) if isinstance(mode, str) else mode
 
     @property
     def jitter(self) -> g.ColorJitter | None:
@@ -105,10 +130,15 @@ def _pair(name: str, size) -> tuple[int, int]:
     return size  # type: ignore[return-value]
 
 
-def _interp(name: str, mode) -> str:
+def _interp(name: str, mode) -> g.Interpolation:
+    """DALI's name of ``mode``; for a list or tuple (timm's 'random'), a tuple of them."""
     from torchvision.transforms import InterpolationMode
     from torchvision.transforms.functional import _interpolation_modes_from_int
 
+    if isinstance(mode, (list, tuple)):
+        if not mode:
+            raise UnsupportedTransform(name, "interpolation=() has no mode to choose from")
+        return tuple(_interp(name, m) for m in mode)  # type: ignore[misc]
     if isinstance(mode, int):
         mode = _interpolation_modes_from_int(mode)
     value = mode.value if isinstance(mode, InterpolationMode) else str(mode)
@@ -175,15 +205,18 @@ def translate_list(transforms: list, *, pil_end: bool = False) -> tuple[Transfor
     scale = 1.0  # output = pixel * scale (before Normalize), pixel in 0..255
     mean, std = (0.0, 0.0, 0.0), (1.0, 1.0, 1.0)
     dtype = torch.uint8
-    interpolation, antialias, fill = "linear", True, (0,)
+    interpolation: g.Interpolation = "linear"
+    antialias = True
     resamples = jitters = 0
     names: list[str] = []
     for t in transforms:
         name = type(t).__name__
+        keep_ratio = _timm(t, "ResizeKeepRatio")
+        crop_or_pad = _timm(t, "CenterCropOrPad")
+        modes: g.Interpolation | None = None  # the resample's, when not t.interpolation
         if _timm(t, "RandomResizedCropAndInterpolation"):
-            if isinstance(t.interpolation, (list, tuple)):
-                raise UnsupportedTransform(name, "interpolation='random' is not translated")
-            t = _modules()[0].RandomResizedCrop(t.size, t.scale, t.ratio, t.interpolation)
+            modes = _interp(name, t.interpolation)  # a tuple for interpolation='random'
+            t = _modules()[0].RandomResizedCrop(t.size, t.scale, t.ratio)
         elif _timm(t, "MaybeToTensor") and state == "pil":
             t = _modules()[0].ToTensor()
         elif _timm(t, "MaybePILToTensor") and state == "pil":
@@ -191,12 +224,12 @@ def translate_list(transforms: list, *, pil_end: bool = False) -> tuple[Transfor
         elif _timm(t, "MaybeToTensor") or _timm(t, "MaybePILToTensor"):
             continue  # a tensor passes through unchanged
         names.append(name)
-        geometric = any(
+        geometric = keep_ratio or crop_or_pad or any(
             _is(t, n) for n in ("Resize", "CenterCrop", "RandomCrop", "RandomResizedCrop")
         )
         if geometric and state == "normalized":
             raise UnsupportedTransform(name, "a crop or resize after Normalize is not supported")
-        if _is(t, "Resize") or _is(t, "RandomResizedCrop"):
+        if _is(t, "Resize") or _is(t, "RandomResizedCrop") or keep_ratio:
             resamples += 1
             if resamples > 1:
                 raise UnsupportedTransform(
@@ -208,10 +241,12 @@ def translate_list(transforms: list, *, pil_end: bool = False) -> tuple[Transfor
                 raise UnsupportedTransform(
                     name, "it follows a padded RandomCrop (padding before a resize)"
                 )
-            interpolation = _interp(name, t.interpolation)
-            aa = t.antialias
-            antialias = True if state == "pil" else bool(aa)
-            if _is(t, "Resize"):
+            interpolation = modes if modes is not None else _interp(name, t.interpolation)
+            # timm's ResizeKeepRatio calls F.resize with its default, antialias=True
+            antialias = True if state == "pil" or keep_ratio else bool(t.antialias)
+            if keep_ratio:
+                steps.append(_keep_ratio(t, name, interpolation))
+            elif _is(t, "Resize"):
                 size = t.size
                 if isinstance(size, int):
                     size = (size,)
@@ -239,15 +274,23 @@ def translate_list(transforms: list, *, pil_end: bool = False) -> tuple[Transfor
                 )
         elif _is(t, "CenterCrop"):
             steps.append(g.CenterCrop(_pair(name, t.size)))
+        elif crop_or_pad:  # torchvision's CenterCrop padding arithmetic, with timm's fill
+            if t.padding_mode != "constant":
+                raise UnsupportedTransform(
+                    name, f"padding_mode={t.padding_mode!r} (only 'constant' is supported)"
+                )
+            steps.append(g.CenterCrop(_pair(name, t.size), _fill(name, t.fill)))
         elif _is(t, "RandomCrop"):
             if t.padding_mode != "constant":
                 raise UnsupportedTransform(
                     name, f"padding_mode={t.padding_mode!r} (only 'constant' is supported)"
                 )
-            fill = _fill(name, t.fill)
             steps.append(
                 g.RandomCrop(
-                    _pair(name, t.size), _padding(name, t.padding), bool(t.pad_if_needed), fill
+                    _pair(name, t.size),
+                    _padding(name, t.padding),
+                    bool(t.pad_if_needed),
+                    _fill(name, t.fill),
                 )
             )
         elif _is(t, "RandomHorizontalFlip") or _is(t, "RandomVerticalFlip"):
@@ -305,6 +348,7 @@ def translate_list(transforms: list, *, pil_end: bool = False) -> tuple[Transfor
     # output = ((pixel*scale) - mean)/std = (pixel - mean/scale) / (std/scale)
     plan_mean = tuple(m / scale for m in mean)
     plan_std = tuple(s / scale for s in std)
+    pad_crop, fill = _pad_crop(steps)
     plan = TransformPlan(
         steps=tuple(steps),
         output_dtype=dtype,
@@ -314,11 +358,23 @@ def translate_list(transforms: list, *, pil_end: bool = False) -> tuple[Transfor
         antialias=antialias,
         has_resize=resamples > 0,
         decode_roi=_decode_roi(steps),
-        pad_crop=_pad_crop(steps),
+        pad_crop=pad_crop,
         fill=fill,
         source=" -> ".join(names) or "decode",
     )
     return plan, state
+
+
+def _keep_ratio(t, name: str, interpolation: g.Interpolation) -> g.ResizeKeepRatio:
+    """timm's ``ResizeKeepRatio``; its random scale and aspect are not translated (timm's
+    train crop modes 'rkrc'/'rkrr' use them with reflect padding, which DALI has not)."""
+    for arg in ("random_scale_prob", "random_aspect_prob"):
+        if getattr(t, arg) > 0:
+            raise UnsupportedTransform(name, f"{arg}={getattr(t, arg)} is not translated")
+    longest = float(t.longest)
+    if not 0.0 <= longest <= 1.0:
+        raise UnsupportedTransform(name, f"longest={longest} should be within [0, 1]")
+    return g.ResizeKeepRatio(_pair(name, t.size), longest, interpolation, True)
 
 
 def _dtype_step(t, name: str, state: str, dtype: torch.dtype, scale: float):
@@ -352,22 +408,23 @@ def _dtype_step(t, name: str, state: str, dtype: torch.dtype, scale: float):
 def _decode_roi(steps: list[g.Step]) -> bool:
     """A crop precedes the resample (or there is no resample): decode only that region."""
     for s in steps:
-        if isinstance(s, (g.Resize,)):
+        if isinstance(s, (g.Resize, g.ResizeKeepRatio)):
             return False
         if isinstance(s, (g.CenterCrop, g.RandomCrop, g.RandomResizedCrop)):
             return True
     return False
 
 
-def _pad_crop(steps: list[g.Step]) -> bool:
-    """Whether some crop may reach past the image (so the graph needs a padding slice).
+def _pad_crop(steps: list[g.Step]) -> tuple[bool, tuple[int, ...]]:
+    """Whether some crop may reach past the image (so the graph needs a padding slice), and
+    the fill of the crops that may.
 
     Raises UnsupportedTransform for a crop that may pad after another crop of the same
     (un-resampled) image: the composed crop would show image pixels where torchvision pads.
     """
     known: tuple[int, int] | None = None  # guaranteed minimum (h, w) of the current image
     cropped = False  # a crop happened since the last resample
-    pads = False
+    fill: tuple[int, ...] | None = None
     for s in steps:
         if isinstance(s, g.Resize):
             if s.size is not None and len(s.size) == 2:
@@ -377,6 +434,9 @@ def _pad_crop(steps: list[g.Step]) -> bool:
             else:
                 known = None
             cropped = False
+        elif isinstance(s, g.ResizeKeepRatio):
+            # the shorter side fits (longest=0): both sides reach at least the target
+            known, cropped = (s.size if s.longest == 0.0 else None), False
         elif isinstance(s, g.RandomResizedCrop):
             known, cropped = s.size, False
         elif isinstance(s, (g.CenterCrop, g.RandomCrop)):
@@ -390,6 +450,11 @@ def _pad_crop(steps: list[g.Step]) -> bool:
                     type(s).__name__,
                     f"it may pad (size {s.size}) after an earlier crop of the same image",
                 )
-            pads = pads or may_pad
+            if may_pad and fill is not None and s.fill != fill:
+                raise UnsupportedTransform(
+                    type(s).__name__, f"it may pad with fill {s.fill}, another crop with {fill}"
+                )
+            if may_pad:
+                fill = s.fill
             known, cropped = s.size, True
-    return pads
+    return fill is not None, (0,) if fill is None else fill
