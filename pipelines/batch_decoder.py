@@ -341,6 +341,8 @@ class BatchDecoder:
             feeds["resize_size"] = np.array([p.resize for p in params], np.float32)
             roi = np.array([p.resize_roi for p in params], np.float32).reshape(len(params), 4)
             feeds["roi_start"], feeds["roi_end"] = _split(roi)
+        if "interp" in names:  # a random interpolation: each sample's drawn mode
+            feeds["interp"] = graph.interp_codes(p.interpolation for p in params)
         if "crop_anchor" in names:
             crops = np.array(
                 [p.crop if p.crop is not None else (0, 0, *p.output_size) for p in params], np.int32
