@@ -10,9 +10,15 @@
  * for AVX2 and picked at load time; the baseline SSE2 build is about as fast as the
  * 256-entry lookup table this replaced (benchmarks/NOTES.md P16).
  * The GIL is released while the loop runs.
+ *
+ * lookup_planes: planar uint8 (C x H x W) -> C x H x W through one 256-entry table per
+ * channel (any element size of 2, 4 or 8 bytes: the table's values are copied, not
+ * computed, so the result is exactly the table's). The torch suffix's deterministic tail
+ * (ToDtype / ConvertImageDtype / Normalize ...) becomes one such table (pipelines/tail.py).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stdint.h>
 
 static int
 get_three(PyObject *seq, const char *name, float out[3])
@@ -138,16 +144,77 @@ done:
     return result;
 }
 
+#define LOOKUP_LOOP(T)                                                              \
+    for (Py_ssize_t c = 0; c < channels; c++) {                                     \
+        const T *table = (const T *)lut.buf + 256 * c;                              \
+        const unsigned char *in = (const unsigned char *)src.buf + c * plane;       \
+        T *out = (T *)dst.buf + c * plane;                                          \
+        for (Py_ssize_t i = 0; i < plane; i++)                                      \
+            out[i] = table[in[i]];                                                  \
+    }
+
+static PyObject *
+lookup_planes(PyObject *self, PyObject *args)
+{
+    PyObject *src_obj, *dst_obj, *lut_obj;
+    if (!PyArg_ParseTuple(args, "OOO", &src_obj, &dst_obj, &lut_obj))
+        return NULL;
+    Py_buffer src, dst, lut;
+    if (PyObject_GetBuffer(src_obj, &src, PyBUF_C_CONTIGUOUS) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(dst_obj, &dst, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(&src);
+        return NULL;
+    }
+    if (PyObject_GetBuffer(lut_obj, &lut, PyBUF_C_CONTIGUOUS) < 0) {
+        PyBuffer_Release(&src);
+        PyBuffer_Release(&dst);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    const Py_ssize_t size = dst.itemsize;
+    const Py_ssize_t channels = lut.len / (256 * (lut.itemsize ? lut.itemsize : 1));
+    if (src.itemsize != 1 || (size != 2 && size != 4 && size != 8) || lut.itemsize != size
+        || channels < 1 || lut.len != channels * 256 * size || src.len % channels != 0
+        || dst.len != src.len * size) {
+        PyErr_SetString(PyExc_ValueError,
+                        "lookup_planes(src, dst, lut): src contiguous uint8 C x H x W, lut "
+                        "contiguous C x 256 with dst's element size (2, 4 or 8), dst contiguous "
+                        "with src's element count");
+        goto done;
+    }
+    const Py_ssize_t plane = src.len / channels;
+    Py_BEGIN_ALLOW_THREADS
+    if (size == 2) {
+        LOOKUP_LOOP(uint16_t)
+    } else if (size == 4) {
+        LOOKUP_LOOP(uint32_t)
+    } else {
+        LOOKUP_LOOP(uint64_t)
+    }
+    Py_END_ALLOW_THREADS
+    result = Py_NewRef(Py_None);
+done:
+    PyBuffer_Release(&src);
+    PyBuffer_Release(&dst);
+    PyBuffer_Release(&lut);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"hwc_to_chw", hwc_to_chw, METH_VARARGS,
      "hwc_to_chw(src, dst, sub, mul, hflip): dst[c, y, x] = (src[y, x', c] - sub[c]) * mul[c],\n"
      "x' = W - 1 - x when hflip else x; src uint8 H x W x 3, dst float32 3 x H x W."},
+    {"lookup_planes", lookup_planes, METH_VARARGS,
+     "lookup_planes(src, dst, lut): dst[c, i] = lut[c, src[c, i]]; src uint8 C x H x W,\n"
+     "lut C x 256 and dst C x H x W of one element size (2, 4 or 8 bytes), all contiguous."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_normalize",
-    "One-pass uint8 HWC -> normalised float32 CHW (see pipelines/torch_resample.py).", -1,
+    "uint8 image kernels: HWC -> normalised CHW (pipelines/torch_resample.py), per-channel\n"
+    "table lookup (pipelines/tail.py).", -1,
     methods,
 };
 

@@ -14,19 +14,24 @@ only on its seed. Samples of transforms :mod:`~fastload.pipelines.augment` repla
 explicit generator run in parallel threads (torch ops release the GIL); the rest run in
 forked worker processes (:func:`process_pool`), or, without one, one at a time in the
 calling thread, the global generators' states restored after each batch.
+
+The suffix's last per-channel steps (dtype conversion, ``Normalize``; :mod:`.tail`) run as one
+table lookup per channel that writes each sample into the batch tensor (their exact values),
+so the per-sample work is the augmentation alone and no ``default_collate`` copy follows.
 """
 
 from __future__ import annotations
 
 import random
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
 from . import augment
+from .tail import LookupTail, is_pointwise
 
 __all__ = ["Suffix", "process_pool", "tensor_capable"]
 
@@ -66,7 +71,12 @@ def _to_uint8(t) -> bool:
 
 
 class Suffix:
-    """``transforms`` run per sample after the DALI prefix whose output state is ``state``."""
+    """``transforms`` run per sample after the DALI prefix whose output state is ``state``.
+
+    A trailing run of per-channel transforms (``ToDtype``/``ConvertImageDtype``/``Normalize``
+    ..., see :mod:`~fastload.pipelines.tail`), followed by nothing or by ``RandomErasing``/
+    ``ToPureTensor`` (torchvision's or timm's erasing) only, runs as one table lookup written
+    into the batch (``tail``)."""
 
     def __init__(self, transforms: Sequence[Any], state: str) -> None:
         self.transforms = list(transforms)
@@ -74,10 +84,35 @@ class Suffix:
         self.steps = [augment.replay(t) for t in self.transforms]
         self.threaded = all(s is not None for s in self.steps)
         pil = state == "pil"
+        self._pil_at = []
         for t in self.transforms:
+            self._pil_at.append(pil)
             if pil and (_to_float(t) or _to_uint8(t) or not tensor_capable(t)):
                 pil = False  # converted, or an unknown callable that may return a tensor
+        self._pil_at.append(pil)
         self.final_state = "pil" if pil else "tensor"
+        self._post_start = len(self.transforms)
+        while self._post_start and _post_step(self.transforms[self._post_start - 1]):
+            self._post_start -= 1
+        self._tail_start = self._post_start
+        while self._tail_start and is_pointwise(self.transforms[self._tail_start - 1]):
+            self._tail_start -= 1
+        self.tail: LookupTail | None = None
+        # Whether the tail's input is (or stands for) a PIL image: the suffix's own uint8 form
+        # of one, or a real one that a PIL-only callable (timm's RandAugment, say) returned.
+        self.tail_pil = self._pil_at[self._tail_start]
+        for k in range(self._tail_start):
+            t = self.transforms[k]
+            if self._pil_at[k] and not (_to_float(t) or _to_uint8(t) or tensor_capable(t)):
+                self.tail_pil = True
+            elif _to_float(t) or _to_uint8(t):
+                self.tail_pil = self._pil_at[k + 1]
+        if self._tail_start < self._post_start and self.final_state != "pil":
+            self.tail = LookupTail(self._run_tail)
+        if self.tail is not None and self.tail.table(3, torch.Tensor, self.tail_pil) is None:
+            self.tail = None  # e.g. PILToTensor alone (uint8 stays uint8): nothing to gain
+        if self.tail is None:
+            self._tail_start = self._post_start = len(self.transforms)
 
     def __bool__(self) -> bool:
         return bool(self.transforms)
@@ -88,59 +123,107 @@ class Suffix:
     def describe(self) -> str:
         """The suffix's transforms and how their random draws run."""
         names = []
-        pil = self.state == "pil"
-        for t in self.transforms:
+        for k, t in enumerate(self.transforms):
             label = type(t).__name__
-            if pil and not (_to_float(t) or _to_uint8(t) or tensor_capable(t)):
+            if self._pil_at[k] and not (_to_float(t) or _to_uint8(t) or tensor_capable(t)):
                 label += " (on a PIL image)"
-            if pil and (_to_float(t) or _to_uint8(t) or not tensor_capable(t)):
-                pil = False
             names.append(label)
+        if self.tail is not None:
+            tail = " -> ".join(names[self._tail_start:self._post_start])
+            names[self._tail_start:self._post_start] = [f"[{tail}: one table lookup per channel]"]
         how = "replayed draws" if self.threaded else "seeded global RNG"
         return " -> ".join(names) + f" [{how}]"
 
-    def run(self, images: torch.Tensor, seeds: Sequence[int], pool: Any = None) -> list[Any]:
-        """The suffix's output for each sample ``images[j]``, drawn from ``seeds[j]``.
+    def run(self, images: torch.Tensor, seeds: Sequence[int], pool: Any = None,
+            out: torch.Tensor | None = None) -> tuple[list[Any], list[bool]]:
+        """``(outputs, written)``: the suffix's output for each sample ``images[j]``, drawn
+        from ``seeds[j]``; with ``out`` (the batch, shaped and typed as :meth:`LookupTail.layout`
+        says), a sample whose output fits is written into ``out[j]`` (``written[j]``).
 
         ``pool``: a thread pool (for a ``threaded`` suffix) or a process pool made by
-        :func:`process_pool` for this suffix (each process has its own global generators)."""
-        samples = [images[j] for j in range(len(seeds))]
-        if pool is not None and len(seeds) > 1:
-            fn = self._replayed if self.threaded else _in_worker
-            chunk = max(1, len(seeds) // (4 * getattr(pool, "_max_workers", 1)))
-            kwargs = {} if self.threaded else {"chunksize": chunk}
-            return list(pool.map(fn, samples, seeds, **kwargs))
-        if self.threaded:
-            return [self._replayed(x, s) for x, s in zip(samples, seeds, strict=True)]
-        with _GLOBAL_RNG:
-            saved = torch.default_generator.get_state(), random.getstate(), np.random.get_state()
-            try:
-                return [self._global(images[j], s) for j, s in enumerate(seeds)]
-            finally:
-                torch.default_generator.set_state(saved[0])
-                random.setstate(saved[1])
-                np.random.set_state(saved[2])
+        :func:`process_pool` for this suffix (each process has its own global generators;
+        their outputs are not written into ``out``)."""
+        n = len(seeds)
+        slots = [None] * n if out is None else list(out.unbind(0))
+        if pool is not None and n > 1:
+            if self.threaded:
+                done = list(pool.map(lambda j: self._sample(images[j], seeds[j], slots[j], True),
+                                     range(n)))
+            else:
+                chunk = max(1, n // (4 * getattr(pool, "_max_workers", 1)))
+                done = list(pool.map(_in_worker, [images[j] for j in range(n)], seeds,
+                                     chunksize=chunk))
+        elif self.threaded:
+            done = [self._sample(images[j], seeds[j], slots[j], True) for j in range(n)]
+        else:
+            with _GLOBAL_RNG:
+                saved = (torch.default_generator.get_state(), random.getstate(),
+                         np.random.get_state())
+                try:
+                    done = [self._sample(images[j], seeds[j], slots[j], False) for j in range(n)]
+                finally:
+                    torch.default_generator.set_state(saved[0])
+                    random.setstate(saved[1])
+                    np.random.set_state(saved[2])
+        return [d[0] for d in done], [d[1] for d in done]
 
-    def _replayed(self, x: Any, seed: int) -> Any:
-        gen = torch.Generator(device="cpu")
-        gen.manual_seed(seed)
-        pil = self.state == "pil"
-        for t, step in zip(self.transforms, self.steps, strict=True):
-            x, pil, done = _enter(t, x, pil)
+    def _sample(self, x: Any, seed: int, dst: torch.Tensor | None,
+                replayed: bool) -> tuple[Any, bool]:
+        """One sample's output and whether it was written into ``dst``."""
+        if replayed:
+            gen = torch.Generator(device="cpu")
+            gen.manual_seed(seed)
+            steps = self.steps
+
+            def call(k: int, x: Any) -> Any:
+                return steps[k](x, gen)
+        else:
+            torch.default_generator.manual_seed(seed)
+            random.seed(seed)
+            np.random.seed(seed & 0xFFFFFFFF)
+            transforms = self.transforms
+
+            def call(k: int, x: Any) -> Any:
+                return transforms[k](x)
+        x = self._apply(0, self._tail_start, x, call)
+        written = False
+        if self.tail is not None:
+            pil = self._pil_at[self._tail_start]
+            y = self.tail.write(x, pil, dst) if dst is not None else None
+            written = y is not None
+            if y is None:
+                y = self.tail.write(x, pil)
+            x = y if y is not None else self._apply(self._tail_start, self._post_start, x, call)
+        for k in range(self._post_start, len(self.transforms)):
+            y = call(k, x)
+            if written and y is not x and y.data_ptr() != x.data_ptr():
+                x.copy_(y)  # erasing (not in place) made a new tensor: keep the batch's slot
+            elif not written:
+                x = y
+        return x, written
+
+    def _apply(self, start: int, stop: int, x: Any, call: Callable[[int, Any], Any]) -> Any:
+        pil = self._pil_at[start]
+        for k in range(start, stop):
+            x, pil, done = _enter(self.transforms[k], x, pil)
             if not done:
-                x = step(x, gen)
+                x = call(k, x)
         return x
 
-    def _global(self, x: Any, seed: int) -> Any:
-        torch.default_generator.manual_seed(seed)
-        random.seed(seed)
-        np.random.seed(seed & 0xFFFFFFFF)
-        pil = self.state == "pil"
-        for t in self.transforms:
+    def _run_tail(self, x: torch.Tensor, pil: bool) -> Any:
+        """The tail's transforms on ``x`` (deterministic: no generator involved)."""
+        for t in self.transforms[self._tail_start:self._post_start]:
             x, pil, done = _enter(t, x, pil)
             if not done:
                 x = t(x)
         return x
+
+
+def _post_step(t) -> bool:
+    """``t`` may follow the table-lookup tail: it keeps the sample's shape and dtype."""
+    if type(t).__module__ == "timm.data.random_erasing":  # erases the tensor in place
+        return type(t).__name__ == "RandomErasing"
+    return _tv_name(t) in ("RandomErasing", "ToPureTensor")
 
 
 _WORKER: list[Suffix] = []
@@ -151,8 +234,8 @@ def _init_worker(suffix: Suffix) -> None:
     torch.set_num_threads(1)  # one process per core, as torch's DataLoader workers
 
 
-def _in_worker(x: Any, seed: int) -> Any:
-    return _WORKER[0]._global(x, seed)
+def _in_worker(x: Any, seed: int) -> tuple[Any, bool]:
+    return _WORKER[0]._sample(x, seed, None, False)
 
 
 def process_pool(suffix: Suffix, processes: int) -> Any:

@@ -99,7 +99,8 @@ def test_plan_names_what_runs_where(synth_root):
     loader = fastload.DataLoader(ImageFolder(synth_root / "train", preset), batch_size=4)
     text = str(loader.plan)
     assert "DALI graph: decode -> RandomResizedCrop -> RandomHorizontalFlip" in text
-    assert "torch suffix (per sample): RandAugment -> PILToTensor" in text
+    assert ("torch suffix (per sample): RandAugment -> [PILToTensor -> ConvertImageDtype -> "
+            "Normalize: one table lookup per channel] -> RandomErasing") in text
     assert "RandomErasing [replayed draws]\ntorch suffix runs: 1 thread(s)" in text
 
 
@@ -130,7 +131,8 @@ def test_timm_pil_augmentations_run_in_the_suffix_on_pil_images(synth_root):
     loader = fastload.DataLoader(ImageFolder(synth_root / "train", transform), batch_size=4)
     text = str(loader.plan)
     assert "DALI graph: decode -> RandomResizedCropAndInterpolation -> RandomHorizontalFlip" in text
-    assert "RandAugment (on a PIL image) -> MaybeToTensor -> Normalize -> RandomErasing" in text
+    assert ("RandAugment (on a PIL image) -> [MaybeToTensor -> Normalize: one table lookup per "
+            "channel] -> RandomErasing") in text
 
 
 @pytest.mark.parametrize("name", recipes.RECIPE_NAMES)

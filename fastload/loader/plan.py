@@ -5,7 +5,9 @@ DALI path a batch is made as: the DALI prefix decodes and transforms the batch; 
 suffix (if any) runs on each sample, in ``num_workers`` threads when its draws are replayed
 (see ``fastload.pipelines.augment``); then ``collate_fn`` receives the list of per-sample
 ``(image, label)`` pairs torch's DataLoader would give it — or, with neither a suffix nor a
-custom ``collate_fn``, the batch tensor is returned as ``default_collate`` would make it.
+custom ``collate_fn``, the batch tensor is returned as ``default_collate`` would make it. A
+suffix ending in per-channel steps (``ToDtype``, ``Normalize`` ...) writes each sample's
+output straight into the batch through one lookup table (``fastload.pipelines.tail``).
 """
 
 from __future__ import annotations
@@ -52,8 +54,13 @@ def make_plan(split: Any, collate_fn: Any, device: str, threads: int,
               reason: str | None, stage: Any = None) -> LoaderPlan:
     """The LoaderPlan of a loader (``split`` None when ``reason`` says why it falls back)."""
     if collate_fn is None or collate_fn is default_collate:
-        collate = "default_collate (batch tensor from DALI)" if split is None or not split.suffix \
-            else "default_collate of the per-sample suffix outputs"
+        if split is None or not split.suffix:
+            collate = "default_collate (batch tensor from DALI)"
+        elif split.suffix.tail is not None:
+            collate = ("default_collate: the suffix's table-lookup tail writes each sample into "
+                       "the batch tensor (per-sample outputs stacked where it cannot)")
+        else:
+            collate = "default_collate of the per-sample suffix outputs"
     else:
         collate = f"{_name(collate_fn)} on the list of per-sample (image, label)"
     return LoaderPlan(split, collate, device, threads, reason, stage)
@@ -67,6 +74,7 @@ class SampleStage:
         self.collate_fn = None if collate_fn is default_collate else collate_fn
         self._threads = max(1, threads)
         self._pool: Any = None
+        self._buffers: Any = None  # BatchBuffers for the batches a lookup tail writes
         # A suffix whose draws are not replayed runs in worker processes only where they
         # are measured faster than this thread: batches 1 and 3 run here, 2 and 4 in the
         # processes (2 includes their start), then the faster per-sample time decides.
@@ -97,8 +105,11 @@ class SampleStage:
 
     def __call__(self, images: torch.Tensor, labels: list[Any], seed: int) -> Any:
         """The batch for decoded ``images`` (one per sample) and per-sample ``labels``."""
+        written = [False] * len(labels)
+        out = None
         if self.suffix:
             seeds = [mix_seed(seed, j) for j in range(len(labels))]
+            out, kind = self._batch_for(images)
             measuring = (not self.suffix.threaded and self.choice is None and len(labels) > 1
                          and self._threads > 1 and images.device.type == "cpu")
             if measuring:
@@ -106,7 +117,7 @@ class SampleStage:
                 where = "here" if measured % 2 == 0 else "processes"
                 pool = self._pool_for(images) if where == "processes" else None
                 start = time.perf_counter()
-                samples = self.suffix.run(images, seeds, pool)
+                samples, written = self.suffix.run(images, seeds, pool, out)
                 self._times[where].append((time.perf_counter() - start) / len(seeds))
                 if measured == 3:
                     self.choice = min(self._times, key=lambda k: min(self._times[k]))
@@ -114,16 +125,36 @@ class SampleStage:
                         self.close()  # the processes lost: stop them
             else:
                 pool = self._pool_for(images) if len(labels) > 1 else None
-                samples = self.suffix.run(images, seeds, pool)
+                samples, written = self.suffix.run(images, seeds, pool, out)
+            if kind is not torch.Tensor:  # e.g. a v2 tail that yields tv_tensors.Image
+                samples = [s.as_subclass(kind) if w else s
+                           for s, w in zip(samples, written, strict=True)]
         else:
             samples = list(images.unbind(0))
-        pairs = list(zip(samples, labels, strict=True))
         if self.collate_fn is not None:
-            return self.collate_fn(pairs)  # returned as it comes, as torch does
-        batch = default_collate(pairs)
+            return self.collate_fn(list(zip(samples, labels, strict=True)))  # as torch does
+        if out is not None and all(written):  # the batch is already in place: only labels
+            batch = [out, default_collate(labels)]
+        else:
+            batch = default_collate(list(zip(samples, labels, strict=True)))
         if batch[0].device.type == "cuda":
             batch[1] = batch[1].to(batch[0].device, non_blocking=True)
         return batch
+
+    def _batch_for(self, images: torch.Tensor) -> tuple[torch.Tensor | None, type]:
+        """The batch tensor the suffix's table-lookup tail writes into (None without one)."""
+        tail = self.suffix.tail
+        if tail is None or images.device.type != "cpu" or images.ndim != 4:
+            return None, torch.Tensor
+        layout = tail.layout(images, self.suffix.tail_pil)
+        if layout is None:
+            return None, torch.Tensor
+        dtype, kind = layout
+        if self._buffers is None:
+            from fastload.pipelines.buffers import BatchBuffers
+
+            self._buffers = BatchBuffers()
+        return self._buffers.empty(tuple(images.shape), dtype), kind
 
     def _pool_for(self, images: torch.Tensor) -> Any:
         """``num_workers`` threads for a replayed suffix, else as many processes (CPU
