@@ -65,17 +65,36 @@ def _apply_op(img: Any, op_name: str, magnitude: Any, interpolation: Any = None,
     """``img`` with one op applied: the one place v1 replays apply ops.
 
     ``op_name`` is one of torchvision's auto-augment ops (``"Rotate"``, ``"Posterize"``, ...),
-    applied by torchvision's ``_apply_op`` with the float ``magnitude``, ``interpolation`` and
+    applied as torchvision's ``_apply_op`` with the float ``magnitude``, ``interpolation`` and
     ``fill``; or the name of a ``torchvision.transforms.functional`` function (``"hflip"``,
     ``"erase"``, ``"adjust_hue"``, ...), called with ``magnitude``, a dict, as its keyword
-    arguments (``interpolation`` and ``fill`` then unused)."""
-    if op_name in _AUTOAUGMENT_OPS:
-        from torchvision.transforms.autoaugment import _apply_op as apply
+    arguments (``interpolation`` and ``fill`` then unused). Both go through :mod:`.fast_ops`
+    where it has an exact faster path (the same values, bit for bit)."""
+    from . import fast_ops  # torchvision's values, bit for bit, faster on uint8 CPU tensors
 
-        return apply(img, op_name, magnitude, interpolation=interpolation, fill=fill)
+    if op_name in _AUTOAUGMENT_OPS:
+        return fast_ops.apply_op(img, op_name, magnitude, interpolation=interpolation, fill=fill)
+    fast = fast_ops.adjust(img, op_name, magnitude)
+    if fast is not None:
+        return fast
     from torchvision.transforms import functional as F
 
     return getattr(F, op_name)(img, **magnitude)
+
+
+_SPACES: dict[tuple, Any] = {}
+
+
+def _space(t: Any, bins: int, *size: tuple[int, int]) -> Any:
+    """``t._augmentation_space(bins, *size)``, made once per transform, bins and image size
+    (it builds a dozen ``linspace`` tensors: ~20 us a sample); only read afterwards."""
+    key = (id(t), type(t), bins, *size)
+    space = _SPACES.get(key)
+    if space is None or space[0] is not t:
+        if len(_SPACES) > 256:
+            _SPACES.clear()
+        space = _SPACES[key] = (t, t._augmentation_space(bins, *size))
+    return space[1]
 
 
 @functools.cache
@@ -139,7 +158,7 @@ def _rand_augment(t) -> Replay:
     def run(img, gen):
         fill = _fill(t, img)
         _, height, width = get_dimensions(img)
-        space = t._augmentation_space(t.num_magnitude_bins, (height, width))
+        space = _space(t, t.num_magnitude_bins, (height, width))
         names = list(space)
         for _ in range(t.num_ops):
             op = names[_randint(len(space), gen)]
@@ -156,7 +175,7 @@ def _rand_augment(t) -> Replay:
 def _trivial_augment(t) -> Replay:
     def run(img, gen):
         fill = _fill(t, img)
-        space = t._augmentation_space(t.num_magnitude_bins)
+        space = _space(t, t.num_magnitude_bins)
         op = list(space)[_randint(len(space), gen)]
         magnitudes, signed = space[op]
         magnitude = 0.0
@@ -179,7 +198,7 @@ def _auto_augment(t) -> Replay:
         policy = _randint(len(t.policies), gen)
         probs = torch.rand((2,), generator=gen)
         signs = torch.randint(2, (2,), generator=gen)
-        space = t._augmentation_space(10, (height, width))
+        space = _space(t, 10, (height, width))
         for i, (op, p, magnitude_id) in enumerate(t.policies[policy]):
             if probs[i] <= p:
                 magnitudes, signed = space[op]
@@ -199,7 +218,7 @@ def _augmix(t) -> Replay:
         fill = _fill(t, orig)
         _, height, width = F.get_dimensions(orig)
         img = orig if isinstance(orig, torch.Tensor) else F.pil_to_tensor(orig)
-        space = t._augmentation_space(t._PARAMETER_MAX, (height, width))
+        space = _space(t, t._PARAMETER_MAX, (height, width))
         names = list(space)
         dims = list(img.shape)
         batch = img.view([1] * max(4 - img.ndim, 0) + dims)

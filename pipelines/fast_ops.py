@@ -6,7 +6,7 @@ Contract: ``apply_op(img, op_name, magnitude, interpolation, fill)`` takes the s
 
 Fast paths apply to contiguous CPU ``torch.uint8`` tensors of shape (..., C, H, W), C in {1, 3},
 with a finite int/float magnitude in the op's valid range. Everything else (PIL images, other
-dtypes, CUDA, "Identity", "Invert", "Posterize", the affine ops) goes to torchvision unchanged.
+dtypes, CUDA, "Identity", "Invert", "Posterize", batched affine ops) goes to torchvision unchanged.
 
 Why each fast path is exact:
 
@@ -23,6 +23,12 @@ Why each fast path is exact:
   in int32 as ((n + 6) * 5042) >> 16 (exact for all n in range).
 * Equalize: the same integer histogram / step / cumulative-sum lut as torchvision's
   ``_scale_channel``, for all channels at once, applied with one gather.
+* ShearX/Y, TranslateX/Y, Rotate: torchvision builds the same sampling grid (and, with a
+  fill, samples the same all-ones mask channel) for every image of a size and magnitude;
+  both are made once by torchvision's own ``_gen_affine_grid``/``grid_sample`` and cached.
+  Each image then takes one ``grid_sample`` of its channels (channels are sampled
+  independently, so dropping the mask channel from the call changes no value) and
+  torchvision's fill blend, rounding and cast.
 * Solarize: a per-pixel, per-value map, so its 256-entry table is taken by running torchvision
   itself on a 0..255 ramp (cached per threshold) and applied with one gather.
 """
@@ -40,7 +46,7 @@ from torch import Tensor
 # delegated call, and the Solarize table, goes through this one name.
 from torchvision.transforms.autoaugment import _apply_op as _torchvision_apply_op
 
-__all__ = ["apply_op"]
+__all__ = ["adjust", "apply_op"]
 
 _FAST_OPS = frozenset(
     {"Brightness", "Color", "Contrast", "Sharpness", "AutoContrast", "Equalize", "Solarize"}
@@ -73,7 +79,35 @@ def apply_op(img: Any, op_name: str, magnitude: float, interpolation: Any, fill:
                 # torchvision's conv2d rejects more than 4 dimensions.
                 if op_name == "Sharpness" and img.ndim <= 4 and min(img.shape[-2:]) > 2:
                     return _sharpness(img, factor)
+    if op_name in _AFFINE_OPS and _is_fast_input(img) and img.ndim == 3 \
+            and _is_plain_number(magnitude) and _grid_mode(interpolation) is not None \
+            and _fill_values(fill, img.shape[0]) is not False:
+        return _affine(img, op_name, magnitude, _grid_mode(interpolation), fill)
     return _torchvision_apply_op(img, op_name, magnitude, interpolation=interpolation, fill=fill)
+
+
+_ADJUST = {"adjust_brightness": "brightness_factor", "adjust_contrast": "contrast_factor",
+           "adjust_saturation": "saturation_factor", "adjust_sharpness": "sharpness_factor"}
+
+
+def adjust(img: Any, name: str, kwargs: dict) -> Any | None:
+    """``torchvision.transforms.functional.<name>(img, **kwargs)`` for ``adjust_brightness``,
+    ``adjust_contrast``, ``adjust_saturation`` and ``adjust_sharpness`` through the exact fast
+    paths above (the factor given directly, not as ``1 + magnitude``); None where they do not
+    apply (the caller then calls torchvision)."""
+    factor = kwargs.get(_ADJUST.get(name, ""))
+    if (len(kwargs) != 1 or not _is_fast_input(img) or not _is_plain_number(factor)
+            or factor < 0):
+        return None
+    if name == "adjust_brightness":
+        return _brightness(img, factor)
+    if name == "adjust_contrast":
+        return _contrast(img, factor)
+    if name == "adjust_saturation" and img.shape[-3] == 3:
+        return _color(img, factor)
+    if name == "adjust_sharpness" and img.ndim <= 4 and min(img.shape[-2:]) > 2:
+        return _sharpness(img, factor)
+    return None
 
 
 def _is_fast_input(img: Any) -> bool:
@@ -198,3 +232,72 @@ def _solarize_lut(threshold: float) -> Tensor:
 
 def _solarize(img: Tensor, threshold: float) -> Tensor:
     return _gather(_solarize_lut(threshold), img.view(1, -1)).view(img.shape)
+
+
+_AFFINE_OPS = frozenset({"ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate"})
+_GRID_CACHE_ENTRIES = 64  # a 224 px grid and mask take ~0.6 MB: ~38 MB at most
+
+
+def _grid_mode(interpolation: Any) -> str | None:
+    from torchvision.transforms import InterpolationMode
+
+    if isinstance(interpolation, InterpolationMode) and interpolation.value in ("nearest",
+                                                                                 "bilinear"):
+        return interpolation.value
+    return None
+
+
+def _fill_values(fill: Any, channels: int) -> list[float] | None | bool:
+    """The fill as torchvision's grid transform uses it; None for none; False: not handled."""
+    if fill is None:
+        return None
+    if isinstance(fill, (list, tuple)) and len(fill) in (1, channels) \
+            and all(type(f) in (int, float) for f in fill):
+        return list(fill)
+    return False
+
+
+def _affine_matrix(op_name: str, magnitude: float, width: int, height: int) -> list[float]:
+    """The inverse matrix ``F.affine``/``F.rotate`` compute for tensors in ``_apply_op``."""
+    from torchvision.transforms.functional import _get_inverse_affine_matrix
+
+    if op_name in ("ShearX", "ShearY"):  # center=[0, 0] in pixels: image centre at (-w/2, -h/2)
+        centre = [1.0 * (0 - width * 0.5), 1.0 * (0 - height * 0.5)]
+        shear = math.degrees(math.atan(magnitude))
+        shears = [shear, 0.0] if op_name == "ShearX" else [0.0, shear]
+        return _get_inverse_affine_matrix(centre, 0.0, [0.0, 0.0], 1.0, shears)
+    if op_name in ("TranslateX", "TranslateY"):
+        shift = [1.0 * int(magnitude), 0.0] if op_name == "TranslateX" else [0.0, 1.0 * int(magnitude)]
+        return _get_inverse_affine_matrix([0.0, 0.0], 0.0, shift, 1.0, [0.0, 0.0])
+    return _get_inverse_affine_matrix([0.0, 0.0], -magnitude, [0.0, 0.0], 1.0, [0.0, 0.0])
+
+
+@functools.lru_cache(maxsize=_GRID_CACHE_ENTRIES)
+def _grid_and_mask(matrix: tuple[float, ...], width: int, height: int,
+                   mode: str) -> tuple[Tensor, Tensor]:
+    from torchvision.transforms._functional_tensor import _gen_affine_grid
+
+    theta = torch.tensor(list(matrix), dtype=torch.float32).reshape(1, 2, 3)
+    grid = _gen_affine_grid(theta, w=width, h=height, ow=width, oh=height)
+    ones = torch.ones((1, 1, height, width), dtype=torch.float32)
+    mask = torch.nn.functional.grid_sample(ones, grid, mode=mode, padding_mode="zeros",
+                                           align_corners=False)
+    return grid, mask
+
+
+def _affine(img: Tensor, op_name: str, magnitude: float, mode: str, fill: Any) -> Tensor:
+    height, width = img.shape[-2:]
+    matrix = _affine_matrix(op_name, magnitude, width, height)
+    grid, mask = _grid_and_mask(tuple(matrix), width, height, mode)
+    out = torch.nn.functional.grid_sample(img.unsqueeze(0).to(torch.float32), grid, mode=mode,
+                                          padding_mode="zeros", align_corners=False)
+    fill = _fill_values(fill, img.shape[0])
+    if fill is not None:
+        mask = mask.expand_as(out)
+        fill_img = torch.tensor(fill, dtype=torch.float32).view(1, len(fill), 1, 1).expand_as(out)
+        if mode == "nearest":
+            outside = mask < 0.5
+            out[outside] = fill_img[outside]
+        else:
+            out = out * mask + (1.0 - mask) * fill_img
+    return torch.round(out.squeeze(0)).to(torch.uint8)

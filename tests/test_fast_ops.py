@@ -258,3 +258,45 @@ def test_fast_paths_return_a_new_tensor_and_leave_the_input_alone(op):
     out = apply_op(img, op, 0.0, NEAREST, None)
     out.fill_(1)
     assert torch.equal(img, before)
+
+
+@pytest.mark.parametrize("name, key", [("adjust_brightness", "brightness_factor"),
+                                       ("adjust_contrast", "contrast_factor"),
+                                       ("adjust_saturation", "saturation_factor"),
+                                       ("adjust_sharpness", "sharpness_factor")])
+@pytest.mark.parametrize("factor", [0.0, 0.37, 1.0, 1.6, 2.9])
+def test_adjust_functions_are_bit_identical_to_torchvision(name, key, factor):
+    import torchvision.transforms.functional as F
+
+    from fastload.pipelines.fast_ops import adjust
+
+    img = torch.randint(0, 256, (3, 17, 23), dtype=torch.uint8,
+                        generator=torch.Generator().manual_seed(2))
+    fast = adjust(img, name, {key: factor})
+    assert fast is not None and torch.equal(fast, getattr(F, name)(img, factor))
+
+
+def test_adjust_leaves_what_it_has_no_fast_path_for_to_torchvision():
+    from fastload.pipelines.fast_ops import adjust
+
+    img = torch.zeros(3, 8, 8, dtype=torch.uint8)
+    assert adjust(img, "adjust_hue", {"hue_factor": 0.1}) is None
+    assert adjust(img.float(), "adjust_brightness", {"brightness_factor": 1.2}) is None
+    assert adjust(img, "adjust_brightness", {"brightness_factor": -1.0}) is None
+
+
+def test_affine_ops_sample_a_cached_grid_with_torchvisions_values():
+    from torchvision.transforms.autoaugment import _apply_op
+
+    from fastload.pipelines import fast_ops
+
+    img = torch.randint(0, 256, (3, 40, 56), dtype=torch.uint8,
+                        generator=torch.Generator().manual_seed(4))
+    fast_ops._grid_and_mask.cache_clear()
+    for _ in range(2):
+        for op, magnitude in [("ShearX", 0.21), ("TranslateY", -13.0), ("Rotate", 27.5)]:
+            for fill in (None, [0.0, 0.0, 0.0], [9.0, 99.0, 199.0]):
+                expected = _apply_op(img, op, magnitude, InterpolationMode.BILINEAR, fill)
+                got = apply_op(img, op, magnitude, InterpolationMode.BILINEAR, fill)
+                assert torch.equal(got, expected)
+    assert fast_ops._grid_and_mask.cache_info().misses == 3  # one grid per op and magnitude
