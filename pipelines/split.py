@@ -82,6 +82,8 @@ def _fixed_size(steps: tuple[g.Step, ...]) -> bool:
             fixed = True
         elif isinstance(s, g.Resize):
             fixed = s.size is not None and len(s.size) == 2
+        elif isinstance(s, g.ResizeKeepRatio):
+            fixed = False  # keeps each image's aspect ratio: sizes vary until a crop
     return fixed
 
 
@@ -89,13 +91,30 @@ def _name(t) -> str:
     return type(t).__name__
 
 
-def split(transform) -> SplitPlan:
-    """The split plan of ``transform``, or raise UnsupportedTransform naming the culprit."""
+def split(transform, device: str = "cpu") -> SplitPlan:
+    """The split plan of ``transform`` for a graph on ``device`` ("cpu" or "gpu"), or raise
+    UnsupportedTransform naming the culprit.
+
+    On the CPU the graph stops before the first ``ColorJitter`` when what precedes it has a
+    fixed size: torch's tensor ops, replayed in the suffix's threads, apply it in
+    torchvision's random order at ~0.4 ms per 224 px image, where DALI's CPU operators take
+    ~1.8 ms (its saturation and contrast stages; measured, benchmarks/NOTES.md)."""
     if transform is None:
         raise UnsupportedTransform(
             "transform=None", "the dataset would yield PIL images, not tensors; add ToTensor()")
     flat = flatten(transform)
-    for k in range(len(flat), -1, -1):
+    jitter = next((k for k, t in enumerate(flat) if _is(t, "ColorJitter")), None)
+    if device == "cpu" and jitter is not None:
+        try:
+            return _split_at(flat, jitter)
+        except UnsupportedTransform:
+            pass  # e.g. a varying size before it: DALI keeps the jitter
+    return _split_at(flat, len(flat))
+
+
+def _split_at(flat: list, limit: int) -> SplitPlan:
+    """The plan whose DALI prefix is the longest translatable one of ``flat[:limit]``."""
+    for k in range(limit, -1, -1):
         try:
             prefix, state = translate_list(flat[:k], pil_end=True)
         except UnsupportedTransform:

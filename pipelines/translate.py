@@ -30,6 +30,8 @@ timm (``timm.data.transforms``), what ``create_transform`` builds:
 them in the fixed order brightness, contrast, saturation, hue, with factors drawn from the
 same distributions (and the same random calls). Each adjustment reproduces PIL's (hue as an
 exact HSV shift in DALI arithmetic, which is slow on CPU: about 20 ms per 224 px image).
+On the CPU, :func:`~fastload.pipelines.split.split` leaves a ``ColorJitter`` that follows a
+fixed-size step to the torch suffix instead (torchvision's random order, replayed, faster).
 
 Anything else raises :class:`UnsupportedTransform` naming the transform or argument.
 """

@@ -145,3 +145,24 @@ def test_unreplayed_suffix_runs_where_measured_faster_with_the_same_batches(synt
     assert "ms/sample here" in str(loader.plan)
     alone = torch.cat([images for images, _ in fastload.DataLoader(dataset, batch_size=6, seed=4)])
     assert torch.equal(measured, alone)
+
+
+def test_color_jitter_runs_in_the_suffix_on_cpu_in_torchvisions_random_order():
+    jitter = T.ColorJitter(0.4, 0.4, 0.4, 0.1)
+    transform = T.Compose([T.RandomResizedCrop(32), jitter, T.ToTensor()])
+    plan = split(transform, "cpu")
+    assert plan.prefix.source == "RandomResizedCrop"
+    assert type(plan.suffix.transforms[0]) is T.ColorJitter and plan.suffix.threaded
+    assert split(transform, "gpu").prefix.jitter is not None  # one DALI graph on a GPU
+
+
+def test_color_jitter_after_a_varying_size_stays_in_the_graph():
+    plan = split(T.Compose([T.Resize(40), T.ColorJitter(0.4), T.CenterCrop(32), T.ToTensor()]))
+    assert plan.prefix.jitter is not None and not plan.suffix
+
+
+def test_a_keep_ratio_resize_before_the_suffix_is_refused_with_the_fix():
+    from timm.data.transforms import ResizeKeepRatio
+
+    with pytest.raises(UnsupportedTransform, match="varying size"):
+        split(T.Compose([ResizeKeepRatio(40), T.RandAugment(), T.ToTensor()]))

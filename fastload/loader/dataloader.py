@@ -187,7 +187,7 @@ class DataLoader:
         except ImportError as err:  # DALI or the graph package unavailable
             return f"the DALI graph package cannot be imported ({err})", None, None
         try:
-            plan = split(source.transform)
+            plan = split(source.transform, "gpu" if self.device.type == "cuda" else "cpu")
         except ValueError as err:  # UnsupportedTransform is a ValueError
             return str(err), None, None
         return None, source, plan
