@@ -43,11 +43,16 @@ def replay(t) -> Replay | None:
 
     Only torchvision's (and timm's deterministic) classes themselves replay, not subclasses:
     a subclass may draw differently. ``torchvision.transforms.v2`` classes replay through
-    :mod:`~fastload.pipelines.augment_v2`."""
+    :mod:`~fastload.pipelines.augment_v2`, timm's auto-augmentations and erasing through
+    :mod:`~fastload.pipelines.augment_timm`."""
     cls = type(t)
     module, name = cls.__module__, cls.__name__
     if module == "timm.data.transforms" and name in _DETERMINISTIC:
         return lambda x, gen: t(x)
+    if module.startswith("timm.data."):
+        from .augment_timm import replay as replay_timm
+
+        return replay_timm(t)  # marked python_rng: the suffix runs it inside python_rng(seed)
     if not module.startswith("torchvision.transforms"):
         return None
     if name in _DETERMINISTIC:

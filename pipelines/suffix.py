@@ -83,6 +83,8 @@ class Suffix:
         self.state = state
         self.steps = [augment.replay(t) for t in self.transforms]
         self.threaded = all(s is not None for s in self.steps)
+        # timm's auto-augmentations draw from Python's and NumPy's generators: thread-local ones
+        self._python_rng = any(getattr(s, "python_rng", False) for s in self.steps)
         pil = state == "pil"
         self._pil_at = []
         for t in self.transforms:
@@ -170,6 +172,15 @@ class Suffix:
     def _sample(self, x: Any, seed: int, dst: torch.Tensor | None,
                 replayed: bool) -> tuple[Any, bool]:
         """One sample's output and whether it was written into ``dst``."""
+        if replayed and self._python_rng:
+            from .augment_timm import python_rng
+
+            with python_rng(seed):
+                return self._sample_in(x, seed, dst, True)
+        return self._sample_in(x, seed, dst, replayed)
+
+    def _sample_in(self, x: Any, seed: int, dst: torch.Tensor | None,
+                   replayed: bool) -> tuple[Any, bool]:
         if replayed:
             gen = torch.Generator(device="cpu")
             gen.manual_seed(seed)
@@ -264,6 +275,16 @@ def _enter(t, x: Any, pil: bool) -> tuple[Any, bool, bool]:
         return x, False, True
     if tensor_capable(t):
         return x, True, False
+    return _pil_image(x), False, False
+
+
+def _pil_image(x: torch.Tensor) -> Any:
+    """torchvision's ``to_pil_image`` of a uint8 C x H x W tensor (one copy for RGB)."""
+    from PIL import Image
+
+    if x.dtype == torch.uint8 and x.ndim == 3 and x.shape[0] == 3 and type(x) is torch.Tensor:
+        hwc = x.cpu().permute(1, 2, 0).contiguous().numpy()
+        return Image.frombuffer("RGB", (hwc.shape[1], hwc.shape[0]), hwc, "raw", "RGB", 0, 1)
     from torchvision.transforms.functional import to_pil_image
 
-    return to_pil_image(x.cpu()), False, False
+    return to_pil_image(x.cpu())
