@@ -11,7 +11,8 @@
  * 256-entry lookup table this replaced (benchmarks/NOTES.md P16).
  * The GIL is released while the loop runs.
  *
- * lookup_planes: planar uint8 (C x H x W) -> C x H x W through one 256-entry table per
+ * lookup_planes: planar (C x H x W) or interleaved (H x W x C, as a PIL image's pixels) uint8
+ * -> C x H x W through one 256-entry table per
  * channel (any element size of 2, 4 or 8 bytes: the table's values are copied, not
  * computed, so the result is exactly the table's). The torch suffix's deterministic tail
  * (ToDtype / ConvertImageDtype / Normalize ...) becomes one such table (pipelines/tail.py).
@@ -153,11 +154,22 @@ done:
             out[i] = table[in[i]];                                                  \
     }
 
+/* src H x W x C (interleaved), dst C x H x W */
+#define INTERLEAVED_LOOP(T)                                                         \
+    for (Py_ssize_t c = 0; c < channels; c++) {                                     \
+        const T *table = (const T *)lut.buf + 256 * c;                              \
+        const unsigned char *in = (const unsigned char *)src.buf + c;               \
+        T *out = (T *)dst.buf + c * plane;                                          \
+        for (Py_ssize_t i = 0; i < plane; i++)                                      \
+            out[i] = table[in[i * channels]];                                       \
+    }
+
 static PyObject *
 lookup_planes(PyObject *self, PyObject *args)
 {
     PyObject *src_obj, *dst_obj, *lut_obj;
-    if (!PyArg_ParseTuple(args, "OOO", &src_obj, &dst_obj, &lut_obj))
+    int interleaved = 0;
+    if (!PyArg_ParseTuple(args, "OOO|p", &src_obj, &dst_obj, &lut_obj, &interleaved))
         return NULL;
     Py_buffer src, dst, lut;
     if (PyObject_GetBuffer(src_obj, &src, PyBUF_C_CONTIGUOUS) < 0)
@@ -185,7 +197,15 @@ lookup_planes(PyObject *self, PyObject *args)
     }
     const Py_ssize_t plane = src.len / channels;
     Py_BEGIN_ALLOW_THREADS
-    if (size == 2) {
+    if (interleaved) {
+        if (size == 2) {
+            INTERLEAVED_LOOP(uint16_t)
+        } else if (size == 4) {
+            INTERLEAVED_LOOP(uint32_t)
+        } else {
+            INTERLEAVED_LOOP(uint64_t)
+        }
+    } else if (size == 2) {
         LOOKUP_LOOP(uint16_t)
     } else if (size == 4) {
         LOOKUP_LOOP(uint32_t)
@@ -206,8 +226,9 @@ static PyMethodDef methods[] = {
      "hwc_to_chw(src, dst, sub, mul, hflip): dst[c, y, x] = (src[y, x', c] - sub[c]) * mul[c],\n"
      "x' = W - 1 - x when hflip else x; src uint8 H x W x 3, dst float32 3 x H x W."},
     {"lookup_planes", lookup_planes, METH_VARARGS,
-     "lookup_planes(src, dst, lut): dst[c, i] = lut[c, src[c, i]]; src uint8 C x H x W,\n"
-     "lut C x 256 and dst C x H x W of one element size (2, 4 or 8 bytes), all contiguous."},
+     "lookup_planes(src, dst, lut, interleaved=False): dst[c, i] = lut[c, src[c, i]]; src\n"
+     "uint8 C x H x W (H x W x C when interleaved), lut C x 256 and dst C x H x W of one\n"
+     "element size (2, 4 or 8 bytes), all contiguous."},
     {NULL, NULL, 0, NULL},
 };
 

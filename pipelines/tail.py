@@ -86,13 +86,7 @@ class LookupTail:
         ``x`` is not a uint8 CPU C x H x W tensor (a PIL image counts as its uint8 form), or
         ``dst`` has another shape or dtype."""
         if not isinstance(x, torch.Tensor):
-            from PIL import Image
-
-            if not isinstance(x, Image.Image):
-                return None
-            from torchvision.transforms.functional import pil_to_tensor
-
-            x, pil = pil_to_tensor(x), True
+            return self._write_pil(x, dst)
         if x.dtype != torch.uint8 or x.ndim != 3 or x.device.type != "cpu":
             return None
         found = self.table(x.shape[0], type(x), pil)
@@ -110,4 +104,32 @@ class LookupTail:
         else:
             for c in range(x.shape[0]):
                 dst[c] = table[c][x[c].long()]
+        return dst
+
+    def _write_pil(self, image: Any, dst: torch.Tensor | None) -> torch.Tensor | None:
+        """``write`` for a PIL image: its interleaved pixels are read in place where the
+        kernel is built, else through its uint8 C x H x W tensor."""
+        import numpy as np
+        from PIL import Image
+
+        if not isinstance(image, Image.Image):
+            return None
+        if _lookup_planes is None or image.mode not in ("RGB", "L"):
+            from torchvision.transforms.functional import pil_to_tensor
+
+            return self.write(pil_to_tensor(image), True, dst)
+        pixels = np.asarray(image)
+        channels = 1 if pixels.ndim == 2 else pixels.shape[2]
+        found = self.table(channels, torch.Tensor, True)
+        if found is None:
+            return None
+        table, _ = found
+        shape = (channels, image.height, image.width)
+        if dst is None:
+            dst = torch.empty(shape, dtype=table.dtype)
+        elif tuple(dst.shape) != shape or dst.dtype != table.dtype or not dst.is_contiguous():
+            return None
+        view = _ITEM_VIEWS[table.element_size()]
+        _lookup_planes(np.ascontiguousarray(pixels), dst.view(view).numpy(),
+                       table.view(view).numpy(), True)
         return dst

@@ -119,3 +119,17 @@ def test_loader_batches_with_a_tail_equal_torchvisions_per_sample_values(synth_r
         torch.manual_seed(mix_seed(batch_seed, j))
         expected = T.Normalize(MEAN, STD)(T.ConvertImageDtype(torch.float)(augment(base[j])))
         assert torch.equal(ours[j], expected)
+
+
+@pytest.mark.parametrize("mode", ["RGB", "L"])
+def test_a_pil_image_from_the_head_goes_through_the_table_as_to_tensor_would(mode):
+    class Convert:  # a PIL-only callable: the suffix hands it a PIL image, it returns one
+        def __call__(self, img):
+            return img.convert(mode)
+
+    transforms = [Convert(), T.ToTensor(), T.Normalize((0.5,), (0.25,))]
+    suffix = Suffix(transforms, "pil")
+    outputs, _ = suffix.run(IMAGES, [0, 1, 2, 3])
+    for j in range(4):
+        expected = _reference(transforms, IMAGES[j], 0)
+        assert torch.equal(outputs[j], expected)
