@@ -123,7 +123,7 @@ _RECIPES: dict[str, Callable[[int], Any]] = {
     "mixup_cutmix": lambda s: TrainPreset(crop_size=s, auto_augment_policy="ta_wide"),
     "eval": lambda s: EvalPreset(crop_size=s, resize_size=s * 256 // 224),
     "timm_train": lambda s: _timm(s, is_training=True),
-    "timm_deit": lambda s: _timm(s, is_training=True, auto_augment="rand-m9-mstd0.5-inc1",
+    "timm_deit": lambda s: _timm(s, is_training=True, auto_augment="rand-m9-mstd0.5",
                                  re_prob=0.25, re_mode="pixel", interpolation="bicubic"),
     "timm_eval": lambda s: _timm(s, is_training=False, crop_pct=0.9),
 }
