@@ -7,8 +7,9 @@ same order, then applies torchvision's own ops, all through :func:`_apply_op` (v
 generator with ``s`` and calling the transform gives exactly what the replay gives with a
 generator seeded ``s`` — and replays can run in parallel threads. Deterministic transforms
 replay as themselves; others give None (the suffix then runs them on the seeded global
-generator, one sample at a time): v1 ``RandomChoice``/``RandomOrder`` (they draw from
-Python's ``random``), containers holding such a transform, and transforms not listed here.
+generator, one sample at a time): transforms not listed here and containers holding one.
+v1 ``RandomChoice``/``RandomOrder`` and timm's augmentations draw from Python's ``random``:
+their replays use the thread's own generator (:mod:`~fastload.pipelines.thread_rng`).
 """
 
 from __future__ import annotations
@@ -40,6 +41,30 @@ _AUTOAUGMENT_OPS = frozenset({
 
 def replay(t) -> Replay | None:
     """The explicit-generator form of ``t``, or None when its draws are not replayed.
+
+    A replay marked ``python_rng`` (``t`` is or holds a transform drawing from Python's or
+    NumPy's generators) must run inside :func:`~fastload.pipelines.thread_rng.python_rng`.
+    """
+    step = _replay(t)
+    if step is not None and _draws_python(t):
+        step.python_rng = True  # type: ignore[attr-defined]
+    return step
+
+
+def _draws_python(t) -> bool:
+    """``t`` or a transform it holds draws from Python's ``random`` or NumPy's generator."""
+    cls = type(t)
+    if cls.__module__.startswith("timm.data.") and cls.__module__ != "timm.data.transforms":
+        return True
+    if cls.__module__ == "torchvision.transforms.transforms" and cls.__name__ in (
+            "RandomChoice", "RandomOrder"):
+        return True
+    children = getattr(t, "transforms", None)
+    return isinstance(children, (list, tuple)) and any(_draws_python(c) for c in children)
+
+
+def _replay(t) -> Replay | None:
+    """:func:`replay` before its ``python_rng`` mark.
 
     Only torchvision's (and timm's deterministic) classes themselves replay, not subclasses:
     a subclass may draw differently. ``torchvision.transforms.v2`` classes replay through
@@ -130,8 +155,9 @@ def _makers() -> dict[type, Callable[[Any], Replay | None]]:
         T.RandomPosterize: _coin_op("posterize", "bits"),
         T.RandomSolarize: _coin_op("solarize", "threshold"),
         T.RandomAdjustSharpness: _coin_op("adjust_sharpness", "sharpness_factor"),
-        # RandomChoice and RandomOrder draw from Python's ``random``, whose state a replay
-        # cannot know from the torch generator: not replayed.
+        # these two draw from Python's ``random``: the thread's own inside python_rng
+        T.RandomChoice: _random_choice,
+        T.RandomOrder: _random_order,
     }
 
 
@@ -330,6 +356,34 @@ def _compose(t) -> Replay | None:
     if steps is None:
         return None
     return lambda img, gen: _chain(steps, img, gen)
+
+
+def _random_choice(t) -> Replay | None:
+    steps = _children(t)
+    if steps is None:
+        return None
+
+    def run(img, gen):
+        from .thread_rng import thread_random
+
+        return thread_random().choices(steps, weights=t.p)[0](img, gen)
+
+    return run
+
+
+def _random_order(t) -> Replay | None:
+    steps = _children(t)
+    if steps is None:
+        return None
+
+    def run(img, gen):
+        from .thread_rng import thread_random
+
+        order = list(range(len(steps)))
+        thread_random().shuffle(order)
+        return _chain([steps[i] for i in order], img, gen)
+
+    return run
 
 
 def _random_apply(t) -> Replay | None:

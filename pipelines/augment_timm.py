@@ -1,14 +1,13 @@
 """timm's auto-augmentations and RandomErasing, with their draws private to a thread.
 
 timm's ``RandAugment``, ``AutoAugment`` and ``AugMixAugment`` (``timm.data.auto_augment``)
-draw from Python's ``random`` module and NumPy's global generator. :func:`python_rng` gives
-the calling thread its own ``random.Random(seed)`` and ``numpy.random.RandomState(seed)``:
-``timm.data.auto_augment``'s module names ``random`` and ``np`` are replaced (once, by
-:func:`install`) with stand-ins that forward to the thread's generators inside
-``python_rng`` and to the real modules everywhere else, so other callers see no change.
-Seeding those two per sample is exactly what the suffix's seeded-global path does, so a
-sample gets the same draws, and the same image, in any thread (Pillow's operations release
-the GIL, so samples run in parallel).
+draw from Python's ``random`` module and NumPy's global generator. ``timm.data.auto_augment``'s
+module names ``random`` and ``np`` are replaced (once, by :func:`install`) with the stand-ins
+of :mod:`~fastload.pipelines.thread_rng`, which forward to the thread's own generators inside
+``python_rng(seed)`` and to the real modules everywhere else, so other callers see no change.
+Seeding those per sample is exactly what the suffix's seeded-global path does, so a sample
+gets the same draws, and the same image, in any thread (Pillow's operations release the GIL,
+so samples run in parallel).
 
 timm's ``RandomErasing`` also draws its noise from torch's default generator; its replay
 makes the same calls with the thread's ``random.Random`` and the sample's explicit
@@ -20,49 +19,18 @@ from __future__ import annotations
 import math
 import random
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
 
-__all__ = ["install", "python_rng", "replay"]
+from .thread_rng import NUMPY, RANDOM, thread_random
 
-_LOCAL = threading.local()
+__all__ = ["install", "replay"]
+
 _AUTO_AUGMENT = frozenset({"RandAugment", "AutoAugment", "AugMixAugment"})
 
-
-class _ThreadRandom:
-    """Stands in for the ``random`` module: the thread's ``random.Random`` inside
-    :func:`python_rng`, the module itself outside it."""
-
-    def __getattr__(self, name: str) -> Any:
-        own = getattr(_LOCAL, "random", None)
-        if own is not None and hasattr(own, name):
-            return getattr(own, name)
-        return getattr(random, name)
-
-
-class _ThreadNumpyRandom:
-    def __getattr__(self, name: str) -> Any:
-        own = getattr(_LOCAL, "numpy", None)
-        if own is not None and hasattr(own, name):
-            return getattr(own, name)
-        return getattr(np.random, name)
-
-
-class _ThreadNumpy:
-    """Stands in for ``numpy``: ``np.random`` is the thread's ``RandomState`` inside
-    :func:`python_rng` (NumPy's global generator outside it); everything else is numpy's."""
-
-    random = _ThreadNumpyRandom()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(np, name)
-
-
-_RANDOM, _NUMPY = _ThreadRandom(), _ThreadNumpy()
 _INSTALL = threading.Lock()
 
 
@@ -76,34 +44,15 @@ def install() -> bool:
 
     with _INSTALL:
         if getattr(module, "random", None) is random:
-            module.random = _RANDOM
+            module.random = RANDOM
         if getattr(module, "np", None) is np:
-            module.np = _NUMPY
-        return module.random is _RANDOM and module.np is _NUMPY
-
-
-@contextmanager
-def python_rng(seed: int) -> Iterator[None]:
-    """Within the block, this thread's Python and NumPy draws (through the stand-ins) come
-    from generators seeded as ``random.seed(seed)`` and ``np.random.seed(seed & 0xFFFFFFFF)``."""
-    saved = getattr(_LOCAL, "random", None), getattr(_LOCAL, "numpy", None)
-    own = getattr(_LOCAL, "own", None)
-    if own is None or saved[0] is not None:  # first use in this thread, or nested
-        own = random.Random(), np.random.RandomState()
-        if saved[0] is None:
-            _LOCAL.own = own  # reseeding is ~1 us, making a RandomState ~80 us
-    own[0].seed(seed)
-    own[1].seed(seed & 0xFFFFFFFF)
-    _LOCAL.random, _LOCAL.numpy = own
-    try:
-        yield
-    finally:
-        _LOCAL.random, _LOCAL.numpy = saved
+            module.np = NUMPY
+        return module.random is RANDOM and module.np is NUMPY
 
 
 def replay(t: Any) -> Callable[[Any, torch.Generator], Any] | None:
-    """The thread-safe form of a timm transform ``t`` (marked ``python_rng``: it must run
-    inside :func:`python_rng`), or None."""
+    """The thread-safe form of a timm transform ``t`` (marked ``python_rng``: it must run inside
+    :func:`~fastload.pipelines.thread_rng.python_rng`), or None."""
     cls = type(t)
     if cls.__module__ == "timm.data.auto_augment" and cls.__name__ in _AUTO_AUGMENT:
         if not install():
@@ -116,7 +65,7 @@ def replay(t: Any) -> Callable[[Any, torch.Generator], Any] | None:
             if not isinstance(x, torch.Tensor) or x.ndim != 3:
                 raise TypeError(f"timm's RandomErasing in the suffix expects a C x H x W tensor, "
                                 f"but got {type(x).__name__} of shape {getattr(x, 'shape', '?')}")
-            _erase(t, x, _LOCAL.random, gen)
+            _erase(t, x, thread_random(), gen)
             return x
     else:
         return None

@@ -173,7 +173,7 @@ class Suffix:
                 replayed: bool) -> tuple[Any, bool]:
         """One sample's output and whether it was written into ``dst``."""
         if replayed and self._python_rng:
-            from .augment_timm import python_rng
+            from .thread_rng import python_rng
 
             with python_rng(seed):
                 return self._sample_in(x, seed, dst, True)

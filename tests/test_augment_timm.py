@@ -18,8 +18,8 @@ from timm.data.random_erasing import RandomErasing
 from timm.data.transforms import MaybeToTensor
 
 from fastload.pipelines.augment import replay
-from fastload.pipelines.augment_timm import python_rng
 from fastload.pipelines.suffix import Suffix
+from fastload.pipelines.thread_rng import python_rng
 
 HPARAMS = {"translate_const": 10, "img_mean": (124, 116, 104)}
 IMAGES = torch.randint(0, 256, (6, 3, 28, 36), dtype=torch.uint8,

@@ -182,10 +182,25 @@ def test_user_subclasses_are_not_replayed():
     assert replay(v2.RandomApply([MyFlip()])) is None
 
 
-def test_v1_choice_and_order_drawing_from_pythons_random_are_not_replayed():
-    assert replay(T.RandomChoice([T.RandomInvert(), T.RandomEqualize()])) is None
-    assert replay(T.RandomOrder([T.RandomInvert(), T.RandomEqualize()])) is None
-    assert replay(T.RandomApply([T.RandomOrder([T.RandomInvert()])])) is None
+@pytest.mark.parametrize("transform", [
+    T.RandomChoice([T.RandomInvert(1.0), T.GaussianBlur(3), T.RandomEqualize(1.0)]),
+    T.RandomChoice([T.RandomInvert(1.0), T.RandomPosterize(2, p=1.0)], p=[0.2, 0.8]),
+    T.RandomOrder([T.ColorJitter(0.5), T.RandomPosterize(2, p=1.0), T.RandomInvert(1.0)]),
+    T.RandomApply([T.RandomOrder([T.RandomInvert(), T.RandomSolarize(90)])], p=0.7),
+], ids=lambda t: type(t).__name__)
+def test_v1_choice_and_order_replay_pythons_random_from_the_thread_generator(transform):
+    import random
+
+    from fastload.pipelines.thread_rng import python_rng
+
+    step = replay(transform)
+    assert step is not None and step.python_rng
+    for seed in range(30):
+        torch.manual_seed(seed)
+        random.seed(seed)
+        expected = transform(IMAGE)
+        with python_rng(seed):
+            assert torch.equal(step(IMAGE, torch.Generator().manual_seed(seed)), expected)
 
 
 def test_every_op_goes_through_the_one_seam_of_its_version(monkeypatch):
