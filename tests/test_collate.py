@@ -63,3 +63,25 @@ def test_reference_mixup_cutmix_collate_runs_on_dali(synth_root):
         assert images.shape == (8, 3, 32, 32) and images.dtype == torch.float32
         assert targets.shape == (8, num_classes) and targets.dtype == torch.float32
         assert torch.allclose(targets.sum(dim=1), torch.ones(8))
+
+
+def test_the_sample_stage_runs_one_batch_ahead_in_its_own_thread_in_order(synth_root):
+    import threading
+
+    calls = []
+
+    def collate(pairs):
+        calls.append(threading.current_thread().name)
+        return torch.stack([image for image, _ in pairs]), [label for _, label in pairs]
+
+    transform = T.Compose([T.RandomResizedCrop(24), T.PILToTensor()])
+    dataset = ImageFolder(synth_root / "train", transform)
+    loader = fastload.DataLoader(dataset, batch_size=4, seed=3, collate_fn=collate)
+    iterator = iter(loader)
+    first = next(iterator)
+    iterator._out[0][1][1].result()  # the next batch was made while the caller held the first
+    assert len(calls) == 2 and all(name.startswith("fastload-stage") for name in calls)
+    assert loader.state_dict()["batches_yielded"] == 1  # only what was handed out counts
+    rest = list(iterator)
+    alone = list(fastload.DataLoader(dataset, batch_size=4, seed=3, collate_fn=collate))
+    assert all(torch.equal(a[0], b[0]) for a, b in zip([first, *rest], alone, strict=True))

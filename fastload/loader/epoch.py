@@ -2,12 +2,15 @@
 
 The loader decides the batches (order, sampling, resume); this iterator reads their encoded
 samples, keeps ``prefetch_factor`` of them in the decoder and turns each into ``[images,
-labels]``.
+labels]``. On the CPU, a batch's torch suffix and custom collate run in a stage thread one
+batch ahead, so they overlap the caller's training step; batches, errors and the position
+``state_dict`` records still come strictly in order.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -59,6 +62,13 @@ class _EpochIterator:
             self._decoder.reset()
         self._depth = max(1, loader.prefetch_factor or 2)
         self._queue: deque[_Batch] = deque()
+        # Outcomes not yet handed out, in order: ("batch", (batch, result or Future)),
+        # ("skip", None) for a batch whose samples were all skipped, ("error", exception).
+        self._out: deque[tuple[str, Any]] = deque()
+        # On the CPU the sample stage of a batch runs in a thread of its own while the caller
+        # works on the previous batch (one batch ahead); on a GPU it runs in __next__.
+        self._ahead = 1 if loader.device.type == "cpu" else 0
+        self._stage_thread: ThreadPoolExecutor | None = None
         self._exhausted = False
         self._active = True
         self._done = False
@@ -76,8 +86,16 @@ class _EpochIterator:
             raise RuntimeError("this DataLoader iterator was superseded by a newer iter() on "
                                "the same loader (one epoch runs at a time per loader)")
         while True:
+            out = self._out
+            # Hand out the oldest outcome once `ahead` batches are being made behind it (or
+            # nothing more comes): the suffix of the next batch runs during the caller's step.
+            if out and (out[0][0] != "batch" or len(out) > self._ahead
+                        or (not self._queue and self._exhausted)):
+                return self._pop_outcome()
             self._fill()
             if not self._queue:
+                if out:
+                    continue
                 self._finish()
                 raise StopIteration
             head = self._queue[0]
@@ -92,25 +110,45 @@ class _EpochIterator:
                         reports, _ = self._watch.fence()
                         if reports:
                             images = self._recover(head, None, images)
-                except BaseException:
+                except BaseException as err:
                     self._queue.popleft()  # the batch is consumed, as in torch
-                    self._epoch.mark_yielded()
-                    raise
+                    out.append(("error", err))
+                    continue
             self._queue.popleft()
-            self._epoch.mark_yielded()
             if head.error is not None:
-                raise head.error
-            if images is None:  # every sample of the batch was skipped
-                continue
-            self._fill()
-            return self._deliver(head, images)
+                out.append(("error", head.error))
+            elif images is None:  # every sample of the batch was skipped
+                out.append(("skip", None))
+            else:
+                self._fill()
+                out.append(("batch", (head, self._stage_batch(head, images))))
+
+    def _pop_outcome(self) -> Any:
+        """The oldest outcome, in order: a batch, or the error its reading raised."""
+        kind, value = self._out.popleft()
+        self._epoch.mark_yielded()
+        if kind == "error":
+            raise value
+        if kind == "skip":
+            return self.__next__()
+        head, made = value
+        self._loader.last_batch_indices = list(head.indices)
+        return made.result() if isinstance(made, Future) else made
+
+    def _stage_batch(self, batch: _Batch, images: torch.Tensor) -> Any:
+        """The batch for ``images``, or a Future of it when the loader's sample stage (torch
+        suffix, custom collate) runs in this iterator's stage thread."""
+        if not (self._ahead and self._loader._stage.active):
+            return self._deliver(batch, images)
+        if self._stage_thread is None:
+            self._stage_thread = ThreadPoolExecutor(1, thread_name_prefix="fastload-stage")
+        return self._stage_thread.submit(self._deliver, batch, images)
 
     def _deliver(self, batch: _Batch, images: torch.Tensor) -> Any:
         loader = self._loader
         if loader._stage.active:  # a torch suffix or a custom collate_fn: see loader/plan.py
             from fastload.loader.plan import sample_labels
 
-            loader.last_batch_indices = list(batch.indices)
             return loader._stage(images, sample_labels(self._source, batch.indices), batch.seed)
         labels = self._source.labels(batch.indices)
         if images.device.type == "cuda" and isinstance(labels, torch.Tensor):
@@ -118,7 +156,6 @@ class _EpochIterator:
         elif loader.pin_memory and torch.cuda.is_available():
             images = images.pin_memory()
             labels = labels.pin_memory() if isinstance(labels, torch.Tensor) else labels
-        loader.last_batch_indices = list(batch.indices)
         return [images, labels]
 
     def _fill(self) -> None:
@@ -217,6 +254,8 @@ class _EpochIterator:
         self._active = False
         self._done = True
         self._watch.close()
+        if self._stage_thread is not None:
+            self._stage_thread.shutdown(wait=False)
         if self._private and self._decoder is not None:
             self._decoder.close()
         order = self._loader._order

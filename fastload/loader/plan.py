@@ -7,11 +7,14 @@ suffix (if any) runs on each sample, in ``num_workers`` threads when its draws a
 ``(image, label)`` pairs torch's DataLoader would give it — or, with neither a suffix nor a
 custom ``collate_fn``, the batch tensor is returned as ``default_collate`` would make it. A
 suffix ending in per-channel steps (``ToDtype``, ``Normalize`` ...) writes each sample's
-output straight into the batch through one lookup table (``fastload.pipelines.tail``).
+output straight into the batch through one lookup table (``fastload.pipelines.tail``). On
+the CPU the suffix and collate of batch k+1 run in the epoch's stage thread while the caller
+works on batch k (``fastload.loader.epoch``).
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -42,8 +45,11 @@ class LoaderPlan:
         from fastload.pipelines.scaled_decode import describe as describe_decode
 
         stage = f"\n{self.stage.describe()}" if self.stage is not None and self.split.suffix else ""
+        ahead = ""
+        if self.stage is not None and self.stage.active and self.device == "cpu":
+            ahead = "\nsuffix and collate run one batch ahead, in a stage thread (beside your step)"
         return (f"DALI on {self.device}, {self.threads} thread(s)\n{self.split.describe()}{stage}\n"
-                f"{describe_decode(self.split.prefix, self.device)}\ncollate: {self.collate}")
+                f"{describe_decode(self.split.prefix, self.device)}\ncollate: {self.collate}{ahead}")
 
 
 def _name(obj: Any) -> str:
@@ -75,6 +81,7 @@ class SampleStage:
         self._threads = max(1, threads)
         self._pool: Any = None
         self._buffers: Any = None  # BatchBuffers for the batches a lookup tail writes
+        self._lock = threading.Lock()
         # A suffix whose draws are not replayed runs in worker processes only where they
         # are measured faster than this thread: batches 1 and 3 run here, 2 and 4 in the
         # processes (2 includes their start), then the faster per-sample time decides.
@@ -105,6 +112,10 @@ class SampleStage:
 
     def __call__(self, images: torch.Tensor, labels: list[Any], seed: int) -> Any:
         """The batch for decoded ``images`` (one per sample) and per-sample ``labels``."""
+        with self._lock:  # two iterators of one loader each run it from a stage thread
+            return self._make(images, labels, seed)
+
+    def _make(self, images: torch.Tensor, labels: list[Any], seed: int) -> Any:
         written = [False] * len(labels)
         out = None
         if self.suffix:
