@@ -85,3 +85,20 @@ def test_the_sample_stage_runs_one_batch_ahead_in_its_own_thread_in_order(synth_
     rest = list(iterator)
     alone = list(fastload.DataLoader(dataset, batch_size=4, seed=3, collate_fn=collate))
     assert all(torch.equal(a[0], b[0]) for a, b in zip([first, *rest], alone, strict=True))
+
+
+def test_collates_drawing_from_torchs_generator_run_in_batch_order(synth_root):
+    def collate(pairs):
+        images = torch.stack([image for image, _ in pairs]).float()
+        return images + torch.rand(()), [label for _, label in pairs]
+
+    transform = T.Compose([T.RandomResizedCrop(24), T.RandAugment(), T.PILToTensor()])
+    dataset = ImageFolder(synth_root / "train", transform)
+    runs = []
+    for _ in range(2):
+        torch.manual_seed(0)
+        loader = fastload.DataLoader(dataset, batch_size=2, seed=3, collate_fn=collate,
+                                     num_workers=2)
+        assert loader._stage.concurrent
+        runs.append(torch.cat([images for images, _ in loader]))
+    assert torch.equal(runs[0], runs[1])

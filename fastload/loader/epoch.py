@@ -138,18 +138,22 @@ class _EpochIterator:
     def _stage_batch(self, batch: _Batch, images: torch.Tensor) -> Any:
         """The batch for ``images``, or a Future of it when the loader's sample stage (torch
         suffix, custom collate) runs in this iterator's stage thread."""
-        if not (self._ahead and self._loader._stage.active):
+        stage = self._loader._stage
+        if not (self._ahead and stage.active):
             return self._deliver(batch, images)
         if self._stage_thread is None:
-            self._stage_thread = ThreadPoolExecutor(1, thread_name_prefix="fastload-stage")
-        return self._stage_thread.submit(self._deliver, batch, images)
+            # two threads where a batch's collate may overlap the next batch's suffix
+            workers = 2 if stage.concurrent else 1
+            self._stage_thread = ThreadPoolExecutor(workers, thread_name_prefix="fastload-stage")
+        return self._stage_thread.submit(self._deliver, batch, images, stage.ticket())
 
-    def _deliver(self, batch: _Batch, images: torch.Tensor) -> Any:
+    def _deliver(self, batch: _Batch, images: torch.Tensor, ticket: int | None = None) -> Any:
         loader = self._loader
         if loader._stage.active:  # a torch suffix or a custom collate_fn: see loader/plan.py
             from fastload.loader.plan import sample_labels
 
-            return loader._stage(images, sample_labels(self._source, batch.indices), batch.seed)
+            labels = sample_labels(self._source, batch.indices)
+            return loader._stage(images, labels, batch.seed, ticket)
         labels = self._source.labels(batch.indices)
         if images.device.type == "cuda" and isinstance(labels, torch.Tensor):
             labels = labels.to(images.device, non_blocking=True)

@@ -82,6 +82,8 @@ class SampleStage:
         self._pool: Any = None
         self._buffers: Any = None  # BatchBuffers for the batches a lookup tail writes
         self._lock = threading.Lock()
+        self._turns = threading.Condition()  # collate order: tickets issued and finished
+        self._issued = self._finished = 0
         # A suffix whose draws are not replayed runs in worker processes only where they
         # are measured faster than this thread: batches 1 and 3 run here, 2 and 4 in the
         # processes (2 includes their start), then the faster per-sample time decides.
@@ -110,12 +112,48 @@ class SampleStage:
         """Whether batches need per-sample work (else the DALI batch is returned as is)."""
         return bool(self.suffix) or self.collate_fn is not None
 
-    def __call__(self, images: torch.Tensor, labels: list[Any], seed: int) -> Any:
-        """The batch for decoded ``images`` (one per sample) and per-sample ``labels``."""
-        with self._lock:  # two iterators of one loader each run it from a stage thread
-            return self._make(images, labels, seed)
+    @property
+    def concurrent(self) -> bool:
+        """Whether a batch's custom collate may run while the next batch's suffix does: only
+        when the suffix leaves torch's, Python's and NumPy's global generators alone (the
+        collates themselves still run one at a time, in batch order)."""
+        return self.collate_fn is not None and (not self.suffix or self.suffix.threaded)
 
-    def _make(self, images: torch.Tensor, labels: list[Any], seed: int) -> Any:
+    def ticket(self) -> int:
+        """The next batch's place in the collate order (taken when the batch is submitted)."""
+        with self._turns:
+            self._issued += 1
+            return self._issued - 1
+
+    def __call__(self, images: torch.Tensor, labels: list[Any], seed: int,
+                 ticket: int | None = None) -> Any:
+        """The batch for decoded ``images`` (one per sample) and per-sample ``labels``;
+        ``ticket`` (from :meth:`ticket`): its collate waits for those of earlier tickets."""
+        try:
+            with self._lock:  # one suffix at a time (iterators of one loader, stage threads)
+                samples, written, out = self._run_suffix(images, labels, seed)
+            if self.collate_fn is None:
+                return self._default_batch(samples, written, out, labels)
+            pairs = list(zip(samples, labels, strict=True))
+            with self._turn(ticket):
+                return self.collate_fn(pairs)  # returned as it comes, as torch does
+        finally:
+            if ticket is not None:
+                with self._turns:  # a batch that failed must not hold up the later ones
+                    self._finished = max(self._finished, ticket + 1)
+                    self._turns.notify_all()
+
+    def _turn(self, ticket: int | None) -> Any:
+        """Holds the collate of ``ticket`` until every earlier ticket's collate is done."""
+        from contextlib import nullcontext
+
+        if ticket is not None:
+            with self._turns:
+                self._turns.wait_for(lambda: self._finished >= ticket)
+        return nullcontext()
+
+    def _run_suffix(self, images: torch.Tensor, labels: list[Any],
+                    seed: int) -> tuple[list[Any], list[bool], torch.Tensor | None]:
         written = [False] * len(labels)
         out = None
         if self.suffix:
@@ -142,8 +180,10 @@ class SampleStage:
                            for s, w in zip(samples, written, strict=True)]
         else:
             samples = list(images.unbind(0))
-        if self.collate_fn is not None:
-            return self.collate_fn(list(zip(samples, labels, strict=True)))  # as torch does
+        return samples, written, out
+
+    def _default_batch(self, samples: list[Any], written: list[bool], out: torch.Tensor | None,
+                       labels: list[Any]) -> Any:
         if out is not None and all(written):  # the batch is already in place: only labels
             batch = [out, default_collate(labels)]
         else:
