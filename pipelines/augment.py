@@ -469,11 +469,14 @@ def _random_perspective(t) -> Replay:
     return run
 
 
-def _gaussian_blur(t) -> Replay:
+def _gaussian_blur(t, apply: Callable[..., Any] | None = None) -> Replay:
+    """v1's (or, with v2's seam as ``apply``, v2's: the same draw) GaussianBlur."""
+    apply = apply or _apply_op
+
     def run(img, gen):
         sigma = _uniform(t.sigma[0], t.sigma[1], gen)
-        return _apply_op(img, "gaussian_blur", {"kernel_size": t.kernel_size,
-                                                "sigma": [sigma, sigma]})
+        return apply(img, "gaussian_blur", {"kernel_size": t.kernel_size,
+                                            "sigma": [sigma, sigma]})
 
     return run
 

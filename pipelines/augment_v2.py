@@ -16,7 +16,16 @@ from typing import Any
 
 import torch
 
-from .augment import _AUTOAUGMENT_OPS, Replay, _resized_crop_box, _uniform, replay
+from .augment import (
+    _AUTOAUGMENT_OPS,
+    Replay,
+    _chain,
+    _children,
+    _compose,
+    _gaussian_blur,
+    _resized_crop_box,
+    _uniform,
+)
 
 __all__ = ["replay_v2"]
 
@@ -82,7 +91,7 @@ def _makers() -> dict[type, Callable[[Any], Replay | None]]:
         v2.RandomRotation: _random_rotation,
         v2.RandomAffine: _random_affine,
         v2.RandomPerspective: _random_perspective,
-        v2.GaussianBlur: _gaussian_blur,
+        v2.GaussianBlur: functools.partial(_gaussian_blur, apply=_apply_op_v2),
         v2.RandomCrop: _random_crop,
         v2.RandomResizedCrop: _random_resized_crop,
     }
@@ -321,22 +330,6 @@ def _photometric_distort(t) -> Replay:
     return run
 
 
-def _children(t) -> list[Replay] | None:
-    steps = [replay(c) for c in t.transforms]
-    return None if any(s is None for s in steps) else steps  # type: ignore[return-value]
-
-
-def _chain(steps: list[Replay], img: Any, gen: torch.Generator) -> Any:
-    for step in steps:
-        img = step(img, gen)
-    return img
-
-
-def _compose(t) -> Replay | None:
-    steps = _children(t)
-    return None if steps is None else (lambda img, gen: _chain(steps, img, gen))
-
-
 def _random_apply(t) -> Replay | None:
     steps = _children(t)
     if steps is None:
@@ -423,15 +416,6 @@ def _random_perspective(t) -> Replay:
         return _apply_op_v2(img, "perspective", {
             "startpoints": None, "endpoints": None, "fill": _fill(t, img),
             "interpolation": t.interpolation, "coefficients": coefficients})
-
-    return run
-
-
-def _gaussian_blur(t) -> Replay:
-    def run(img, gen):
-        sigma = _uniform(t.sigma[0], t.sigma[1], gen)
-        return _apply_op_v2(img, "gaussian_blur", {"kernel_size": t.kernel_size,
-                                                   "sigma": [sigma, sigma]})
 
     return run
 
