@@ -13,9 +13,11 @@ lines are kept (never shown); every other byte goes on to the original stderr at
 :meth:`StderrWatch.fence` writes a marker through the pipe and waits until the thread has
 read it, so every line a decode wrote before the caller's ``fetch()`` returned is counted.
 Decoder lines printed by other code of the same process while a loader iterates are
-swallowed too. The lines carry no sample name, so the iterator that fences traces them to
-its own batch by decoding it again one image at a time; with two iterators advancing in
-turn, a report can be claimed by the one that did not cause it (not traced: a known gap).
+swallowed too. The lines carry no sample name, and two iterators (two decoders) may run in
+one process, so every handle gets its own copy of every line: each iterator that sees a
+report traces it to its own batch by decoding it again one image at a time (where the
+report came from the other decoder, it finds nothing and goes on); a report is never
+claimed by one iterator and lost to the one that caused it.
 Fork: a child does not inherit the watch (it starts its own if needed).
 """
 
@@ -63,17 +65,16 @@ class StderrWatch:
         self._cond = threading.Condition()
         self._fences_sent = 0
         self._fences_seen = 0
-        self._reports: list[str] = []
-        self._errors: list[str] = []
+        self._boxes: list[_Box] = []  # one per handle: each gets every line
         self.users = 0
         self._stopped = False
         self._thread = threading.Thread(target=self._pump, name="fastload-stderr", daemon=True)
         self._thread.start()
 
-    def fence(self, take: bool = True) -> tuple[list[str], list[str]]:
-        """``(corrupt-data lines, error lines)`` the decoder printed since the last fence
-        (possibly for a batch still in flight), once every earlier write to fd 2 is read.
-        ``take=False`` only waits for that and leaves the lines to the next fence."""
+    def fence(self, box: _Box | None = None) -> tuple[list[str], list[str]]:
+        """``(corrupt-data lines, error lines)`` any decoder of the process printed since
+        ``box``'s last fence (possibly for a batch still in flight), once every earlier write
+        to fd 2 is read. ``box`` None only waits for that."""
         with self._cond:
             if self._stopped:
                 return [], []
@@ -82,11 +83,21 @@ class StderrWatch:
         os.write(self._write_fd, _FENCE + b"%d\n" % number)  # outside the lock: may block
         with self._cond:
             self._cond.wait_for(lambda: self._fences_seen >= number, timeout=_FENCE_TIMEOUT)
-            if not take:
+            if box is None:
                 return [], []
-            reports, self._reports = self._reports, []
-            errors, self._errors = self._errors, []
+            reports, box.reports = box.reports, []
+            errors, box.errors = box.errors, []
         return reports, errors
+
+    def attach(self, box: _Box) -> None:
+        """``box`` gets a copy of every decoder line from now on."""
+        with self._cond:
+            self._boxes.append(box)
+
+    def detach(self, box: _Box) -> None:
+        with self._cond:
+            if box in self._boxes:
+                self._boxes.remove(box)
 
     def reclaim(self) -> None:
         """Take fd 2 again if someone replaced it since (pytest's capture, a logging
@@ -148,12 +159,16 @@ class StderrWatch:
                     self._fences_seen = max(self._fences_seen, int(line[len(_FENCE):]))
                     self._cond.notify_all()
             elif line.startswith(CORRUPT_PREFIXES):
+                text = line.decode("utf-8", "replace").strip()
                 with self._cond:
-                    self._reports.append(line.decode("utf-8", "replace").strip())
+                    for box in self._boxes:
+                        box.reports.append(text)
             elif line.startswith(ERROR_PREFIXES):
                 text = line.decode("utf-8", "replace").replace("\x1b[0;31m", "")
+                text = text.replace("\x1b[0m", "").strip()
                 with self._cond:
-                    self._errors.append(text.replace("\x1b[0m", "").strip())
+                    for box in self._boxes:
+                        box.errors.append(text)
             elif not line.startswith(NOISE_PREFIXES):
                 out.append(line)
         self._flush(out)
@@ -171,6 +186,16 @@ class StderrWatch:
             pass
 
 
+class _Box:
+    """One handle's copy of the decoder lines not yet fenced."""
+
+    __slots__ = ("errors", "reports")
+
+    def __init__(self) -> None:
+        self.reports: list[str] = []
+        self.errors: list[str] = []
+
+
 _LOCK = threading.Lock()
 _ACTIVE: list[StderrWatch] = []
 
@@ -180,13 +205,15 @@ class WatchHandle:
 
     def __init__(self, shared: StderrWatch) -> None:
         self._watch: StderrWatch | None = shared
+        self._box = _Box()
+        shared.attach(self._box)
 
     def fence(self) -> tuple[list[str], list[str]]:
         """See :meth:`StderrWatch.fence`; empty once closed or in a forked child."""
         shared = self._watch
         if shared is None or shared._pid != os.getpid():
             return [], []
-        return shared.fence()
+        return shared.fence(self._box)
 
     def close(self) -> None:
         """Give back this share; everything written to fd 2 so far has reached the real
@@ -194,7 +221,8 @@ class WatchHandle:
         shared, self._watch = self._watch, None
         if shared is None or shared._pid != os.getpid():
             return
-        shared.fence(take=False)  # the lines belong to whoever iterates, not to this handle
+        shared.detach(self._box)
+        shared.fence()  # wait until what was written so far is forwarded
         with _LOCK:
             shared.users -= 1
             if shared.users > 0:

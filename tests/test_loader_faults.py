@@ -1,0 +1,294 @@
+"""Failures inside DALI's (and the resample pool's) worker threads reach the caller as an
+exception within seconds, naming the sample where one is to blame; nothing hangs, the loader
+iterates again afterwards and ``on_error="skip"`` finishes the epoch without the sample. Two
+iterators of one loader advancing in turn each catch their own corrupt-JPEG report."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+import warnings
+
+import numpy as np
+import pytest
+import torchvision.transforms as T
+from PIL import Image
+from test_hardening_loader import scramble_scan
+from torchvision.datasets import ImageFolder
+
+import fastload
+from fastload.loader.sources import SampleError
+from fastload.pipelines import torch_resample
+
+SMALL = T.Compose([T.Resize(16), T.CenterCrop(16), T.ToTensor()])
+RRC = T.Compose([T.RandomResizedCrop(16), T.ToTensor()])
+LIMIT = 20.0  # seconds: far above a real failure's time to raise, far below a hang
+
+
+def within(fn, limit: float = LIMIT):
+    """``fn()``'s result (or its exception) and the seconds it took; fails the test when it
+    does not finish within ``limit`` (a daemon thread: a hang cannot block pytest's exit)."""
+    box: dict = {}
+
+    def run():
+        start = time.monotonic()
+        try:
+            box["value"] = fn()
+        except BaseException as err:  # noqa: BLE001 - handed to the test
+            box["error"] = err
+        box["seconds"] = time.monotonic() - start
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(limit)
+    if thread.is_alive():
+        pytest.fail(f"the loader hung: no batch and no exception within {limit:.0f} s")
+    if "error" in box:
+        raise box["error"]
+    return box["value"], box["seconds"]
+
+
+def indices_seen(loader) -> list[int]:
+    return [i for _ in loader for i in loader.last_batch_indices]
+
+
+@pytest.fixture()
+def folder(synth_root, tmp_path):
+    """A writable copy of the generated validation split (16 images, 4 classes)."""
+    root = tmp_path / "val"
+    shutil.copytree(synth_root / "val", root)
+    return root
+
+
+def epoch_error(loader, limit: float = LIMIT):
+    """The exception one epoch of ``loader`` raises, and seconds to raise it."""
+    def run():
+        try:
+            indices_seen(loader)
+        except Exception as err:  # noqa: BLE001 - what the test inspects
+            return err
+        return None
+
+    err, seconds = within(run, limit)
+    assert err is not None, "the epoch finished without raising"
+    return err, seconds
+
+
+# ------------------------------------------------------------ DALI's decoder throws
+def _gif_named_jpg(folder, dataset, index: int) -> str:
+    """Sample ``index`` rewritten as a GIF under its .jpg name: Pillow reads its size,
+    DALI's decoder (nvImageCodec) throws on it inside its thread pool."""
+    path = dataset.samples[index][0]
+    Image.open(path).convert("RGB").save(path, format="GIF")
+    return path
+
+
+@pytest.mark.parametrize("transform", [SMALL, RRC], ids=["decode", "slice-decode"])
+def test_a_sample_dalis_decoder_throws_on_raises_sample_error_naming_it(folder, transform):
+    dataset = ImageFolder(folder, transform)
+    bad = _gif_named_jpg(folder, dataset, 5)
+    loader = fastload.DataLoader(dataset, batch_size=4)
+    err, seconds = epoch_error(loader)
+    assert isinstance(err, SampleError) and err.names == [f"file '{bad}'"]
+    assert "nvImageCodec" in str(err) and "no longer valid" not in str(err)
+    assert seconds < 10 and loader.last_batch_indices == [0, 1, 2, 3]
+    # the loader is usable again: a new epoch delivers the batch before it, then the error
+    it = iter(loader)
+    assert within(lambda: next(it))[0][0].shape == (4, 3, 16, 16)
+    with pytest.raises(SampleError, match="class_01_000005"):
+        within(lambda: next(it))
+    assert within(lambda: next(it))[0][0].shape[0] == 4 and loader.last_batch_indices[0] == 8
+
+
+def test_skip_finishes_the_epoch_without_a_sample_dalis_decoder_throws_on(folder):
+    dataset = ImageFolder(folder, SMALL)
+    bad = _gif_named_jpg(folder, dataset, 5)
+    loader = fastload.DataLoader(dataset, batch_size=4, on_error="skip")
+    with pytest.warns(RuntimeWarning, match="nvImageCodec"):
+        seen, _ = within(lambda: indices_seen(loader))
+    assert seen == [i for i in range(16) if i != 5] and loader.skipped == [f"file '{bad}'"]
+    assert within(lambda: indices_seen(loader))[0] == seen  # and again, next epoch
+
+
+# ------------------------------------------------- a later DALI operator throws
+def _shrink_after_first_epoch(folder, dataset, loader, index: int) -> str:
+    """Run one epoch (the loader caches each file's header size), then replace sample
+    ``index`` by a 20x12 image: its crop window, drawn for the cached size, lies outside
+    the decoded image and DALI's slice decode throws."""
+    assert len(indices_seen(loader)) == 16
+    path = dataset.samples[index][0]
+    Image.open(path).convert("RGB").resize((20, 12)).save(path, format="JPEG")
+    return path
+
+
+def test_a_crop_window_outside_the_decoded_image_raises_naming_the_file(folder):
+    dataset = ImageFolder(folder, RRC)
+    loader = fastload.DataLoader(dataset, batch_size=4)
+    bad = _shrink_after_first_epoch(folder, dataset, loader, 9)
+    err, seconds = epoch_error(loader)
+    assert isinstance(err, SampleError) and err.names == [f"file '{bad}'"]
+    assert "cropping window" in str(err) and "not valid for image dimensions [12 x 20]" in str(err)
+    assert seconds < 10 and loader.last_batch_indices == [4, 5, 6, 7]
+
+
+def test_skip_finishes_the_epoch_without_a_sample_whose_crop_window_is_outside(folder):
+    dataset = ImageFolder(folder, RRC)
+    loader = fastload.DataLoader(dataset, batch_size=4, on_error="skip")
+    _shrink_after_first_epoch(folder, dataset, loader, 9)
+    with pytest.warns(RuntimeWarning, match="cropping window"):
+        seen, _ = within(lambda: indices_seen(loader))
+    assert seen == [i for i in range(16) if i != 9]
+
+
+# ------------------------------------------- the resample pool's threads throw
+@pytest.fixture(scope="module")
+def big_folder(tmp_path_factory):
+    """8 sequential JPEGs of 900x700 (above scaled_decode.MIN_PIXELS): with Resize(16) they
+    are decoded by simplejpeg at 1/8 scale in the resample pool's threads, not by DALI."""
+    root = tmp_path_factory.mktemp("big") / "src"
+    rng = np.random.default_rng(0)
+    y, x = np.mgrid[0:700, 0:900]
+    for i in range(8):
+        (root / f"c{i % 2}").mkdir(parents=True, exist_ok=True)
+        pixels = np.stack([(x * (i + 1)) % 256, (2 * y) % 256, ((x + y) // 3) % 256], -1)
+        pixels = np.clip(pixels + rng.integers(0, 30, pixels.shape), 0, 255).astype(np.uint8)
+        Image.fromarray(pixels).save(root / f"c{i % 2}" / f"{i}.jpg", quality=90)
+    return root
+
+
+@pytest.fixture()
+def big(big_folder, tmp_path):
+    root = tmp_path / "big"
+    shutil.copytree(big_folder, root)
+    return root
+
+
+@pytest.mark.parametrize("on_error", ["raise", "skip"])
+def test_scaled_decode_of_a_scrambled_large_jpeg_in_a_pool_thread_names_it(big, on_error):
+    dataset = ImageFolder(big, SMALL)
+    bad = dataset.samples[5][0]
+    with open(bad, "rb") as f:
+        damaged = scramble_scan(f.read())
+    with open(bad, "wb") as f:
+        f.write(damaged)
+    loader = fastload.DataLoader(dataset, batch_size=4, on_error=on_error)
+    if on_error == "raise":
+        err, seconds = epoch_error(loader)
+        assert isinstance(err, SampleError) and err.names == [f"file '{bad}'"]
+        assert "Corrupt JPEG data" in str(err) and seconds < 10
+    else:
+        with pytest.warns(RuntimeWarning, match="Corrupt JPEG data"):
+            seen, _ = within(lambda: indices_seen(loader))
+        assert seen == [0, 1, 2, 3, 4, 6, 7]
+    assert loader._decoder.scaled_batches > 0  # the batches did take the threaded path
+
+
+class WriterBug(RuntimeError):
+    pass
+
+
+def _first_batch_writes_fail(monkeypatch) -> list[str]:
+    """Make SampleWriter.write raise WriterBug in the pool's threads for every sample of
+    the first batch written (its output tensor); returns the names of the threads it hit."""
+    original = torch_resample.SampleWriter.write
+    first: list = []
+    threads: list[str] = []
+
+    def write(self, i, decoded, params):
+        if not first:
+            first.append(self.out)
+        if self.out is first[0]:
+            threads.append(threading.current_thread().name)
+            raise WriterBug(f"resample of sample {i} failed")
+        return original(self, i, decoded, params)
+
+    monkeypatch.setattr(torch_resample.SampleWriter, "write", write)
+    return threads
+
+
+@pytest.mark.parametrize("path", ["dali-then-torch", "scaled"])
+def test_an_exception_in_a_resample_thread_propagates_and_the_epoch_goes_on(
+        folder, big, monkeypatch, path):
+    root, count = (folder, 16) if path == "dali-then-torch" else (big, 8)
+    loader = fastload.DataLoader(ImageFolder(root, SMALL), batch_size=4)
+    threads = _first_batch_writes_fail(monkeypatch)
+    it = iter(loader)
+    with pytest.raises(WriterBug, match="resample of sample"):
+        within(lambda: next(it))
+    assert threads and all(name.startswith("fastload-resample") for name in threads)
+    decoder = loader._decoder
+    assert (decoder.resampler, decoder.scaled_batches > 0) == ("torch", path == "scaled")
+    rest, _ = within(lambda: [loader.last_batch_indices for _ in it])
+    assert rest == [list(range(k, k + 4)) for k in range(4, count, 4)]  # the epoch goes on
+    assert within(lambda: indices_seen(loader))[0] == list(range(count))  # and a new one
+
+
+# ------------------------------------------------ two iterators advancing in turn
+def _alternate(loader, lead_is_first: bool, pause: float):
+    """``it1, it2 = iter(loader), iter(loader)``; the lead advances two batches, then lag
+    and lead alternate (``pause`` seconds before each step: the caller's work, while each
+    decoder finishes its batches in flight). Returns each step's (who, outcome)."""
+    it1, it2 = iter(loader), iter(loader)
+    lead, lag = (it1, it2) if lead_is_first else (it2, it1)
+    steps = []
+
+    def step(name, it):
+        time.sleep(pause)
+        try:
+            next(it)
+            steps.append((name, list(loader.last_batch_indices)))
+        except StopIteration:
+            steps.append((name, "stop"))
+        except SampleError as err:
+            steps.append((name, err))
+
+    def run():
+        step("lead", lead)
+        step("lead", lead)
+        for _ in range(4):
+            step("lag", lag)
+            step("lead", lead)
+
+    within(run, 60)
+    return steps
+
+
+@pytest.mark.parametrize("pause", [0.2, 0.0], ids=["paced", "back-to-back"])
+@pytest.mark.parametrize("lead_is_first", [True, False], ids=["shared-leads", "private-leads"])
+def test_two_iterators_in_turn_each_raise_for_the_corrupt_jpeg_they_decoded(
+        folder, lead_is_first, pause):
+    dataset = ImageFolder(folder, SMALL)
+    bad = dataset.samples[13][0]
+    with open(bad, "rb") as f:
+        damaged = scramble_scan(f.read())
+    with open(bad, "wb") as f:
+        f.write(damaged)
+    loader = fastload.DataLoader(dataset, batch_size=4)
+    steps = _alternate(loader, lead_is_first, pause)
+    outcomes = {"lead": [], "lag": []}
+    for who, outcome in steps:
+        outcomes[who].append(outcome)
+    for who in ("lead", "lag"):  # each: three clean batches, its own error, the end
+        got = outcomes[who]
+        assert got[:3] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]], (who, steps)
+        assert isinstance(got[3], SampleError), (who, steps)
+        assert got[3].names == [f"file '{bad}'"] and "Corrupt JPEG data" in str(got[3])
+        assert all(o == "stop" for o in got[4:]), (who, steps)
+
+
+def test_two_iterators_in_turn_skip_the_corrupt_jpeg_each_and_finish(folder):
+    dataset = ImageFolder(folder, SMALL)
+    bad = dataset.samples[6][0]
+    with open(bad, "rb") as f:
+        damaged = scramble_scan(f.read())
+    with open(bad, "wb") as f:
+        f.write(damaged)
+    loader = fastload.DataLoader(dataset, batch_size=4, on_error="skip")
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        steps = _alternate(loader, True, 0.05)
+    for who in ("lead", "lag"):
+        got = [o for w, o in steps if w == who and o != "stop"]
+        assert [i for batch in got for i in batch] == [i for i in range(16) if i != 6]
+    assert loader.skipped == [f"file '{bad}'"] * 2
