@@ -1,0 +1,60 @@
+"""Per-op time of torchvision's auto-augment ops against fastload.pipelines.fast_ops.
+
+    python benchmarks/fast_ops_timing.py [--size 224] [--calls 200]
+
+One thread, a 3 x SIZE x SIZE uint8 image of smooth random content, each op at a
+RandAugment-like magnitude with a zero fill; the two implementations alternate in rounds of
+``--calls`` calls and the median per-call time of each is printed with their ratio. The
+values are the same (tests/test_fast_ops.py checks them bit for bit).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import statistics
+import time
+
+OPS = [("ShearX", 0.3), ("TranslateX", 30.0), ("Rotate", 30.0), ("Brightness", 0.5),
+       ("Color", 0.5), ("Contrast", 0.5), ("Sharpness", 0.5), ("Posterize", 4.0),
+       ("Solarize", 128.0), ("AutoContrast", 0.0), ("Equalize", 0.0)]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", type=int, default=224)
+    parser.add_argument("--calls", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+
+    import torch
+    from torchvision.transforms import InterpolationMode
+    from torchvision.transforms.autoaugment import _apply_op
+
+    from fastload.pipelines.fast_ops import apply_op
+
+    torch.set_num_threads(1)
+    small = torch.randint(0, 256, (1, 3, 16, 16), dtype=torch.uint8,
+                          generator=torch.Generator().manual_seed(0)).float()
+    image = torch.nn.functional.interpolate(small, size=(args.size, args.size), mode="bilinear")
+    image = image.round().to(torch.uint8)[0].contiguous()
+    fill, mode = [0.0, 0.0, 0.0], InterpolationMode.BILINEAR
+    print(f"{'op':<13} {'torchvision us':>14} {'fast_ops us':>11} {'speed-up':>8}")
+    for name, magnitude in OPS:
+        times: dict[str, list[float]] = {"tv": [], "fast": []}
+        calls = {"tv": functools.partial(_apply_op, image, name, magnitude, interpolation=mode,
+                                         fill=fill),
+                 "fast": functools.partial(apply_op, image, name, magnitude, mode, fill)}
+        for _ in range(args.rounds):
+            for key, call in calls.items():
+                call()
+                start = time.perf_counter()
+                for _ in range(args.calls):
+                    call()
+                times[key].append((time.perf_counter() - start) / args.calls * 1e6)
+        tv, fast = statistics.median(times["tv"]), statistics.median(times["fast"])
+        print(f"{name:<13} {tv:>14,.0f} {fast:>11,.0f} {tv / fast:>7.1f}x")
+
+
+if __name__ == "__main__":
+    main()
