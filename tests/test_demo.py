@@ -14,10 +14,10 @@ def test_demo_generates_converts_verifies_measures_learns_and_reports_then_skips
     workdir = tmp_path / "demo"
     assert main(["demo", "--workdir", str(workdir), "--tiny", "--workers", "1"]) == 0
     first = capsys.readouterr().out.strip().splitlines()
-    assert [line.split(":")[0] for line in first[:8]] == [
-        "[1/8] synth", "[2/8] convert train", "[3/8] convert val",
-        "[4/8] verify train", "[5/8] verify val", "[6/8] bench", "[7/8] finetune A/B",
-        "[8/8] report",
+    assert [line.split(":")[0] for line in first[:9]] == [
+        "[1/9] synth", "[2/9] convert train", "[3/9] convert val",
+        "[4/9] verify train", "[5/9] verify val", "[6/9] bench", "[7/9] recipe ra",
+        "[8/9] finetune A/B", "[9/9] report",
     ]
     assert "stored 48 + skipped 0 = seen 48" in first[1]
     assert "OK: 16/16 records" in first[4]
@@ -27,22 +27,27 @@ def test_demo_generates_converts_verifies_measures_learns_and_reports_then_skips
         assert len(dataset) == count
         assert dataset.classes == ["class_00", "class_01", "class_02", "class_03"]
     # The headline names the measured speed-up against torchvision's loader.
-    assert any(line.strip().startswith("loader: fastload x") for line in first[8:])
+    assert any(line.strip().startswith("loader: fastload x") for line in first[9:])
+    assert any(line.strip().startswith("augmentation recipe 'ra'") for line in first[9:])
+    recipe = json.loads((workdir / "recipe.json").read_text(encoding="utf-8"))["bench"]
+    assert recipe["config"]["recipe"] == "ra"
+    assert {r["row"] for r in recipe["rows"] if r["images_per_s"]} == {"a", "c"}
     bench = json.loads((workdir / "bench.json").read_text(encoding="utf-8"))["bench"]
     assert {r["row"] for r in bench["rows"] if r["images_per_s"]} == {"a", "d", "f"}
     ab = json.loads((workdir / "ab.json").read_text(encoding="utf-8"))["rows"]
     assert [r["row"] for r in ab] == ["baseline", "fastload", "amp", "gc"]
     # Two epochs of a ViT-Tiny on 48 generated images: labels line up, so it beats chance.
     assert all(r["epochs"][-1]["images"] == 48 for r in ab)
-    assert ab[1]["val_top1"] > 0.4, first[6]
+    assert ab[1]["val_top1"] > 0.4, first[7]
     report = (workdir / "report.md").read_text(encoding="utf-8")
+    assert "## An augmentation recipe: `ra`" in report
     for chart in ("throughput.png", "step_time.png", "training.png", "memory.png"):
         assert f"]({chart})" in report
         assert (workdir / chart).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     assert main(["demo", "--workdir", str(workdir), "--tiny", "--workers", "1"]) == 0
     second = capsys.readouterr().out.strip().splitlines()
-    assert all("skipped" in line for line in second[:3] + second[5:7])
+    assert all("skipped" in line for line in second[:3] + second[5:8])
     assert "OK" in second[3] and "OK" in second[4]
 
 

@@ -8,6 +8,8 @@ finished one reruns in seconds::
     DIR/data/{train,val}/       generated ImageFolder tree (fastload.data.synth)
     DIR/data/{train,val}.lmdb/  fastload LMDB databases (fastload.data.convert)
     DIR/bench.json              `fastload bench` rows on the train images
+    DIR/recipe.json             `fastload bench --recipe ra`: torchvision's loader and
+                                fastload on the reference RandAugment preset
     DIR/ab.json                 the fine-tune A/B rows (fastload.train.compare)
     DIR/report.md, DIR/*.png    the report and its charts (fastload.bench.demo_report)
 
@@ -53,11 +55,13 @@ class DemoTraining:
     bench_rows: str = "acdef"
     bench_epochs: int = 2
     bench_limit: int | None = 1000
+    recipe: str = "ra"  # an augmentation recipe of fastload.bench.recipes, rows (a) and (c)
+    recipe_limit: int | None = 512
 
 
 TINY = DemoConfig(classes=4, train=48, val=16, seed=0, min_side=64, max_side=160)
 TINY_TRAINING = DemoTraining(img_size=32, epochs=2, batch_size=16, bench_rows="adf",
-                             bench_epochs=1, bench_limit=None)
+                             bench_epochs=1, bench_limit=None, recipe_limit=None)
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -203,6 +207,37 @@ def _bench_step(workdir: Path, training: DemoTraining, seed: int, device: str) -
     return bench, "bench: " + line
 
 
+def _recipe_command(workdir: Path, training: DemoTraining, device: str) -> str:
+    limit = f" --limit {training.recipe_limit}" if training.recipe_limit else ""
+    return (f"fastload bench {workdir / 'data'} --recipe {training.recipe} --epochs "
+            f"{training.bench_epochs}{limit} --device {device}")
+
+
+def _recipe_step(workdir: Path, training: DemoTraining, seed: int,
+                 device: str) -> tuple[dict, str]:
+    settings = {"recipe": training.recipe, "epochs": training.bench_epochs,
+                "limit": training.recipe_limit, "seed": seed, "device": device}
+    done = _cached(workdir / "recipe.json", settings)
+    if done is not None:
+        return done["bench"], "recipe: " + done["line"] + " (done already, skipped)"
+    from fastload.bench.harness import BenchConfig, run_bench
+    from fastload.bench.report import write_json
+
+    config = BenchConfig(data=workdir / "data", rows="ac", recipe=training.recipe,
+                         epochs=training.bench_epochs, limit=training.recipe_limit,
+                         workdir=workdir / "bench-cache", device=device, seed=seed)
+    report = run_bench(config, log=lambda line: None)
+    bench = json.loads(write_json(report, workdir / "bench-cache" / "recipe.json").read_text())
+    rows = {r["row"]: r for r in bench["rows"] if r.get("images_per_s")}
+    line = f"{training.recipe}: " + ", ".join(
+        f"({k}) {r['images_per_s']:,.0f} img/s" for k, r in rows.items())
+    line += f" [{report.seconds:.0f} s]"
+    (workdir / "recipe.json").write_text(
+        json.dumps({"settings": settings, "line": line, "bench": bench}, indent=2) + "\n",
+        encoding="utf-8")
+    return bench, "recipe " + line
+
+
 def _ab_step(workdir: Path, training: DemoTraining, seed: int, device: str,
              progress: bool) -> tuple[list[dict], str]:
     settings = {**asdict(training), "seed": seed, "device": device, "rows": list(AB_ROWS)}
@@ -231,7 +266,8 @@ def _ab_step(workdir: Path, training: DemoTraining, seed: int, device: str,
 
 
 def _report_step(workdir: Path, config: DemoConfig, training: DemoTraining, device: str,
-                 bench: dict | None, ab_rows: list[dict] | None) -> list[str]:
+                 bench: dict | None, recipe: dict | None,
+                 ab_rows: list[dict] | None) -> list[str]:
     from fastload.bench.demo_report import headline, write_report
 
     data = (f"{config.train} train / {config.val} val generated JPEGs, {config.classes} "
@@ -239,11 +275,13 @@ def _report_step(workdir: Path, config: DemoConfig, training: DemoTraining, devi
     finetune = (f"fastload finetune {workdir / 'data'} --compare {','.join(AB_ROWS)} "
                 f"--img-size {training.img_size} --epochs {training.epochs} "
                 f"--batch-size {training.batch_size}")
-    report = write_report(workdir, bench=bench, ab_rows=ab_rows, machine=_machine_line(device),
-                          data=data, gpu=device == "gpu",
+    report = write_report(workdir, bench=bench, recipe=recipe, ab_rows=ab_rows,
+                          machine=_machine_line(device), data=data, gpu=device == "gpu",
                           commands={"bench": _bench_command(workdir, training, device),
+                                    "recipe": _recipe_command(workdir, training, device),
                                     "finetune": finetune})
-    return [f"report: {report}"] + ["  " + line for line in headline(bench, ab_rows).lines()]
+    return [f"report: {report}"] + ["  " + line
+                                    for line in headline(bench, ab_rows, recipe).lines()]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -262,7 +300,7 @@ def run(args: argparse.Namespace) -> int:
     workdir.mkdir(parents=True, exist_ok=True)
     progress = sys.stderr.isatty()
     measured = training.epochs > 0
-    steps = 1 + 2 * len(SPLITS) + (3 if measured else 0)
+    steps = 1 + 2 * len(SPLITS) + (4 if measured else 0)
     step = 0
 
     def say(line: str) -> None:
@@ -286,9 +324,11 @@ def run(args: argparse.Namespace) -> int:
                       flush=True)
             bench, line = _bench_step(workdir, training, config.seed, device)
             say(line)
+            recipe, line = _recipe_step(workdir, training, config.seed, device)
+            say(line)
             ab_rows, line = _ab_step(workdir, training, config.seed, device, progress)
             say(line)
-            lines = _report_step(workdir, config, training, device, bench, ab_rows)
+            lines = _report_step(workdir, config, training, device, bench, recipe, ab_rows)
             say(lines[0])
             for line in lines[1:]:
                 print(line, flush=True)

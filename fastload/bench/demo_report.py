@@ -28,6 +28,8 @@ class DemoHeadline:
     finetune_speedup: float | None  # last A/B row's images/s / the baseline's
     baseline_stall: float | None  # share of the baseline epoch spent waiting for input
     fastload_stall: float | None  # the same for the last A/B row
+    recipe: str | None = None  # the augmentation recipe measured, and fastload's ratio on it
+    recipe_speedup: float | None = None
 
     def lines(self) -> list[str]:
         out = []
@@ -38,6 +40,9 @@ class DemoHeadline:
                        else f"; x{self.resized_speedup:.2f} from an LMDB stored pre-resized")
             out.append(f"loader: fastload x{self.loader_speedup:.2f} against torchvision's "
                        f"DataLoader on this machine{share}{resized}")
+        if self.recipe_speedup is not None:
+            out.append(f"augmentation recipe '{self.recipe}' (torchvision's reference preset): "
+                       f"fastload x{self.recipe_speedup:.2f} against torchvision's DataLoader")
         if self.finetune_speedup is not None:
             out.append(
                 f"fine-tune: x{self.finetune_speedup:.2f} images/s against the baseline; data "
@@ -50,8 +55,10 @@ def _measured(bench: dict) -> list[dict]:
     return [r for r in bench.get("rows", []) if r.get("images_per_s")]
 
 
-def headline(bench: dict | None, ab_rows: list[dict] | None) -> DemoHeadline:
-    """The headline figures of a bench JSON and an A/B run (None where one is missing)."""
+def headline(bench: dict | None, ab_rows: list[dict] | None,
+             recipe: dict | None = None) -> DemoHeadline:
+    """The headline figures of a bench JSON, an A/B run and a recipe bench JSON (None where
+    one is missing)."""
     speedup = share = resized = None
     rows = {r["row"]: r for r in _measured(bench or {})}
     same_files = rows.get("d") or rows.get("c")  # (e) decodes smaller files: not comparable
@@ -66,7 +73,12 @@ def headline(bench: dict | None, ab_rows: list[dict] | None) -> DemoHeadline:
         ft = ab_rows[-1]["images_per_s"] / ab_rows[0]["images_per_s"]
         base_stall = ab_rows[0]["data_stall_share"]
         fast_stall = ab_rows[-1]["data_stall_share"]
-    return DemoHeadline(speedup, share, resized, ft, base_stall, fast_stall)
+    name = recipe_ratio = None
+    recipe_rows = {r["row"]: r for r in _measured(recipe or {})}
+    if "a" in recipe_rows and "c" in recipe_rows:
+        name = (recipe or {}).get("config", {}).get("recipe")
+        recipe_ratio = recipe_rows["c"]["images_per_s"] / recipe_rows["a"]["images_per_s"]
+    return DemoHeadline(speedup, share, resized, ft, base_stall, fast_stall, name, recipe_ratio)
 
 
 def _figure(width: float, height: float):
@@ -195,17 +207,18 @@ def _ab_table(ab_rows: list[dict]) -> list[str]:
 
 def write_report(out_dir: str | Path, *, bench: dict | None, ab_rows: list[dict] | None,
                  machine: str, data: str, commands: dict[str, str],
-                 gpu: bool = False) -> Path:
+                 gpu: bool = False, recipe: dict | None = None) -> Path:
     """Write ``out_dir/report.md`` and its charts; return the report's path.
 
     ``machine`` and ``data`` are one-line descriptions put in every chart title;
-    ``commands`` maps a section ("bench", "finetune") to the command that reproduces it.
+    ``commands`` maps a section ("bench", "recipe", "finetune") to the command that
+    reproduces it; ``recipe`` is the bench JSON of one augmentation recipe (rows a and c).
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     title = f"{machine}\n{data}"
     lines = ["# fastload demo report", "", f"Machine: {machine}.  ", f"Data: {data}.", ""]
-    lines += [f"- {line}" for line in headline(bench, ab_rows).lines()] + [""]
+    lines += [f"- {line}" for line in headline(bench, ab_rows, recipe).lines()] + [""]
     if bench and _measured(bench):
         chart = _throughput_chart(bench, "Loader throughput, same images, same cores - "
                                   + title, out / "throughput.png")
@@ -214,6 +227,14 @@ def write_report(out_dir: str | Path, *, bench: dict | None, ab_rows: list[dict]
                   "rounds interleaved; (f) is the JPEG decode ceiling of these cores.", "",
                   f"![loader throughput]({chart.name})", ""] + _bench_table(bench)
         lines += ["", f"Command: `{commands.get('bench', '')}`", ""]
+    if recipe and _measured(recipe):
+        name = recipe.get("config", {}).get("recipe", "")
+        lines += [f"## An augmentation recipe: `{name}`", "",
+                  "torchvision's reference training preset with this auto-augmentation "
+                  "(RandomResizedCrop, flip, the augmentation, Normalize) in both loaders; "
+                  "fastload runs the augmentation in its torch suffix's threads with "
+                  "torchvision's exact random draws.", ""] + _bench_table(recipe)
+        lines += ["", f"Command: `{commands.get('recipe', '')}`", ""]
     if ab_rows:
         charts = [
             _step_time_chart(ab_rows, "Where a training step's time goes - " + title,
