@@ -41,20 +41,25 @@ def main() -> None:
     fill, mode = [0.0, 0.0, 0.0], InterpolationMode.BILINEAR
     print(f"{'op':<13} {'torchvision us':>14} {'fast_ops us':>11} {'speed-up':>8}")
     for name, magnitude in OPS:
-        times: dict[str, list[float]] = {"tv": [], "fast": []}
-        calls = {"tv": functools.partial(_apply_op, image, name, magnitude, interpolation=mode,
-                                         fill=fill),
-                 "fast": functools.partial(apply_op, image, name, magnitude, mode, fill)}
-        for _ in range(args.rounds):
-            for key, call in calls.items():
-                call()
-                start = time.perf_counter()
-                for _ in range(args.calls):
-                    call()
-                times[key].append((time.perf_counter() - start) / args.calls * 1e6)
-        tv, fast = statistics.median(times["tv"]), statistics.median(times["fast"])
+        tv, fast = _median_us({
+            "tv": functools.partial(_apply_op, image, name, magnitude, interpolation=mode,
+                                    fill=fill),
+            "fast": functools.partial(apply_op, image, name, magnitude, mode, fill)}, args)
         print(f"{name:<13} {tv:>14,.0f} {fast:>11,.0f} {tv / fast:>7.1f}x")
     _tail(image, args)
+
+
+def _median_us(calls: dict, args) -> list[float]:
+    """Median time per call in us of each of ``calls``, alternating rounds."""
+    times: dict[str, list[float]] = {key: [] for key in calls}
+    for _ in range(args.rounds):
+        for key, call in calls.items():
+            call()
+            start = time.perf_counter()
+            for _ in range(args.calls):
+                call()
+            times[key].append((time.perf_counter() - start) / args.calls * 1e6)
+    return [statistics.median(times[key]) for key in calls]
 
 
 def _tail(image, args) -> None:
@@ -68,16 +73,8 @@ def _tail(image, args) -> None:
                                                            (0.229, 0.224, 0.225))]
     tail = Suffix(steps, "uint8").tail
     out = torch.empty(image.shape, dtype=torch.float32)
-    calls = {"tv": lambda: steps[1](steps[0](image)), "fast": lambda: tail.write(image, False, out)}
-    times: dict[str, list[float]] = {"tv": [], "fast": []}
-    for _ in range(args.rounds):
-        for key, call in calls.items():
-            call()
-            start = time.perf_counter()
-            for _ in range(args.calls):
-                call()
-            times[key].append((time.perf_counter() - start) / args.calls * 1e6)
-    tv, fast = statistics.median(times["tv"]), statistics.median(times["fast"])
+    tv, fast = _median_us({"tv": lambda: steps[1](steps[0](image)),
+                           "fast": lambda: tail.write(image, False, out)}, args)
     print(f"{'tail':<13} {tv:>14,.0f} {fast:>11,.0f} {tv / fast:>7.1f}x   "
           "(ConvertImageDtype + Normalize against the table lookup into a batch slot)")
 

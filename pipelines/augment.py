@@ -253,19 +253,10 @@ def _augmix(t) -> Replay:
         names = list(space)
         dims = list(img.shape)
         batch = img.view([1] * max(4 - img.ndim, 0) + dims)
-        batch_dims = [batch.size(0)] + [1] * (batch.ndim - 1)
-        alpha = torch.tensor([t.alpha, t.alpha], device=batch.device).expand(batch_dims[0], -1)
-        m = torch._sample_dirichlet(alpha, generator=gen)
-        width_alpha = torch.tensor([t.alpha] * t.mixture_width, device=batch.device)
-        weights = torch._sample_dirichlet(width_alpha.expand(batch_dims[0], -1), generator=gen)
-        weights = weights * m[:, 1].view([batch_dims[0], -1])
-        mix = m[:, 0].view(batch_dims) * batch
+        batch_dims, weights, mix = _augmix_mixing(t, batch, gen)
         for i in range(t.mixture_width):
             aug = batch
-            depth = t.chain_depth
-            if depth <= 0:
-                depth = int(torch.randint(low=1, high=4, size=(1,), generator=gen).item())
-            for _ in range(depth):
+            for _ in range(_augmix_depth(t, gen)):
                 op = names[_randint(len(space), gen)]
                 magnitudes, signed = space[op]
                 magnitude = 0.0
@@ -280,6 +271,26 @@ def _augmix(t) -> Replay:
         return mix if isinstance(orig, torch.Tensor) else F.to_pil_image(mix)
 
     return run
+
+
+def _augmix_mixing(t, batch: torch.Tensor,
+                   gen: torch.Generator) -> tuple[list[int], torch.Tensor, torch.Tensor]:
+    """AugMix's first draws (v1 and v2 alike): ``(batch_dims, chain weights, mix)``, mix
+    being the original's share of the result."""
+    batch_dims = [batch.size(0)] + [1] * (batch.ndim - 1)
+    alpha = torch.tensor([t.alpha, t.alpha], device=batch.device).expand(batch_dims[0], -1)
+    m = torch._sample_dirichlet(alpha, generator=gen)
+    width_alpha = torch.tensor([t.alpha] * t.mixture_width, device=batch.device)
+    weights = torch._sample_dirichlet(width_alpha.expand(batch_dims[0], -1), generator=gen)
+    weights = weights * m[:, 1].reshape([batch_dims[0], -1])
+    return batch_dims, weights, m[:, 0].reshape(batch_dims) * batch
+
+
+def _augmix_depth(t, gen: torch.Generator) -> int:
+    """One chain's length: ``chain_depth``, or drawn from 1..3 where it is not positive."""
+    if t.chain_depth > 0:
+        return t.chain_depth
+    return int(torch.randint(low=1, high=4, size=(1,), generator=gen).item())
 
 
 def _flip(t) -> Replay:

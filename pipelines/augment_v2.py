@@ -19,6 +19,8 @@ import torch
 from .augment import (
     _AUTOAUGMENT_OPS,
     Replay,
+    _augmix_depth,
+    _augmix_mixing,
     _chain,
     _children,
     _compose,
@@ -185,19 +187,10 @@ def _augmix(t) -> Replay:
         dims = list(img.shape)
         ndim = 5 if isinstance(orig, tv_tensors.Video) else 4
         batch = img.reshape([1] * max(ndim - img.ndim, 0) + dims)
-        batch_dims = [batch.size(0)] + [1] * (batch.ndim - 1)
-        alpha = torch.tensor([t.alpha, t.alpha], device=batch.device).expand(batch_dims[0], -1)
-        m = torch._sample_dirichlet(alpha, generator=gen)
-        width_alpha = torch.tensor([t.alpha] * t.mixture_width, device=batch.device)
-        weights = torch._sample_dirichlet(width_alpha.expand(batch_dims[0], -1), generator=gen)
-        weights = weights * m[:, 1].reshape([batch_dims[0], -1])
-        mix = m[:, 0].reshape(batch_dims) * batch
+        batch_dims, weights, mix = _augmix_mixing(t, batch, gen)
         for i in range(t.mixture_width):
             aug = batch
-            depth = t.chain_depth
-            if depth <= 0:
-                depth = int(torch.randint(low=1, high=4, size=(1,), generator=gen).item())
-            for _ in range(depth):
+            for _ in range(_augmix_depth(t, gen)):
                 op, (fn, signed) = _random_item(space, gen)
                 magnitude = _magnitude(fn, t._PARAMETER_MAX, height, width,
                                        lambda: int(torch.randint(t.severity, (), generator=gen)),
