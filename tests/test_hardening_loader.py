@@ -3,18 +3,15 @@ skipped with one warning and nothing spilled on stderr."""
 
 from __future__ import annotations
 
-import io
 import os
-import random
 import shutil
 import time
 import warnings
 
 import lmdb
 import pytest
-import simplejpeg
 import torchvision.transforms as T
-from PIL import Image
+from damage import scramble_scan
 from torchvision.datasets import ImageFolder
 
 import fastload
@@ -28,28 +25,6 @@ SMALL = T.Compose([T.Resize(16), T.CenterCrop(16), T.ToTensor()])
 LARGE = T.Compose([T.Resize(176), T.CenterCrop(176), T.ToTensor()])
 # Both decode paths: simplejpeg at reduced scale (strict) and DALI's libjpeg-turbo.
 BOTH = pytest.mark.parametrize("transform", [SMALL, LARGE], ids=["scaled", "dali"])
-
-
-def scramble_scan(data: bytes, count: int = 40) -> bytes:
-    """``data`` with ``count`` bytes of its entropy-coded scan overwritten, markers intact,
-    chosen so that Pillow still opens it and libjpeg only warns (the silent case)."""
-    sos = data.find(b"\xff\xda")
-    for seed in range(200):
-        rng = random.Random(seed)
-        damaged = bytearray(data)
-        offset = rng.randrange(sos + 20, len(data) - count - 4)
-        damaged[offset:offset + count] = bytes(rng.randrange(255) for _ in range(count))
-        damaged = bytes(damaged)
-        try:
-            with Image.open(io.BytesIO(damaged)) as image:
-                image.load()
-        except OSError:
-            continue
-        try:
-            simplejpeg.decode_jpeg(damaged, strict=True)
-        except ValueError:
-            return damaged
-    raise AssertionError("no silent corruption found")
 
 
 @pytest.fixture()

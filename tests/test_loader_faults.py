@@ -5,6 +5,7 @@ iterators of one loader advancing in turn each catch their own corrupt-JPEG repo
 
 from __future__ import annotations
 
+import os
 import shutil
 import threading
 import time
@@ -12,9 +13,10 @@ import warnings
 
 import numpy as np
 import pytest
+import torch
 import torchvision.transforms as T
+from damage import scramble_scan
 from PIL import Image
-from test_hardening_loader import scramble_scan
 from torchvision.datasets import ImageFolder
 
 import fastload
@@ -113,12 +115,17 @@ def test_skip_finishes_the_epoch_without_a_sample_dalis_decoder_throws_on(folder
 
 # ------------------------------------------------- a later DALI operator throws
 def _shrink_after_first_epoch(folder, dataset, loader, index: int) -> str:
-    """Run one epoch (the loader caches each file's header size), then replace sample
-    ``index`` by a 20x12 image: its crop window, drawn for the cached size, lies outside
-    the decoded image and DALI's slice decode throws."""
+    """Run one epoch (the loader caches each file's header size), then make sample
+    ``index`` decode as a 20x12 image while the cache still holds its old size (the file's
+    length kept, so the cache is not refreshed: a fault injected on purpose): its crop
+    window, drawn for the cached size, lies outside the decoded image and DALI's slice
+    decode throws."""
     assert len(indices_seen(loader)) == 16
     path = dataset.samples[index][0]
+    length = os.path.getsize(path)
     Image.open(path).convert("RGB").resize((20, 12)).save(path, format="JPEG")
+    with open(path, "ab") as f:  # pad to the old length after the end-of-image marker
+        f.write(b"\0" * (length - os.path.getsize(path)))
     return path
 
 
@@ -292,3 +299,14 @@ def test_two_iterators_in_turn_skip_the_corrupt_jpeg_each_and_finish(folder):
         got = [o for w, o in steps if w == who and o != "stop"]
         assert [i for batch in got for i in batch] == [i for i in range(16) if i != 6]
     assert loader.skipped == [f"file '{bad}'"] * 2
+
+
+def test_a_file_replaced_by_another_image_is_read_at_its_new_size(folder):
+    transform = T.Compose([T.Resize(24), T.CenterCrop(24), T.ToTensor()])
+    dataset = ImageFolder(folder, transform)
+    loader = fastload.DataLoader(dataset, batch_size=4)
+    assert len(indices_seen(loader)) == 16
+    path = dataset.samples[3][0]
+    Image.open(path).convert("RGB").resize((40, 90)).save(path, format="JPEG")
+    images = torch.cat([x for x, _ in within(lambda: list(loader))[0]])
+    assert (images[3] - transform(Image.open(path).convert("RGB"))).abs().mean() < 0.01

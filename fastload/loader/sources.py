@@ -99,7 +99,9 @@ class _Source:
 class FileSource(_Source):
     """Image files on disk (a torchvision ``DatasetFolder``'s ``samples``).
 
-    Image sizes are parsed from the file headers on first read and cached per source.
+    Image sizes are parsed from the file headers on first read and cached per source, with
+    the file's length: a file whose length changed since (replaced by another image) is
+    parsed again.
     """
 
     def __init__(self, paths: Sequence[str], targets: Sequence[int], transform: Any,
@@ -109,6 +111,7 @@ class FileSource(_Source):
         self.transform = transform
         self.target_transform = target_transform
         self._sizes = np.full((len(self.paths), 2), -1, dtype=np.int32)
+        self._lengths = np.full(len(self.paths), -1, dtype=np.int64)
 
     def name(self, i: int) -> str:
         """How error messages refer to sample ``i``."""
@@ -130,7 +133,7 @@ class FileSource(_Source):
             ) from None
         except OSError as err:
             raise OSError(f"sample {i}: cannot read file '{path}': {err}") from err
-        if self._sizes[i, 0] < 0:
+        if self._sizes[i, 0] < 0 or self._lengths[i] != data.size:
             size = image_size(data)
             if size is None:
                 raise SampleError(
@@ -139,6 +142,7 @@ class FileSource(_Source):
                     [self.name(i)],
                 )
             self._sizes[i] = size
+            self._lengths[i] = data.size
         return data, (int(self._sizes[i, 0]), int(self._sizes[i, 1]))
 
 
