@@ -335,17 +335,19 @@ _JITTER = (("adjust_brightness", "brightness_factor"), ("adjust_contrast", "cont
            ("adjust_saturation", "saturation_factor"), ("adjust_hue", "hue_factor"))
 
 
-def _color_jitter(t) -> Replay:
+def _color_jitter(t, apply: Callable[..., Any] | None = None) -> Replay:
+    """v1's (or, with v2's seam as ``apply``, v2's: the same draws) ColorJitter: a random
+    order of the four adjustments, then each factor."""
+    apply = apply or _apply_op
     ranges = (t.brightness, t.contrast, t.saturation, t.hue)
 
     def run(img, gen):
         order = torch.randperm(4, generator=gen)
-        factors = [None if r is None else float(torch.empty(1).uniform_(r[0], r[1], generator=gen))
-                   for r in ranges]
+        factors = [None if r is None else float(_uniform(r[0], r[1], gen)) for r in ranges]
         for fn_id in order.tolist():
             if factors[fn_id] is not None:
                 op, arg = _JITTER[fn_id]
-                img = _apply_op(img, op, {arg: factors[fn_id]})
+                img = apply(img, op, {arg: factors[fn_id]})
         return img
 
     return run

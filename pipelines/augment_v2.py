@@ -23,6 +23,7 @@ from .augment import (
     _augmix_mixing,
     _chain,
     _children,
+    _color_jitter,
     _compose,
     _gaussian_blur,
     _resized_crop_box,
@@ -83,7 +84,7 @@ def _makers() -> dict[type, Callable[[Any], Replay | None]]:
         v2.RandomSolarize: _coin_op("solarize", "threshold"),
         v2.RandomAdjustSharpness: _coin_op("adjust_sharpness", "sharpness_factor"),
         v2.RandomGrayscale: _random_grayscale,
-        v2.ColorJitter: _color_jitter,
+        v2.ColorJitter: functools.partial(_color_jitter, apply=_apply_op_v2),
         v2.RandomChannelPermutation: _channel_permutation,
         v2.RandomPhotometricDistort: _photometric_distort,
         v2.Compose: _compose,
@@ -256,25 +257,6 @@ def _random_grayscale(t) -> Replay:
             return img
         channels = get_dimensions(img)[0]
         return _apply_op_v2(img, "rgb_to_grayscale", {"num_output_channels": channels})
-
-    return run
-
-
-_JITTER = (("adjust_brightness", "brightness_factor"), ("adjust_contrast", "contrast_factor"),
-           ("adjust_saturation", "saturation_factor"), ("adjust_hue", "hue_factor"))
-
-
-def _color_jitter(t) -> Replay:
-    ranges = (t.brightness, t.contrast, t.saturation, t.hue)
-
-    def run(img, gen):
-        order = torch.randperm(4, generator=gen)
-        factors = [None if r is None else float(_uniform(r[0], r[1], gen)) for r in ranges]
-        for fn_id in order.tolist():
-            if factors[fn_id] is not None:
-                op, arg = _JITTER[fn_id]
-                img = _apply_op_v2(img, op, {arg: factors[fn_id]})
-        return img
 
     return run
 
