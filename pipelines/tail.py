@@ -84,52 +84,41 @@ class LookupTail:
     def write(self, x: Any, pil: bool, dst: torch.Tensor | None = None) -> torch.Tensor | None:
         """The tail's output for ``x`` (into ``dst`` when given), or None where no table fits:
         ``x`` is not a uint8 CPU C x H x W tensor (a PIL image counts as its uint8 form), or
-        ``dst`` has another shape or dtype."""
-        if not isinstance(x, torch.Tensor):
-            return self._write_pil(x, dst)
-        if x.dtype != torch.uint8 or x.ndim != 3 or x.device.type != "cpu":
-            return None
-        found = self.table(x.shape[0], type(x), pil)
-        if found is None:
-            return None
-        table, _ = found
-        if dst is None:
-            dst = torch.empty(x.shape, dtype=table.dtype)
-        elif dst.shape != x.shape or dst.dtype != table.dtype:
-            return None
-        x = x.as_subclass(torch.Tensor).contiguous()
-        if _lookup_planes is not None and dst.is_contiguous():
-            view = _ITEM_VIEWS[table.element_size()]
-            _lookup_planes(x.numpy(), dst.view(view).numpy(), table.view(view).numpy())
+        ``dst`` has another shape or dtype. A PIL image's interleaved pixels are read in
+        place where the kernel is built."""
+        if isinstance(x, torch.Tensor):
+            if x.dtype != torch.uint8 or x.ndim != 3 or x.device.type != "cpu":
+                return None
+            kind, shape, interleaved = type(x), tuple(x.shape), False
+            pixels = x.as_subclass(torch.Tensor).contiguous()
         else:
-            for c in range(x.shape[0]):
-                dst[c] = table[c][x[c].long()]
-        return dst
+            import numpy as np
+            from PIL import Image
 
-    def _write_pil(self, image: Any, dst: torch.Tensor | None) -> torch.Tensor | None:
-        """``write`` for a PIL image: its interleaved pixels are read in place where the
-        kernel is built, else through its uint8 C x H x W tensor."""
-        import numpy as np
-        from PIL import Image
+            if not isinstance(x, Image.Image):
+                return None
+            if _lookup_planes is None or x.mode not in ("RGB", "L"):
+                from torchvision.transforms.functional import pil_to_tensor
 
-        if not isinstance(image, Image.Image):
-            return None
-        if _lookup_planes is None or image.mode not in ("RGB", "L"):
-            from torchvision.transforms.functional import pil_to_tensor
-
-            return self.write(pil_to_tensor(image), True, dst)
-        pixels = np.asarray(image)
-        channels = 1 if pixels.ndim == 2 else pixels.shape[2]
-        found = self.table(channels, torch.Tensor, True)
+                return self.write(pil_to_tensor(x), True, dst)
+            pixels = np.ascontiguousarray(np.asarray(x))
+            kind, pil, interleaved = torch.Tensor, True, True
+            shape = (1 if pixels.ndim == 2 else pixels.shape[2], x.height, x.width)
+        found = self.table(shape[0], kind, pil)
         if found is None:
             return None
-        table, _ = found
-        shape = (channels, image.height, image.width)
+        table = found[0]
         if dst is None:
             dst = torch.empty(shape, dtype=table.dtype)
-        elif tuple(dst.shape) != shape or dst.dtype != table.dtype or not dst.is_contiguous():
+        elif tuple(dst.shape) != shape or dst.dtype != table.dtype:
             return None
-        view = _ITEM_VIEWS[table.element_size()]
-        _lookup_planes(np.ascontiguousarray(pixels), dst.view(view).numpy(),
-                       table.view(view).numpy(), True)
+        if _lookup_planes is not None and dst.is_contiguous():
+            view = _ITEM_VIEWS[table.element_size()]
+            src = pixels if interleaved else pixels.numpy()
+            _lookup_planes(src, dst.view(view).numpy(), table.view(view).numpy(), interleaved)
+        elif interleaved:
+            return None  # the torch form below reads planar pixels only
+        else:
+            for c in range(shape[0]):
+                dst[c] = table[c][pixels[c].long()]
         return dst
