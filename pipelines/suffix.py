@@ -70,6 +70,17 @@ def _to_uint8(t) -> bool:
     return _tv_name(t) in ("PILToTensor", "ToImage") or _timm_name(t) == "MaybePILToTensor"
 
 
+def _converts(t) -> bool:
+    """``t`` turns a PIL image into a tensor (what the suffix does itself on its uint8 form)."""
+    return _to_float(t) or _to_uint8(t)
+
+
+def _needs_pil(t) -> bool:
+    """``t``, met on the PIL side, must receive a real PIL image (timm's PIL-only ops, a
+    ``Lambda``, your own class)."""
+    return not (_converts(t) or tensor_capable(t))
+
+
 class Suffix:
     """``transforms`` run per sample after the DALI prefix whose output state is ``state``.
 
@@ -89,7 +100,7 @@ class Suffix:
         self._pil_at = []
         for t in self.transforms:
             self._pil_at.append(pil)
-            if pil and (_to_float(t) or _to_uint8(t) or not tensor_capable(t)):
+            if pil and (_converts(t) or _needs_pil(t)):
                 pil = False  # converted, or an unknown callable that may return a tensor
         self._pil_at.append(pil)
         self.final_state = "pil" if pil else "tensor"
@@ -105,9 +116,9 @@ class Suffix:
         self.tail_pil = self._pil_at[self._tail_start]
         for k in range(self._tail_start):
             t = self.transforms[k]
-            if self._pil_at[k] and not (_to_float(t) or _to_uint8(t) or tensor_capable(t)):
+            if self._pil_at[k] and _needs_pil(t):
                 self.tail_pil = True
-            elif _to_float(t) or _to_uint8(t):
+            elif _converts(t):
                 self.tail_pil = self._pil_at[k + 1]
         if self._tail_start < self._post_start and self.final_state != "pil":
             self.tail = LookupTail(self._run_tail)
@@ -127,7 +138,7 @@ class Suffix:
         names = []
         for k, t in enumerate(self.transforms):
             label = type(t).__name__
-            if self._pil_at[k] and not (_to_float(t) or _to_uint8(t) or tensor_capable(t)):
+            if self._pil_at[k] and _needs_pil(t):
                 label += " (on a PIL image)"
             names.append(label)
         if self.tail is not None:
@@ -213,8 +224,11 @@ class Suffix:
                 x = y
         return x, written
 
-    def _apply(self, start: int, stop: int, x: Any, call: Callable[[int, Any], Any]) -> Any:
-        pil = self._pil_at[start]
+    def _apply(self, start: int, stop: int, x: Any, call: Callable[[int, Any], Any],
+               pil: bool | None = None) -> Any:
+        """``transforms[start:stop]`` on ``x`` through ``call``; ``pil``: whether ``x`` stands
+        for a PIL image (default: what the suffix tracks at ``start``)."""
+        pil = self._pil_at[start] if pil is None else pil
         for k in range(start, stop):
             x, pil, done = _enter(self.transforms[k], x, pil)
             if not done:
@@ -223,11 +237,8 @@ class Suffix:
 
     def _run_tail(self, x: torch.Tensor, pil: bool) -> Any:
         """The tail's transforms on ``x`` (deterministic: no generator involved)."""
-        for t in self.transforms[self._tail_start:self._post_start]:
-            x, pil, done = _enter(t, x, pil)
-            if not done:
-                x = t(x)
-        return x
+        return self._apply(self._tail_start, self._post_start, x,
+                           lambda k, x: self.transforms[k](x), pil)
 
 
 def _post_step(t) -> bool:
