@@ -135,22 +135,19 @@ class SampleStage:
             if self.collate_fn is None:
                 return self._default_batch(samples, written, out, labels)
             pairs = list(zip(samples, labels, strict=True))
-            with self._turn(ticket):
-                return self.collate_fn(pairs)  # returned as it comes, as torch does
+            self._wait_turn(ticket)
+            return self.collate_fn(pairs)  # returned as it comes, as torch does
         finally:
             if ticket is not None:
                 with self._turns:  # a batch that failed must not hold up the later ones
                     self._finished = max(self._finished, ticket + 1)
                     self._turns.notify_all()
 
-    def _turn(self, ticket: int | None) -> Any:
-        """Holds the collate of ``ticket`` until every earlier ticket's collate is done."""
-        from contextlib import nullcontext
-
+    def _wait_turn(self, ticket: int | None) -> None:
+        """Return once every ticket before ``ticket`` is finished (its collate done)."""
         if ticket is not None:
             with self._turns:
                 self._turns.wait_for(lambda: self._finished >= ticket)
-        return nullcontext()
 
     def _run_suffix(self, images: torch.Tensor, labels: list[Any],
                     seed: int) -> tuple[list[Any], list[bool], torch.Tensor | None]:
