@@ -25,30 +25,25 @@ __all__ = ["NUMPY", "RANDOM", "python_rng", "thread_random"]
 _LOCAL = threading.local()
 
 
-class _ThreadRandom:
-    """Stands in for the ``random`` module: the thread's ``random.Random`` inside
-    :func:`python_rng`, the module itself outside it."""
+class _StandIn:
+    """Stands in for ``module`` (``random``, ``numpy.random``): the attributes of the thread's
+    own generator ``_LOCAL.<slot>`` inside :func:`python_rng`, the module's elsewhere."""
+
+    def __init__(self, slot: str, module: Any) -> None:
+        self._slot, self._module = slot, module
 
     def __getattr__(self, name: str) -> Any:
-        own = getattr(_LOCAL, "random", None)
+        own = getattr(_LOCAL, self._slot, None)
         if own is not None and hasattr(own, name):
             return getattr(own, name)
-        return getattr(random, name)
-
-
-class _ThreadNumpyRandom:
-    def __getattr__(self, name: str) -> Any:
-        own = getattr(_LOCAL, "numpy", None)
-        if own is not None and hasattr(own, name):
-            return getattr(own, name)
-        return getattr(np.random, name)
+        return getattr(self._module, name)
 
 
 class _ThreadNumpy:
     """Stands in for ``numpy``: ``np.random`` is the thread's ``RandomState`` inside
     :func:`python_rng` (NumPy's global generator outside it); everything else is numpy's."""
 
-    random = _ThreadNumpyRandom()
+    random = _StandIn("numpy", np.random)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(np, name)
@@ -81,4 +76,4 @@ def thread_random() -> random.Random:
     return own
 
 
-RANDOM, NUMPY = _ThreadRandom(), _ThreadNumpy()
+RANDOM, NUMPY = _StandIn("random", random), _ThreadNumpy()
