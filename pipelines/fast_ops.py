@@ -80,9 +80,10 @@ def apply_op(img: Any, op_name: str, magnitude: float, interpolation: Any, fill:
                 if op_name == "Sharpness" and img.ndim <= 4 and min(img.shape[-2:]) > 2:
                     return _sharpness(img, factor)
     if op_name in _AFFINE_OPS and _is_fast_input(img) and img.ndim == 3 \
-            and _is_plain_number(magnitude) and _grid_mode(interpolation) is not None \
-            and _fill_values(fill, img.shape[0]) is not False:
-        return _affine(img, op_name, magnitude, _grid_mode(interpolation), fill)
+            and _is_plain_number(magnitude):
+        mode, fills = _grid_mode(interpolation), _fill_values(fill, img.shape[0])
+        if mode is not None and fills is not False:
+            return _affine(img, op_name, magnitude, mode, fills)
     return _torchvision_apply_op(img, op_name, magnitude, interpolation=interpolation, fill=fill)
 
 
@@ -285,13 +286,14 @@ def _grid_and_mask(matrix: tuple[float, ...], width: int, height: int,
     return grid, mask
 
 
-def _affine(img: Tensor, op_name: str, magnitude: float, mode: str, fill: Any) -> Tensor:
+def _affine(img: Tensor, op_name: str, magnitude: float, mode: str,
+            fill: list[float] | None) -> Tensor:
+    """``fill``: as :func:`_fill_values` gives it (None: no fill blend)."""
     height, width = img.shape[-2:]
     matrix = _affine_matrix(op_name, magnitude, width, height)
     grid, mask = _grid_and_mask(tuple(matrix), width, height, mode)
     out = torch.nn.functional.grid_sample(img.unsqueeze(0).to(torch.float32), grid, mode=mode,
                                           padding_mode="zeros", align_corners=False)
-    fill = _fill_values(fill, img.shape[0])
     if fill is not None:
         mask = mask.expand_as(out)
         fill_img = torch.tensor(fill, dtype=torch.float32).view(1, len(fill), 1, 1).expand_as(out)
