@@ -112,19 +112,10 @@ def _apply_op(img: Any, op_name: str, magnitude: Any, interpolation: Any = None,
     return getattr(F, op_name)(img, **magnitude)
 
 
-_SPACES: dict[tuple, Any] = {}
-
-
-def _space(t: Any, bins: int, *size: tuple[int, int]) -> Any:
-    """``t._augmentation_space(bins, *size)``, made once per transform, bins and image size
-    (it builds a dozen ``linspace`` tensors: ~20 us a sample); only read afterwards."""
-    key = (id(t), type(t), bins, *size)
-    space = _SPACES.get(key)
-    if space is None or space[0] is not t:
-        if len(_SPACES) > 256:
-            _SPACES.clear()
-        space = _SPACES[key] = (t, t._augmentation_space(bins, *size))
-    return space[1]
+def _spaces(t: Any) -> Callable[..., Any]:
+    """``t._augmentation_space``, made once per bins and image size for this replay (it
+    builds a dozen ``linspace`` tensors: ~20 us a sample); only read afterwards."""
+    return functools.lru_cache(maxsize=16)(t._augmentation_space)
 
 
 @functools.cache
@@ -186,10 +177,12 @@ def _uniform(low: Any, high: Any, gen: torch.Generator) -> float:
 def _rand_augment(t) -> Replay:
     from torchvision.transforms.functional import get_dimensions
 
+    space_of = _spaces(t)
+
     def run(img, gen):
         fill = _fill(t, img)
         _, height, width = get_dimensions(img)
-        space = _space(t, t.num_magnitude_bins, (height, width))
+        space = space_of(t.num_magnitude_bins, (height, width))
         names = list(space)
         for _ in range(t.num_ops):
             op = names[_randint(len(space), gen)]
@@ -204,9 +197,11 @@ def _rand_augment(t) -> Replay:
 
 
 def _trivial_augment(t) -> Replay:
+    space_of = _spaces(t)
+
     def run(img, gen):
         fill = _fill(t, img)
-        space = _space(t, t.num_magnitude_bins)
+        space = space_of(t.num_magnitude_bins)
         op = list(space)[_randint(len(space), gen)]
         magnitudes, signed = space[op]
         magnitude = 0.0
@@ -223,13 +218,15 @@ def _trivial_augment(t) -> Replay:
 def _auto_augment(t) -> Replay:
     from torchvision.transforms.functional import get_dimensions
 
+    space_of = _spaces(t)
+
     def run(img, gen):
         fill = _fill(t, img)
         _, height, width = get_dimensions(img)
         policy = _randint(len(t.policies), gen)
         probs = torch.rand((2,), generator=gen)
         signs = torch.randint(2, (2,), generator=gen)
-        space = _space(t, 10, (height, width))
+        space = space_of(10, (height, width))
         for i, (op, p, magnitude_id) in enumerate(t.policies[policy]):
             if probs[i] <= p:
                 magnitudes, signed = space[op]
@@ -245,11 +242,13 @@ def _auto_augment(t) -> Replay:
 def _augmix(t) -> Replay:
     from torchvision.transforms import functional as F
 
+    space_of = _spaces(t)
+
     def run(orig, gen):
         fill = _fill(t, orig)
         _, height, width = F.get_dimensions(orig)
         img = orig if isinstance(orig, torch.Tensor) else F.pil_to_tensor(orig)
-        space = _space(t, t._PARAMETER_MAX, (height, width))
+        space = space_of(t._PARAMETER_MAX, (height, width))
         names = list(space)
         dims = list(img.shape)
         batch = img.view([1] * max(4 - img.ndim, 0) + dims)
