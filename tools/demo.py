@@ -187,24 +187,9 @@ def _bench_command(workdir: Path, training: DemoTraining, device: str) -> str:
 def _bench_step(workdir: Path, training: DemoTraining, seed: int, device: str) -> tuple[dict, str]:
     settings = {"rows": training.bench_rows, "epochs": training.bench_epochs,
                 "limit": training.bench_limit, "seed": seed, "device": device}
-    done = _cached(workdir / "bench.json", settings)
-    if done is not None:
-        return done["bench"], "bench: " + done["line"] + " (done already, skipped)"
-    from fastload.bench.harness import BenchConfig, run_bench
-    from fastload.bench.report import write_json
-
-    config = BenchConfig(data=workdir / "data", rows=training.bench_rows,
-                         epochs=training.bench_epochs, limit=training.bench_limit,
-                         workdir=workdir / "bench-cache", device=device, seed=seed)
-    report = run_bench(config, log=lambda line: None)
-    bench = json.loads(write_json(report, workdir / "bench-cache" / "bench.json").read_text())
-    rows = {r["row"]: r for r in bench["rows"] if r.get("images_per_s")}
-    parts = [f"({k}) {r['images_per_s']:,.0f} img/s" for k, r in rows.items()]
-    line = ", ".join(parts) + f" [{report.seconds:.0f} s]"
-    (workdir / "bench.json").write_text(
-        json.dumps({"settings": settings, "line": line, "bench": bench}, indent=2) + "\n",
-        encoding="utf-8")
-    return bench, "bench: " + line
+    return _bench_record(workdir, "bench", "bench", settings,
+                         rows=training.bench_rows, epochs=training.bench_epochs,
+                         limit=training.bench_limit, device=device, seed=seed)
 
 
 def _recipe_command(workdir: Path, training: DemoTraining, device: str) -> str:
@@ -217,25 +202,31 @@ def _recipe_step(workdir: Path, training: DemoTraining, seed: int,
                  device: str) -> tuple[dict, str]:
     settings = {"recipe": training.recipe, "epochs": training.bench_epochs,
                 "limit": training.recipe_limit, "seed": seed, "device": device}
-    done = _cached(workdir / "recipe.json", settings)
+    return _bench_record(workdir, "recipe", f"recipe {training.recipe}", settings, rows="ac",
+                         recipe=training.recipe, epochs=training.bench_epochs,
+                         limit=training.recipe_limit, device=device, seed=seed)
+
+
+def _bench_record(workdir: Path, name: str, title: str, settings: dict,
+                  **config: object) -> tuple[dict, str]:
+    """``fastload bench`` with ``config`` on the demo's data, recorded in DIR/<name>.json
+    (and skipped when that record was made with ``settings``): ``(bench JSON, line)``."""
+    done = _cached(workdir / f"{name}.json", settings)
     if done is not None:
-        return done["bench"], "recipe: " + done["line"] + " (done already, skipped)"
+        return done["bench"], f"{title}: " + done["line"] + " (done already, skipped)"
     from fastload.bench.harness import BenchConfig, run_bench
     from fastload.bench.report import write_json
 
-    config = BenchConfig(data=workdir / "data", rows="ac", recipe=training.recipe,
-                         epochs=training.bench_epochs, limit=training.recipe_limit,
-                         workdir=workdir / "bench-cache", device=device, seed=seed)
-    report = run_bench(config, log=lambda line: None)
-    bench = json.loads(write_json(report, workdir / "bench-cache" / "recipe.json").read_text())
+    report = run_bench(BenchConfig(data=workdir / "data", workdir=workdir / "bench-cache",
+                                   **config), log=lambda line: None)
+    bench = json.loads(write_json(report, workdir / "bench-cache" / f"{name}.json").read_text())
     rows = {r["row"]: r for r in bench["rows"] if r.get("images_per_s")}
-    line = f"{training.recipe}: " + ", ".join(
-        f"({k}) {r['images_per_s']:,.0f} img/s" for k, r in rows.items())
-    line += f" [{report.seconds:.0f} s]"
-    (workdir / "recipe.json").write_text(
+    parts = [f"({k}) {r['images_per_s']:,.0f} img/s" for k, r in rows.items()]
+    line = ", ".join(parts) + f" [{report.seconds:.0f} s]"
+    (workdir / f"{name}.json").write_text(
         json.dumps({"settings": settings, "line": line, "bench": bench}, indent=2) + "\n",
         encoding="utf-8")
-    return bench, "recipe " + line
+    return bench, f"{title}: " + line
 
 
 def _ab_step(workdir: Path, training: DemoTraining, seed: int, device: str,
