@@ -15,11 +15,12 @@ their replays use the thread's own generator (:mod:`~fastload.pipelines.thread_r
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Callable
 from typing import Any
 
 import torch
+
+from . import draws
 
 __all__ = ["replay"]
 
@@ -167,11 +168,7 @@ def _fill(t, img) -> Any:
 
 
 def _randint(high: int, gen: torch.Generator) -> int:
-    return int(torch.randint(high, (1,), generator=gen).item())
-
-
-def _uniform(low: Any, high: Any, gen: torch.Generator) -> float:
-    return torch.empty(1).uniform_(low, high, generator=gen).item()
+    return draws.randint(0, high, gen)
 
 
 def _rand_augment(t) -> Replay:
@@ -296,7 +293,7 @@ def _flip(t) -> Replay:
     op = "hflip" if type(t).__name__ == "RandomHorizontalFlip" else "vflip"
 
     def run(img, gen):
-        return _apply_op(img, op, {}) if torch.rand(1, generator=gen) < t.p else img
+        return _apply_op(img, op, {}) if draws.coin(t.p, gen) else img
 
     return run
 
@@ -309,7 +306,7 @@ def _coin_op(op: str, arg: str | None = None) -> Callable[[Any], Replay]:
         kwargs = {} if arg is None else {arg: getattr(t, arg)}
 
         def run(img, gen):
-            if torch.rand(1, generator=gen).item() < t.p:
+            if draws.coin(t.p, gen):
                 return _apply_op(img, op, kwargs)
             return img
 
@@ -323,7 +320,7 @@ def _random_grayscale(t) -> Replay:
 
     def run(img, gen):
         channels = get_dimensions(img)[0]
-        if torch.rand(1, generator=gen) < t.p:
+        if draws.coin(t.p, gen):
             return _apply_op(img, "rgb_to_grayscale", {"num_output_channels": channels})
         return img
 
@@ -341,9 +338,8 @@ def _color_jitter(t, apply: Callable[..., Any] | None = None) -> Replay:
     ranges = (t.brightness, t.contrast, t.saturation, t.hue)
 
     def run(img, gen):
-        order = torch.randperm(4, generator=gen)
-        factors = [None if r is None else float(_uniform(r[0], r[1], gen)) for r in ranges]
-        for fn_id in order.tolist():
+        order, factors = draws.color_jitter(ranges, gen)
+        for fn_id in order:
             if factors[fn_id] is not None:
                 op, arg = _JITTER[fn_id]
                 img = apply(img, op, {arg: factors[fn_id]})
@@ -414,7 +410,7 @@ def _random_apply(t) -> Replay | None:
 def _random_rotation(t) -> Replay:
     def run(img, gen):
         fill = _fill(t, img)
-        angle = float(_uniform(float(t.degrees[0]), float(t.degrees[1]), gen))
+        angle = draws.uniform(float(t.degrees[0]), float(t.degrees[1]), gen)
         return _apply_op(img, "rotate", {"angle": angle, "interpolation": t.interpolation,
                                          "expand": t.expand, "center": t.center, "fill": fill})
 
@@ -427,39 +423,11 @@ def _random_affine(t) -> Replay:
     def run(img, gen):
         fill = _fill(t, img)
         _, height, width = get_dimensions(img)
-        angle = float(_uniform(float(t.degrees[0]), float(t.degrees[1]), gen))
-        translate = (0, 0)
-        if t.translate is not None:
-            max_dx, max_dy = float(t.translate[0] * width), float(t.translate[1] * height)
-            translate = (int(round(_uniform(-max_dx, max_dx, gen))),
-                         int(round(_uniform(-max_dy, max_dy, gen))))
-        scale = 1.0 if t.scale is None else float(_uniform(t.scale[0], t.scale[1], gen))
-        shear_x = shear_y = 0.0
-        if t.shear is not None:
-            shear_x = float(_uniform(t.shear[0], t.shear[1], gen))
-            if len(t.shear) == 4:
-                shear_y = float(_uniform(t.shear[2], t.shear[3], gen))
-        return _apply_op(img, "affine", {
-            "angle": angle, "translate": translate, "scale": scale, "shear": (shear_x, shear_y),
-            "interpolation": t.interpolation, "fill": fill, "center": t.center})
+        params = draws.affine_params(t.degrees, t.translate, t.scale, t.shear, height, width, gen)
+        return _apply_op(img, "affine", {**params, "interpolation": t.interpolation,
+                                         "fill": fill, "center": t.center})
 
     return run
-
-
-def _perspective_points(width: int, height: int, distortion: float,
-                        gen: torch.Generator) -> tuple[list[list[int]], list[list[int]]]:
-    """v1 ``RandomPerspective.get_params`` with draws from ``gen``."""
-    dw, dh = int(distortion * (width // 2)), int(distortion * (height // 2))
-
-    def draw(low: int, high: int) -> int:
-        return int(torch.randint(low, high, size=(1,), generator=gen).item())
-
-    topleft = [draw(0, dw + 1), draw(0, dh + 1)]
-    topright = [draw(width - dw - 1, width), draw(0, dh + 1)]
-    botright = [draw(width - dw - 1, width), draw(height - dh - 1, height)]
-    botleft = [draw(0, dw + 1), draw(height - dh - 1, height)]
-    start = [[0, 0], [width - 1, 0], [width - 1, height - 1], [0, height - 1]]
-    return start, [topleft, topright, botright, botleft]
 
 
 def _random_perspective(t) -> Replay:
@@ -471,9 +439,9 @@ def _random_perspective(t) -> Replay:
             channels = get_dimensions(img)[0]
             fill = ([float(fill)] * channels if isinstance(fill, (int, float))
                     else [float(f) for f in fill])
-        if torch.rand(1, generator=gen) < t.p:
+        if draws.coin(t.p, gen):
             _, height, width = get_dimensions(img)
-            start, end = _perspective_points(width, height, t.distortion_scale, gen)
+            start, end = draws.perspective_points(width, height, t.distortion_scale, gen)
             return _apply_op(img, "perspective", {"startpoints": start, "endpoints": end,
                                                   "interpolation": t.interpolation, "fill": fill})
         return img
@@ -486,7 +454,7 @@ def _gaussian_blur(t, apply: Callable[..., Any] | None = None) -> Replay:
     apply = apply or _apply_op
 
     def run(img, gen):
-        sigma = _uniform(t.sigma[0], t.sigma[1], gen)
+        sigma = draws.uniform(t.sigma[0], t.sigma[1], gen)
         return apply(img, "gaussian_blur", {"kernel_size": t.kernel_size,
                                             "sigma": [sigma, sigma]})
 
@@ -510,40 +478,10 @@ def _random_crop(t) -> Replay:
             img = pad(img, [0, t.size[0] - height])
         _, height, width = get_dimensions(img)
         th, tw = t.size
-        if height < th or width < tw:
-            raise ValueError(f"Required crop size {(th, tw)} is larger than input image size "
-                             f"{(height, width)}")
-        i = j = 0
-        if not (width == tw and height == th):
-            i = int(torch.randint(0, height - th + 1, size=(1,), generator=gen).item())
-            j = int(torch.randint(0, width - tw + 1, size=(1,), generator=gen).item())
+        i, j = draws.crop_offsets(height, width, th, tw, gen)
         return _apply_op(img, "crop", {"top": i, "left": j, "height": th, "width": tw})
 
     return run
-
-
-def _resized_crop_box(height: int, width: int, scale: Any, ratio: Any, log_ratio: torch.Tensor,
-                      gen: torch.Generator) -> tuple[int, int, int, int]:
-    """``RandomResizedCrop``'s ``(top, left, height, width)`` (v1 and v2 draw alike)."""
-    area = height * width
-    for _ in range(10):
-        target_area = area * _uniform(scale[0], scale[1], gen)
-        aspect = torch.exp(torch.empty(1).uniform_(log_ratio[0], log_ratio[1],
-                                                   generator=gen)).item()
-        w = int(round(math.sqrt(target_area * aspect)))
-        h = int(round(math.sqrt(target_area / aspect)))
-        if 0 < w <= width and 0 < h <= height:
-            i = int(torch.randint(0, height - h + 1, size=(1,), generator=gen).item())
-            j = int(torch.randint(0, width - w + 1, size=(1,), generator=gen).item())
-            return i, j, h, w
-    in_ratio = float(width) / float(height)
-    if in_ratio < min(ratio):
-        w, h = width, int(round(width / min(ratio)))
-    elif in_ratio > max(ratio):
-        h, w = height, int(round(height * max(ratio)))
-    else:
-        w, h = width, height
-    return (height - h) // 2, (width - w) // 2, h, w
 
 
 def _random_resized_crop(t) -> Replay:
@@ -551,36 +489,12 @@ def _random_resized_crop(t) -> Replay:
 
     def run(img, gen):
         _, height, width = get_dimensions(img)
-        i, j, h, w = _resized_crop_box(height, width, t.scale, t.ratio,
-                                       torch.log(torch.tensor(t.ratio)), gen)
+        i, j, h, w = draws.resized_crop_box(height, width, t.scale, t.ratio, gen)
         return _apply_op(img, "resized_crop", {
             "top": i, "left": j, "height": h, "width": w, "size": t.size,
             "interpolation": t.interpolation, "antialias": t.antialias})
 
     return run
-
-
-def _erase_params(img, scale, ratio, value, gen):
-    """torchvision's ``RandomErasing.get_params`` with draws from ``gen``."""
-    channels, height, width = img.shape[-3], img.shape[-2], img.shape[-1]
-    area = height * width
-    log_ratio = torch.log(torch.tensor(ratio))
-    for _ in range(10):
-        erase_area = area * _uniform(scale[0], scale[1], gen)
-        aspect = torch.exp(torch.empty(1).uniform_(log_ratio[0], log_ratio[1],
-                                                   generator=gen)).item()
-        h = int(round(math.sqrt(erase_area * aspect)))
-        w = int(round(math.sqrt(erase_area / aspect)))
-        if not (h < height and w < width):
-            continue
-        if value is None:
-            v = torch.empty([channels, h, w], dtype=torch.float32).normal_(generator=gen)
-        else:
-            v = torch.tensor(value)[:, None, None]
-        i = torch.randint(0, height - h + 1, size=(1,), generator=gen).item()
-        j = torch.randint(0, width - w + 1, size=(1,), generator=gen).item()
-        return i, j, h, w, v
-    return 0, 0, height, width, img
 
 
 def _random_erasing(t) -> Replay:
@@ -592,11 +506,13 @@ def _random_erasing(t) -> Replay:
         value = [float(v) for v in t.value]
 
     def run(img, gen):
-        if torch.rand(1, generator=gen) < t.p:
+        if draws.coin(t.p, gen):
             if value is not None and len(value) not in (1, img.shape[-3]):
                 raise ValueError(f"RandomErasing value={t.value!r} should have 1 or "
                                  f"{img.shape[-3]} values (one per channel)")
-            i, j, h, w, v = _erase_params(img, t.scale, t.ratio, value, gen)
+            channels, height, width = img.shape[-3], img.shape[-2], img.shape[-1]
+            box = draws.erase_box(channels, height, width, t.scale, t.ratio, value, gen)
+            i, j, h, w, v = (0, 0, height, width, img) if box is None else box
             return _apply_op(img, "erase", {"i": i, "j": j, "h": h, "w": w,
                                             "v": v.to(img.device), "inplace": t.inplace})
         return img

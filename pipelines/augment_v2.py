@@ -10,12 +10,12 @@ with the same shapes, from an explicit generator, then applies v2's own ops thro
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
+from . import draws
 from .augment import (
     _AUTOAUGMENT_OPS,
     Replay,
@@ -26,8 +26,6 @@ from .augment import (
     _color_jitter,
     _compose,
     _gaussian_blur,
-    _resized_crop_box,
-    _uniform,
 )
 
 __all__ = ["replay_v2"]
@@ -109,7 +107,7 @@ def _fill(t, img) -> Any:
 
 def _skipped(t, gen: torch.Generator) -> bool:
     """``_RandomApplyTransform``'s draw: True when the transform leaves the input as it is."""
-    return bool(torch.rand(1, generator=gen) >= t.p)
+    return not draws.coin(t.p, gen)
 
 
 def _magnitude(fn: Callable, bins: int, height: int, width: int, index: Callable[[], int],
@@ -216,24 +214,12 @@ def _random_erasing(t) -> Replay:
         if t.value is not None and len(t.value) not in (1, channels):
             raise ValueError(f"If value is a sequence, it should have either a single value or "
                              f"{channels} (number of inpt channels)")
-        area = height * width
-        for _ in range(10):
-            erase_area = area * _uniform(t.scale[0], t.scale[1], gen)
-            aspect = torch.exp(torch.empty(1).uniform_(t._log_ratio[0], t._log_ratio[1],
-                                                       generator=gen)).item()
-            h = int(round(math.sqrt(erase_area * aspect)))
-            w = int(round(math.sqrt(erase_area / aspect)))
-            if not (h < height and w < width):
-                continue
-            if t.value is None:
-                v = torch.empty([channels, h, w], dtype=torch.float32).normal_(generator=gen)
-            else:
-                v = torch.tensor(t.value)[:, None, None]
-            i = torch.randint(0, height - h + 1, size=(1,), generator=gen).item()
-            j = torch.randint(0, width - w + 1, size=(1,), generator=gen).item()
-            return _apply_op_v2(img, "erase", {"i": i, "j": j, "h": h, "w": w, "v": v,
-                                               "inplace": t.inplace})
-        return img
+        box = draws.erase_box(channels, height, width, t.scale, t.ratio, t.value, gen)
+        if box is None:
+            return img
+        i, j, h, w, v = box
+        return _apply_op_v2(img, "erase", {"i": i, "j": j, "h": h, "w": w, "v": v,
+                                           "inplace": t.inplace})
 
     return run
 
@@ -281,11 +267,9 @@ def _photometric_distort(t) -> Replay:
         factors = {}
         for name in names:
             low, high = getattr(t, name)
-            factors[name] = (float(_uniform(low, high, gen))
-                             if torch.rand(1, generator=gen) < t.p else None)
+            factors[name] = draws.uniform(low, high, gen) if draws.coin(t.p, gen) else None
         contrast_before = bool(torch.rand((), generator=gen) < 0.5)
-        permutation = (torch.randperm(channels, generator=gen)
-                       if torch.rand(1, generator=gen) < t.p else None)
+        permutation = torch.randperm(channels, generator=gen) if draws.coin(t.p, gen) else None
 
         def adjust(img, name):
             if factors[name] is None:
@@ -339,7 +323,7 @@ def _random_order(t) -> Replay | None:
 
 def _random_rotation(t) -> Replay:
     def run(img, gen):
-        angle = _uniform(t.degrees[0], t.degrees[1], gen)
+        angle = draws.uniform(t.degrees[0], t.degrees[1], gen)
         return _apply_op_v2(img, "rotate", {"angle": angle, "interpolation": t.interpolation,
                                             "expand": t.expand, "center": t.center,
                                             "fill": _fill(t, img)})
@@ -350,21 +334,9 @@ def _random_rotation(t) -> Replay:
 def _random_affine(t) -> Replay:
     def run(img, gen):
         height, width = _size(img)
-        angle = _uniform(t.degrees[0], t.degrees[1], gen)
-        translate = (0, 0)
-        if t.translate is not None:
-            max_dx, max_dy = float(t.translate[0] * width), float(t.translate[1] * height)
-            translate = (int(round(float(_uniform(-max_dx, max_dx, gen)))),
-                         int(round(float(_uniform(-max_dy, max_dy, gen)))))
-        scale = 1.0 if t.scale is None else _uniform(t.scale[0], t.scale[1], gen)
-        shear_x = shear_y = 0.0
-        if t.shear is not None:
-            shear_x = float(_uniform(t.shear[0], t.shear[1], gen))
-            if len(t.shear) == 4:
-                shear_y = float(_uniform(t.shear[2], t.shear[3], gen))
-        return _apply_op_v2(img, "affine", {
-            "angle": angle, "translate": translate, "scale": scale, "shear": (shear_x, shear_y),
-            "interpolation": t.interpolation, "fill": _fill(t, img), "center": t.center})
+        params = draws.affine_params(t.degrees, t.translate, t.scale, t.shear, height, width, gen)
+        return _apply_op_v2(img, "affine", {**params, "interpolation": t.interpolation,
+                                            "fill": _fill(t, img), "center": t.center})
 
     return run
 
@@ -376,18 +348,8 @@ def _random_perspective(t) -> Replay:
         if _skipped(t, gen):
             return img
         height, width = _size(img)
-        bh = int(t.distortion_scale * (height // 2)) + 1
-        bw = int(t.distortion_scale * (width // 2)) + 1
-
-        def draw(low: int, high: int) -> int:
-            return int(torch.randint(low, high, size=(1,), generator=gen))
-
-        topleft = [draw(0, bw), draw(0, bh)]
-        topright = [draw(width - bw, width), draw(0, bh)]
-        botright = [draw(width - bw, width), draw(height - bh, height)]
-        botleft = [draw(0, bw), draw(height - bh, height)]
-        start = [[0, 0], [width - 1, 0], [width - 1, height - 1], [0, height - 1]]
-        coefficients = _get_perspective_coeffs(start, [topleft, topright, botright, botleft])
+        start, end = draws.perspective_points(width, height, t.distortion_scale, gen)
+        coefficients = _get_perspective_coeffs(start, end)
         return _apply_op_v2(img, "perspective", {
             "startpoints": None, "endpoints": None, "fill": _fill(t, img),
             "interpolation": t.interpolation, "coefficients": coefficients})
@@ -411,11 +373,7 @@ def _random_crop(t) -> Replay:
             if width < crop_w:
                 diff = crop_w - width
                 left, right, width = left + diff, right + diff, width + 2 * diff
-        if height < crop_h or width < crop_w:
-            raise ValueError(f"Required crop size {(crop_h, crop_w)} is larger than input image "
-                             f"size {(height, width)}.")
-        y = int(torch.randint(0, height - crop_h + 1, size=(), generator=gen)) if height > crop_h else 0
-        x = int(torch.randint(0, width - crop_w + 1, size=(), generator=gen)) if width > crop_w else 0
+        y, x = draws.crop_offsets_v2(height, width, crop_h, crop_w, gen)
         padding = [left, top, right, bottom]
         if any(padding):
             img = _apply_op_v2(img, "pad", {"padding": padding, "fill": _fill(t, img),
@@ -431,7 +389,7 @@ def _random_crop(t) -> Replay:
 def _random_resized_crop(t) -> Replay:
     def run(img, gen):
         height, width = _size(img)
-        i, j, h, w = _resized_crop_box(height, width, t.scale, t.ratio, t._log_ratio, gen)
+        i, j, h, w = draws.resized_crop_box(height, width, t.scale, t.ratio, gen)
         return _apply_op_v2(img, "resized_crop", {
             "top": i, "left": j, "height": h, "width": w, "size": t.size,
             "interpolation": t.interpolation, "antialias": t.antialias})

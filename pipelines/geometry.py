@@ -2,9 +2,9 @@
 
 DALI matches torchvision pixel for pixel only when output sizes and crop offsets come from
 torchvision's own integer arithmetic, so every size and offset is computed here and fed to the
-graph per sample. Random draws use a ``torch.Generator`` with the same calls, in the same
-order, as torchvision: a generator seeded like ``torch.manual_seed`` gives the very same
-parameters as the torchvision transform.
+graph per sample. Random draws are torchvision's own (:mod:`~fastload.pipelines.draws`, the
+copy the torch suffix's replays use too), made on a ``torch.Generator``: a generator seeded
+like ``torch.manual_seed`` gives the very same parameters as the torchvision transform.
 
 The steps of a plan (one dataclass per geometric or colour transform) are walked for each
 sample and folded into one :class:`SampleParams`: a region of the source to decode, one
@@ -20,12 +20,11 @@ crop of ``RandomResizedCropAndInterpolation`` as torchvision's, and its
 
 from __future__ import annotations
 
-import functools
-import math
-import threading
 from dataclasses import dataclass
 
 import torch
+
+from . import draws
 
 __all__ = [
     "Resize",
@@ -39,8 +38,6 @@ __all__ = [
     "resized_output_size",
     "keep_ratio_output_size",
     "center_crop_offsets",
-    "random_resized_crop_params",
-    "random_crop_params",
     "color_jitter_params",
     "draw_interpolation",
     "draw_sample",
@@ -156,105 +153,6 @@ def center_crop_offsets(height: int, width: int, crop_h: int, crop_w: int) -> tu
     return top, left
 
 
-# One-element tensors the draws below write into, one pair per thread. ``t.uniform_(a, b)``
-# and ``t.random_(lo, hi)`` consume the generator exactly as torchvision's
-# ``torch.empty(1).uniform_(a, b)``, ``torch.rand(1)`` and ``torch.randint(lo, hi, (1,))``
-# do (those allocate a tensor and then call the same in-place ops): the same numbers,
-# without an allocation per draw (drawing is the loader's serial part, ~64 samples a batch).
-_SCRATCH = threading.local()
-
-
-def _uniform(low: float, high: float, generator: torch.Generator) -> float:
-    """``torch.empty(1).uniform_(low, high, generator=generator).item()``."""
-    scratch = getattr(_SCRATCH, "float", None)
-    if scratch is None:
-        scratch = _SCRATCH.float = torch.empty(1)
-    return scratch.uniform_(low, high, generator=generator).item()
-
-
-def _randint(low: int, high: int, generator: torch.Generator) -> int:
-    """``int(torch.randint(low, high, size=(1,), generator=generator).item())``."""
-    scratch = getattr(_SCRATCH, "long", None)
-    if scratch is None:
-        scratch = _SCRATCH.long = torch.empty(1, dtype=torch.long)
-    return int(scratch.random_(low, high, generator=generator).item())
-
-
-@functools.lru_cache(maxsize=64)
-def _log_ratio(ratio: tuple[float, float]) -> tuple[float, float]:
-    """``torch.log(torch.tensor(ratio))`` as torchvision computes it (float32), as floats."""
-    values = torch.log(torch.tensor(ratio))
-    return float(values[0]), float(values[1])
-
-
-def random_resized_crop_params(
-    height: int,
-    width: int,
-    scale: tuple[float, float],
-    ratio: tuple[float, float],
-    generator: torch.Generator,
-) -> tuple[int, int, int, int]:
-    """``(top, left, h, w)`` drawn as ``RandomResizedCrop.get_params`` draws them."""
-    area = height * width
-    log_lo, log_hi = _log_ratio(ratio)
-    for _ in range(10):
-        target_area = area * _uniform(scale[0], scale[1], generator)
-        aspect = math.exp(_uniform(log_lo, log_hi, generator))
-        w = int(round(math.sqrt(target_area * aspect)))
-        h = int(round(math.sqrt(target_area / aspect)))
-        if 0 < w <= width and 0 < h <= height:
-            i = _randint(0, height - h + 1, generator)
-            j = _randint(0, width - w + 1, generator)
-            return i, j, h, w
-    in_ratio = float(width) / float(height)
-    if in_ratio < min(ratio):
-        w = width
-        h = int(round(w / min(ratio)))
-    elif in_ratio > max(ratio):
-        h = height
-        w = int(round(h * max(ratio)))
-    else:
-        w, h = width, height
-    return (height - h) // 2, (width - w) // 2, h, w
-
-
-def random_crop_params(
-    height: int, width: int, crop_h: int, crop_w: int, generator: torch.Generator
-) -> tuple[int, int]:
-    """``(top, left)`` drawn as ``RandomCrop.get_params`` draws them (image already padded)."""
-    if height < crop_h or width < crop_w:
-        raise ValueError(
-            f"RandomCrop size {(crop_h, crop_w)} is larger than the {height}x{width} image; "
-            "pass pad_if_needed=True or a smaller size"
-        )
-    if height == crop_h and width == crop_w:
-        return 0, 0
-    i = _randint(0, height - crop_h + 1, generator)
-    j = _randint(0, width - crop_w + 1, generator)
-    return i, j
-
-
-def color_jitter_params(
-    step: ColorJitter, generator: torch.Generator
-) -> tuple[float, float, float, float]:
-    """``(brightness, contrast, saturation, hue)`` factors drawn as ``ColorJitter.get_params``
-    draws them (the permutation is drawn too, to keep the stream aligned, and then unused:
-    the graph applies the four adjustments in this fixed order). Neutral where a range is None."""
-    torch.randperm(4, generator=generator)
-    out = []
-    for rng, neutral in (
-        (step.brightness, 1.0),
-        (step.contrast, 1.0),
-        (step.saturation, 1.0),
-        (step.hue, 0.0),
-    ):
-        if rng is None:
-            out.append(neutral)
-        else:
-            out.append(_uniform(rng[0], rng[1], generator))
-    return out[0], out[1], out[2], out[3]
-
-
 # ---------------------------------------------------------------- one sample, composed
 @dataclass
 class SampleParams:
@@ -286,11 +184,26 @@ class SampleParams:
         return self.decode[2], self.decode[3]
 
 
+def color_jitter_params(
+    step: ColorJitter, generator: torch.Generator
+) -> tuple[float, float, float, float]:
+    """``(brightness, contrast, saturation, hue)`` factors drawn as ``ColorJitter.get_params``
+    draws them (the permutation is drawn too, to keep the stream aligned, and then unused:
+    the graph applies the four adjustments in this fixed order). Neutral where a range is None."""
+    _, factors = draws.color_jitter(
+        (step.brightness, step.contrast, step.saturation, step.hue), generator
+    )
+    b, c, s, h = (
+        neutral if f is None else f for f, neutral in zip(factors, (1.0, 1.0, 1.0, 0.0), strict=True)
+    )
+    return b, c, s, h
+
+
 def draw_interpolation(mode: Interpolation, generator: torch.Generator) -> str:
     """``mode`` itself, or one of the modes of a tuple drawn uniformly (as ``random.choice``)."""
     if isinstance(mode, str):
         return mode
-    return mode[_randint(0, len(mode), generator)]
+    return mode[draws.randint(0, len(mode), generator)]
 
 
 def _pad_ltrb(step: RandomCrop, height: int, width: int) -> tuple[int, int, int, int]:
@@ -367,19 +280,19 @@ def draw_sample(
             apply_crop(top, left, *step.size)
         elif isinstance(step, RandomCrop):
             left_pad, top_pad, right_pad, bottom_pad = _pad_ltrb(step, cur_h, cur_w)
-            top, left = random_crop_params(
+            top, left = draws.crop_offsets(
                 cur_h + top_pad + bottom_pad, cur_w + left_pad + right_pad, *step.size, generator
             )
             apply_crop(top - top_pad, left - left_pad, *step.size)
         elif isinstance(step, RandomResizedCrop):
-            top, left, h, w = random_resized_crop_params(
+            top, left, h, w = draws.resized_crop_box(
                 cur_h, cur_w, step.scale, step.ratio, generator
             )
             apply_crop(top, left, h, w)
             apply_resize(*step.size)
             interpolation = draw_interpolation(step.interpolation, generator)
         elif isinstance(step, Flip):
-            if _uniform(0.0, 1.0, generator) < step.p:  # torch.rand(1)
+            if draws.coin(step.p, generator):
                 if step.vertical:
                     vflip = not vflip
                 else:

@@ -19,6 +19,7 @@ from torchvision.datasets import ImageFolder
 
 import fastload
 from fastload import FallbackWarning
+from fastload.pipelines import draws
 from fastload.pipelines import geometry as g
 from fastload.pipelines.batch_decoder import BatchDecoder
 from fastload.pipelines.translate import UnsupportedTransform, translate
@@ -183,7 +184,7 @@ def test_fixed_modes_draw_nothing_extra():
     steps = translate(T.Compose([T.RandomResizedCrop(CROP), T.ToTensor()])).steps
     a, b = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
     assert g.draw_sample(steps, 100, 80, a).interpolation == "linear"
-    g.random_resized_crop_params(100, 80, (0.08, 1.0), (3 / 4, 4 / 3), b)
+    draws.resized_crop_box(100, 80, (0.08, 1.0), (3 / 4, 4 / 3), b)
     assert torch.equal(a.get_state(), b.get_state())
 
 
