@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .ops import family
 from .thread_rng import NUMPY, RANDOM, thread_random
 
 __all__ = ["install", "replay"]
@@ -53,14 +54,14 @@ def install() -> bool:
 def replay(t: Any) -> Callable[[Any, torch.Generator], Any] | None:
     """The thread-safe form of a timm transform ``t`` (marked ``python_rng``: it must run inside
     :func:`~fastload.pipelines.thread_rng.python_rng`), or None."""
-    cls = type(t)
-    if cls.__module__ == "timm.data.auto_augment" and cls.__name__ in _AUTO_AUGMENT:
+    kind, name = family(t), type(t).__name__
+    if kind == "timm.auto_augment" and name in _AUTO_AUGMENT:
         if not install():
             return None
 
         def run(x: Any, gen: torch.Generator) -> Any:
             return t(x)
-    elif cls.__module__ == "timm.data.random_erasing" and cls.__name__ == "RandomErasing":
+    elif kind == "timm.random_erasing" and name == "RandomErasing":
         def run(x: Any, gen: torch.Generator) -> Any:
             if not isinstance(x, torch.Tensor) or x.ndim != 3:
                 raise TypeError(f"timm's RandomErasing in the suffix expects a C x H x W tensor, "

@@ -1,40 +1,26 @@
 """Replays (see :mod:`~fastload.pipelines.augment`) of ``torchvision.transforms.v2`` transforms.
 
-Each replay makes the draws the v2 transform's ``forward``/``make_params`` makes on torch's
+The registry (:mod:`~fastload.pipelines.registry`) names the maker of each class. Each replay
+makes the draws the v2 transform's ``forward``/``make_params`` makes on torch's
 default generator (``torch.randint(n, ())``, ``torch.rand(1)``, ...), in the same order and
 with the same shapes, from an explicit generator, then applies v2's own ops through
-:func:`_apply_op_v2`. Inputs are what the suffix gives v2 transforms, a plain CHW tensor or a
+:func:`apply_op_v2`. Inputs are what the suffix gives v2 transforms, a plain CHW tensor or a
 ``tv_tensors.Image``, and the output has the type the transform itself returns for it.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
+from . import augment_common as common
 from . import draws
-from .augment import (
-    _AUTOAUGMENT_OPS,
-    Replay,
-    _augmix_depth,
-    _augmix_mixing,
-    _chain,
-    _children,
-    _color_jitter,
-    _compose,
-    _gaussian_blur,
-)
+from .augment_common import Replay
 
-__all__ = ["replay_v2"]
-
-
-def replay_v2(t) -> Replay | None:
-    """The explicit-generator form of the v2 transform ``t`` (its exact class), or None."""
-    maker = _makers().get(type(t))
-    return None if maker is None else maker(t)
+__all__ = ["apply_op_v2"]
 
 
 @functools.cache
@@ -45,8 +31,8 @@ def _autoaugment_base() -> Any:
     return v2.RandAugment()
 
 
-def _apply_op_v2(img: Any, op_name: str, magnitude: Any, interpolation: Any = None,
-                 fill: Any = None) -> Any:
+def apply_op_v2(img: Any, op_name: str, magnitude: Any, interpolation: Any = None,
+                fill: Any = None) -> Any:
     """``img`` with one op applied: the one place v2 replays apply ops.
 
     ``op_name`` is one of v2's auto-augment ops, applied by v2's
@@ -55,47 +41,12 @@ def _apply_op_v2(img: Any, op_name: str, magnitude: Any, interpolation: Any = No
     ``torchvision.transforms.v2.functional`` function (``"horizontal_flip"``, ``"erase"``,
     ...), called with ``magnitude``, a dict, as its keyword arguments. v2's ops are not v1's
     (different kernels, tv_tensor wrapping), hence a seam of their own."""
-    if op_name in _AUTOAUGMENT_OPS:
+    if op_name in common.AUTOAUGMENT_OPS:
         return _autoaugment_base()._apply_image_or_video_transform(
             img, op_name, magnitude, interpolation=interpolation, fill=fill)
     from torchvision.transforms.v2 import functional as F
 
     return getattr(F, op_name)(img, **magnitude)
-
-
-@functools.cache
-def _makers() -> dict[type, Callable[[Any], Replay | None]]:
-    from torchvision.transforms import v2
-
-    return {
-        v2.RandAugment: _rand_augment,
-        v2.TrivialAugmentWide: _trivial_augment,
-        v2.AutoAugment: _auto_augment,
-        v2.AugMix: _augmix,
-        v2.RandomErasing: _random_erasing,
-        v2.RandomHorizontalFlip: _coin_op("horizontal_flip"),
-        v2.RandomVerticalFlip: _coin_op("vertical_flip"),
-        v2.RandomInvert: _coin_op("invert"),
-        v2.RandomEqualize: _coin_op("equalize"),
-        v2.RandomAutocontrast: _coin_op("autocontrast"),
-        v2.RandomPosterize: _coin_op("posterize", "bits"),
-        v2.RandomSolarize: _coin_op("solarize", "threshold"),
-        v2.RandomAdjustSharpness: _coin_op("adjust_sharpness", "sharpness_factor"),
-        v2.RandomGrayscale: _random_grayscale,
-        v2.ColorJitter: functools.partial(_color_jitter, apply=_apply_op_v2),
-        v2.RandomChannelPermutation: _channel_permutation,
-        v2.RandomPhotometricDistort: _photometric_distort,
-        v2.Compose: _compose,
-        v2.RandomApply: _random_apply,
-        v2.RandomChoice: _random_choice,
-        v2.RandomOrder: _random_order,
-        v2.RandomRotation: _random_rotation,
-        v2.RandomAffine: _random_affine,
-        v2.RandomPerspective: _random_perspective,
-        v2.GaussianBlur: functools.partial(_gaussian_blur, apply=_apply_op_v2),
-        v2.RandomCrop: _random_crop,
-        v2.RandomResizedCrop: _random_resized_crop,
-    }
 
 
 def _fill(t, img) -> Any:
@@ -135,32 +86,32 @@ def _size(img) -> tuple[int, int]:
     return height, width
 
 
-def _rand_augment(t) -> Replay:
+def rand_augment(t) -> Replay:
     def run(img, gen):
         height, width = _size(img)
         for _ in range(t.num_ops):
             op, (fn, signed) = _random_item(t._AUGMENTATION_SPACE, gen)
             magnitude = _magnitude(fn, t.num_magnitude_bins, height, width, lambda: t.magnitude,
                                    signed, gen)
-            img = _apply_op_v2(img, op, magnitude, t.interpolation, t._fill)
+            img = apply_op_v2(img, op, magnitude, t.interpolation, t._fill)
         return img
 
     return run
 
 
-def _trivial_augment(t) -> Replay:
+def trivial_augment(t) -> Replay:
     def run(img, gen):
         height, width = _size(img)
         op, (fn, signed) = _random_item(t._AUGMENTATION_SPACE, gen)
         magnitude = _magnitude(fn, t.num_magnitude_bins, height, width,
                                lambda: int(torch.randint(t.num_magnitude_bins, (), generator=gen)),
                                signed, gen)
-        return _apply_op_v2(img, op, magnitude, t.interpolation, t._fill)
+        return apply_op_v2(img, op, magnitude, t.interpolation, t._fill)
 
     return run
 
 
-def _auto_augment(t) -> Replay:
+def auto_augment(t) -> Replay:
     def run(img, gen):
         height, width = _size(img)
         policy = t._policies[int(torch.randint(len(t._policies), (), generator=gen))]
@@ -169,13 +120,13 @@ def _auto_augment(t) -> Replay:
                 continue
             fn, signed = t._AUGMENTATION_SPACE[op]
             magnitude = _magnitude(fn, 10, height, width, lambda i=index: i, signed, gen)
-            img = _apply_op_v2(img, op, magnitude, t.interpolation, t._fill)
+            img = apply_op_v2(img, op, magnitude, t.interpolation, t._fill)
         return img
 
     return run
 
 
-def _augmix(t) -> Replay:
+def augmix(t) -> Replay:
     from torchvision import tv_tensors
     from torchvision.transforms.v2 import functional as F
 
@@ -186,15 +137,15 @@ def _augmix(t) -> Replay:
         dims = list(img.shape)
         ndim = 5 if isinstance(orig, tv_tensors.Video) else 4
         batch = img.reshape([1] * max(ndim - img.ndim, 0) + dims)
-        batch_dims, weights, mix = _augmix_mixing(t, batch, gen)
+        batch_dims, weights, mix = common.augmix_mixing(t, batch, gen)
         for i in range(t.mixture_width):
             aug = batch
-            for _ in range(_augmix_depth(t, gen)):
+            for _ in range(common.augmix_depth(t, gen)):
                 op, (fn, signed) = _random_item(space, gen)
                 magnitude = _magnitude(fn, t._PARAMETER_MAX, height, width,
                                        lambda: int(torch.randint(t.severity, (), generator=gen)),
                                        signed, gen)
-                aug = _apply_op_v2(aug, op, magnitude, t.interpolation, t._fill)
+                aug = apply_op_v2(aug, op, magnitude, t.interpolation, t._fill)
             mix.add_(weights[:, i].reshape(batch_dims) * aug)
         mix = mix.reshape(dims).to(dtype=img.dtype)
         if isinstance(orig, (tv_tensors.Image, tv_tensors.Video)):
@@ -204,7 +155,7 @@ def _augmix(t) -> Replay:
     return run
 
 
-def _random_erasing(t) -> Replay:
+def random_erasing(t) -> Replay:
     def run(img, gen):
         if _skipped(t, gen):
             return img
@@ -218,46 +169,46 @@ def _random_erasing(t) -> Replay:
         if box is None:
             return img
         i, j, h, w, v = box
-        return _apply_op_v2(img, "erase", {"i": i, "j": j, "h": h, "w": w, "v": v,
+        return apply_op_v2(img, "erase", {"i": i, "j": j, "h": h, "w": w, "v": v,
                                            "inplace": t.inplace})
 
     return run
 
 
-def _coin_op(op: str, arg: str | None = None) -> Callable[[Any], Replay]:
+def coin_op(op: str, arg: str | None = None) -> Callable[[Any], Replay]:
     """The replay maker of a ``_RandomApplyTransform`` that applies ``op`` (with
     ``t.<arg>``) with probability ``t.p``."""
 
     def make(t) -> Replay:
         kwargs = {} if arg is None else {arg: getattr(t, arg)}
-        return lambda img, gen: img if _skipped(t, gen) else _apply_op_v2(img, op, kwargs)
+        return lambda img, gen: img if _skipped(t, gen) else apply_op_v2(img, op, kwargs)
 
     return make
 
 
-def _random_grayscale(t) -> Replay:
+def random_grayscale(t) -> Replay:
     from torchvision.transforms.v2.functional import get_dimensions
 
     def run(img, gen):
         if _skipped(t, gen):
             return img
         channels = get_dimensions(img)[0]
-        return _apply_op_v2(img, "rgb_to_grayscale", {"num_output_channels": channels})
+        return apply_op_v2(img, "rgb_to_grayscale", {"num_output_channels": channels})
 
     return run
 
 
-def _channel_permutation(t) -> Replay:
+def channel_permutation(t) -> Replay:
     from torchvision.transforms.v2.functional import get_dimensions
 
     def run(img, gen):
         permutation = torch.randperm(get_dimensions(img)[0], generator=gen)
-        return _apply_op_v2(img, "permute_channels", {"permutation": permutation})
+        return apply_op_v2(img, "permute_channels", {"permutation": permutation})
 
     return run
 
 
-def _photometric_distort(t) -> Replay:
+def photometric_distort(t) -> Replay:
     from torchvision.transforms.v2.functional import get_dimensions
 
     names = ("brightness", "contrast", "saturation", "hue")
@@ -274,7 +225,7 @@ def _photometric_distort(t) -> Replay:
         def adjust(img, name):
             if factors[name] is None:
                 return img
-            return _apply_op_v2(img, f"adjust_{name}", {f"{name}_factor": factors[name]})
+            return apply_op_v2(img, f"adjust_{name}", {f"{name}_factor": factors[name]})
 
         img = adjust(img, "brightness")
         if contrast_before:
@@ -283,23 +234,17 @@ def _photometric_distort(t) -> Replay:
         if not contrast_before:
             img = adjust(img, "contrast")
         if permutation is not None:
-            img = _apply_op_v2(img, "permute_channels", {"permutation": permutation})
+            img = apply_op_v2(img, "permute_channels", {"permutation": permutation})
         return img
 
     return run
 
 
-def _random_apply(t) -> Replay | None:
-    steps = _children(t)
-    if steps is None:
-        return None
-    return lambda img, gen: img if _skipped(t, gen) else _chain(steps, img, gen)
+def random_apply(t, steps: Sequence[Replay]) -> Replay:
+    return lambda img, gen: img if _skipped(t, gen) else common.chain(steps, img, gen)
 
 
-def _random_choice(t) -> Replay | None:
-    steps = _children(t)
-    if steps is None:
-        return None
+def random_choice(t, steps: Sequence[Replay]) -> Replay:
     p = torch.tensor(t.p)
 
     def run(img, gen):
@@ -308,11 +253,7 @@ def _random_choice(t) -> Replay | None:
     return run
 
 
-def _random_order(t) -> Replay | None:
-    steps = _children(t)
-    if steps is None:
-        return None
-
+def random_order(t, steps: Sequence[Replay]) -> Replay:
     def run(img, gen):
         for idx in torch.randperm(len(steps), generator=gen).tolist():
             img = steps[idx](img, gen)
@@ -321,27 +262,35 @@ def _random_order(t) -> Replay | None:
     return run
 
 
-def _random_rotation(t) -> Replay:
+def color_jitter(t) -> Replay:
+    return common.color_jitter(t, lambda *args: apply_op_v2(*args))
+
+
+def gaussian_blur(t) -> Replay:
+    return common.gaussian_blur(t, lambda *args: apply_op_v2(*args))
+
+
+def random_rotation(t) -> Replay:
     def run(img, gen):
         angle = draws.uniform(t.degrees[0], t.degrees[1], gen)
-        return _apply_op_v2(img, "rotate", {"angle": angle, "interpolation": t.interpolation,
+        return apply_op_v2(img, "rotate", {"angle": angle, "interpolation": t.interpolation,
                                             "expand": t.expand, "center": t.center,
                                             "fill": _fill(t, img)})
 
     return run
 
 
-def _random_affine(t) -> Replay:
+def random_affine(t) -> Replay:
     def run(img, gen):
         height, width = _size(img)
         params = draws.affine_params(t.degrees, t.translate, t.scale, t.shear, height, width, gen)
-        return _apply_op_v2(img, "affine", {**params, "interpolation": t.interpolation,
+        return apply_op_v2(img, "affine", {**params, "interpolation": t.interpolation,
                                             "fill": _fill(t, img), "center": t.center})
 
     return run
 
 
-def _random_perspective(t) -> Replay:
+def random_perspective(t) -> Replay:
     from torchvision.transforms.v2.functional._geometry import _get_perspective_coeffs
 
     def run(img, gen):
@@ -350,14 +299,14 @@ def _random_perspective(t) -> Replay:
         height, width = _size(img)
         start, end = draws.perspective_points(width, height, t.distortion_scale, gen)
         coefficients = _get_perspective_coeffs(start, end)
-        return _apply_op_v2(img, "perspective", {
+        return apply_op_v2(img, "perspective", {
             "startpoints": None, "endpoints": None, "fill": _fill(t, img),
             "interpolation": t.interpolation, "coefficients": coefficients})
 
     return run
 
 
-def _random_crop(t) -> Replay:
+def random_crop(t) -> Replay:
     def run(img, gen):
         height, width = _size(img)
         left = right = top = bottom = 0
@@ -376,21 +325,21 @@ def _random_crop(t) -> Replay:
         y, x = draws.crop_offsets_v2(height, width, crop_h, crop_w, gen)
         padding = [left, top, right, bottom]
         if any(padding):
-            img = _apply_op_v2(img, "pad", {"padding": padding, "fill": _fill(t, img),
+            img = apply_op_v2(img, "pad", {"padding": padding, "fill": _fill(t, img),
                                             "padding_mode": t.padding_mode})
         if height > crop_h or width > crop_w:
-            img = _apply_op_v2(img, "crop", {"top": y, "left": x, "height": crop_h,
+            img = apply_op_v2(img, "crop", {"top": y, "left": x, "height": crop_h,
                                              "width": crop_w})
         return img
 
     return run
 
 
-def _random_resized_crop(t) -> Replay:
+def random_resized_crop(t) -> Replay:
     def run(img, gen):
         height, width = _size(img)
         i, j, h, w = draws.resized_crop_box(height, width, t.scale, t.ratio, gen)
-        return _apply_op_v2(img, "resized_crop", {
+        return apply_op_v2(img, "resized_crop", {
             "top": i, "left": j, "height": h, "width": w, "size": t.size,
             "interpolation": t.interpolation, "antialias": t.antialias})
 

@@ -26,8 +26,8 @@ import torch
 
 from . import dali_backend, geometry, graph, scaled_decode, torch_resample
 from .buffers import BatchBuffers
+from .prefix import TransformPlan
 from .scaled_decode import available as scaled_decode_available
-from .translate import TransformPlan
 
 __all__ = ["BatchDecodeError", "BatchDecoder"]
 

@@ -21,7 +21,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from .translate import TransformPlan
+from .prefix import TransformPlan
 
 __all__ = ["INPUT_NAMES", "build_pipeline", "input_names", "interp_codes"]
 

@@ -27,7 +27,7 @@ import torch
 
 from . import geometry as g
 from . import torch_resample
-from .translate import TransformPlan
+from .prefix import TransformPlan
 
 __all__ = ["MAX_PIXEL_RATIO", "MIN_PIXELS", "ScaledBatch", "ScaledDecodeError", "available",
            "decode_batch",

@@ -15,8 +15,10 @@ import dis
 from dataclasses import dataclass, field
 
 from . import geometry as g
+from .ops import State, library
+from .registry import lookup, named
 from .suffix import Suffix, tensor_capable
-from .translate import TransformPlan, UnsupportedTransform, _is, translate_list
+from .translate import TransformPlan, UnsupportedTransform, translate_list
 
 __all__ = ["SplitPlan", "flatten", "reads_through", "split"]
 
@@ -33,8 +35,8 @@ class SplitPlan:
     or ``"uint8"``, float otherwise); ``suffix`` then runs per sample with torch."""
 
     prefix: TransformPlan
-    state: str
-    suffix: Suffix = field(default_factory=lambda: Suffix([], "uint8"))
+    state: State
+    suffix: Suffix = field(default_factory=lambda: Suffix([], State.UINT8))
 
     def describe(self) -> str:
         """What runs where, one line per stage."""
@@ -47,7 +49,7 @@ class SplitPlan:
 
 def reads_through(obj) -> bool:
     """``obj``'s ``__call__`` does nothing but ``return self.transforms(x)`` on a Compose."""
-    if not _is(getattr(obj, "transforms", None), "Compose"):
+    if not named(getattr(obj, "transforms", None), "Compose"):
         return False
     call = type(obj).__dict__.get("__call__")  # defined by the preset class itself
     code = getattr(call, "__code__", None)
@@ -68,9 +70,9 @@ def reads_through(obj) -> bool:
 
 def flatten(transform) -> list:
     """The leaf transforms in application order: Compose and delegating presets read through."""
-    if _is(transform, "Compose"):
+    if named(transform, "Compose"):
         return [leaf for t in transform.transforms for leaf in flatten(t)]
-    if not type(transform).__module__.startswith("torchvision.") and reads_through(transform):
+    if library(transform) != "torchvision" and reads_through(transform):
         return flatten(transform.transforms)
     return [transform]
 
@@ -95,15 +97,17 @@ def split(transform, device: str = "cpu") -> SplitPlan:
     """The split plan of ``transform`` for a graph on ``device`` ("cpu" or "gpu"), or raise
     UnsupportedTransform naming the culprit.
 
-    On the CPU the graph stops before the first ``ColorJitter`` when what precedes it has a
-    fixed size: torch's tensor ops, replayed in the suffix's threads, apply it in
-    torchvision's random order at ~0.4 ms per 224 px image, where DALI's CPU operators take
-    ~1.8 ms (its saturation and contrast stages; measured, benchmarks/NOTES.md)."""
+    On the CPU the graph stops before the first op the registry marks ``cpu_suffix``
+    (``ColorJitter``) when what precedes it has a fixed size: torch's tensor ops, replayed in
+    the suffix's threads, apply it in torchvision's random order at ~0.4 ms per 224 px image,
+    where DALI's CPU operators take ~1.8 ms (its saturation and contrast stages; measured,
+    benchmarks/NOTES.md)."""
     if transform is None:
         raise UnsupportedTransform(
             "transform=None", "the dataset would yield PIL images, not tensors; add ToTensor()")
     flat = flatten(transform)
-    jitter = next((k for k, t in enumerate(flat) if _is(t, "ColorJitter")), None)
+    jitter = next((k for k, t in enumerate(flat) if getattr(lookup(t), "cpu_suffix", False)),
+                  None)
     if device == "cpu" and jitter is not None:
         try:
             return _split_at(flat, jitter)
@@ -122,7 +126,7 @@ def _split_at(flat: list, limit: int) -> SplitPlan:
         break
     rest = flat[k:]
     if not rest:
-        if state == "pil":
+        if state == State.PIL:
             raise UnsupportedTransform(" -> ".join(map(_name, flat)) or "Compose([])",
                                        "it yields PIL images, not tensors; add ToTensor()")
         return SplitPlan(prefix, state)

@@ -31,48 +31,43 @@ import numpy as np
 import torch
 
 from . import augment
+from .ops import State, family
+from .registry import lookup, named
 from .tail import LookupTail, is_pointwise
 
 __all__ = ["Suffix", "process_pool", "tensor_capable"]
 
 _GLOBAL_RNG = threading.Lock()
-_CONTAINERS = ("Compose", "RandomApply", "RandomChoice", "RandomOrder")
-
-
-def _tv_name(t) -> str | None:
-    """torchvision's class name of ``t`` (v1 or v2), None for anything else."""
-    module = type(t).__module__
-    if module.startswith("torchvision.transforms"):
-        return type(t).__name__
-    return None
-
-
-def _timm_name(t) -> str | None:
-    return type(t).__name__ if type(t).__module__ == "timm.data.transforms" else None
 
 
 def tensor_capable(t) -> bool:
     """``t`` is a torchvision transform that takes a uint8 CHW tensor where it would take a
-    PIL image, with the same semantics (not ``Lambda``, whose code expects what it expects)."""
-    name = _tv_name(t)
-    if name is None or name in ("Lambda", "ToPILImage"):
+    PIL image, with the same semantics (not ``Lambda``, whose code expects what it expects):
+    any of torchvision's classes but those the registry marks otherwise."""
+    if family(t) not in ("v1", "v2"):
         return False
-    if name in _CONTAINERS:
+    op = lookup(t)
+    if op is None:
+        return True
+    if op.container:
         return all(tensor_capable(c) for c in t.transforms)
-    return True
+    return op.tensor_ok
 
 
 def _to_float(t) -> bool:
-    return _tv_name(t) == "ToTensor" or _timm_name(t) == "MaybeToTensor"
+    op = lookup(t)
+    return op is not None and op.converts and op.leaves is State.FLOAT
 
 
 def _to_uint8(t) -> bool:
-    return _tv_name(t) in ("PILToTensor", "ToImage") or _timm_name(t) == "MaybePILToTensor"
+    op = lookup(t)
+    return op is not None and op.converts and op.leaves is State.UINT8
 
 
 def _converts(t) -> bool:
     """``t`` turns a PIL image into a tensor (what the suffix does itself on its uint8 form)."""
-    return _to_float(t) or _to_uint8(t)
+    op = lookup(t)
+    return op is not None and op.converts
 
 
 def _needs_pil(t) -> bool:
@@ -96,7 +91,7 @@ class Suffix:
         self.threaded = all(s is not None for s in self.steps)
         # timm's auto-augmentations draw from Python's and NumPy's generators: thread-local ones
         self._python_rng = any(getattr(s, "python_rng", False) for s in self.steps)
-        pil = state == "pil"
+        pil = state == State.PIL
         self._pil_at = []
         for t in self.transforms:
             self._pil_at.append(pil)
@@ -243,9 +238,8 @@ class Suffix:
 
 def _post_step(t) -> bool:
     """``t`` may follow the table-lookup tail: it keeps the sample's shape and dtype."""
-    if type(t).__module__ == "timm.data.random_erasing":  # erases the tensor in place
-        return type(t).__name__ == "RandomErasing"
-    return _tv_name(t) in ("RandomErasing", "ToPureTensor")
+    op = lookup(t)
+    return op is not None and op.after_tail
 
 
 _WORKER: list[Suffix] = []
@@ -279,7 +273,7 @@ def _enter(t, x: Any, pil: bool) -> tuple[Any, bool, bool]:
     if _to_float(t):
         return x.to(torch.get_default_dtype()).div(255), False, True
     if _to_uint8(t):
-        if _tv_name(t) == "ToImage":
+        if named(t, "ToImage"):
             from torchvision import tv_tensors
 
             x = tv_tensors.Image(x)

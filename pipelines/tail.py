@@ -18,6 +18,8 @@ from typing import Any
 
 import torch
 
+from .registry import lookup
+
 try:
     from ._normalize import lookup_planes as _lookup_planes
 except ImportError:  # no C compiler at install time: the torch form below (same values)
@@ -25,19 +27,15 @@ except ImportError:  # no C compiler at install time: the torch form below (same
 
 __all__ = ["LookupTail", "is_pointwise"]
 
-_TORCHVISION = frozenset({"ToTensor", "PILToTensor", "ToImage", "ConvertImageDtype", "ToDtype",
-                          "Normalize", "ToPureTensor"})
-_TIMM = frozenset({"MaybeToTensor", "MaybePILToTensor"})
 _ITEM_VIEWS = {2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
 def is_pointwise(t: Any) -> bool:
-    """``t`` maps each channel's uint8 values one by one (so a table can stand for it)."""
-    cls = type(t)
-    if cls.__module__.startswith("torchvision.transforms") and cls.__name__ in _TORCHVISION:
-        # v2 ToDtype given per type (a dict) may leave images alone; keep it as it is
-        return not isinstance(getattr(t, "dtype", None), dict)
-    return cls.__module__ == "timm.data.transforms" and cls.__name__ in _TIMM
+    """``t`` maps each channel's uint8 values one by one (so a table can stand for it): the
+    registry's ``per_pixel`` ops."""
+    op = lookup(t)
+    # v2 ToDtype given per type (a dict) may leave images alone; keep it as it is
+    return op is not None and op.per_pixel and not isinstance(getattr(t, "dtype", None), dict)
 
 
 class LookupTail:

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from . import geometry as g
-from .translate import TransformPlan
+from .prefix import TransformPlan
 
 try:  # the one-pass C kernel (setup.py builds it when a compiler is there)
     from ._normalize import hwc_to_chw as _hwc_to_chw

@@ -8,7 +8,7 @@ import torchvision.transforms as T
 from torchvision import tv_tensors
 from torchvision.transforms import v2
 
-from fastload.pipelines import augment, augment_v2
+from fastload.pipelines import augment_v1, augment_v2
 from fastload.pipelines.augment import replay
 
 SEEDS = range(30)
@@ -212,8 +212,8 @@ def test_every_op_goes_through_the_one_seam_of_its_version(monkeypatch):
             return real(img, op_name, magnitude, interpolation, fill)
         return apply
 
-    monkeypatch.setattr(augment, "_apply_op", spy("v1", augment._apply_op))
-    monkeypatch.setattr(augment_v2, "_apply_op_v2", spy("v2", augment_v2._apply_op_v2))
+    monkeypatch.setattr(augment_v1, "apply_op", spy("v1", augment_v1.apply_op))
+    monkeypatch.setattr(augment_v2, "apply_op_v2", spy("v2", augment_v2.apply_op_v2))
     gen = torch.Generator().manual_seed(0)
     replay(T.Compose([T.RandomHorizontalFlip(1.0), T.RandAugment(num_ops=1),
                       T.ColorJitter(brightness=0.5)]))(IMAGE, gen)
