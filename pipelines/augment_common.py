@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from . import draws
+from .torch_seams import sample_dirichlet
 
 __all__ = ["AUTOAUGMENT_OPS", "Replay", "augmix_depth", "augmix_mixing", "chain",
            "color_jitter", "compose", "gaussian_blur", "itself"]
@@ -79,9 +80,9 @@ def augmix_mixing(t, batch: torch.Tensor,
     being the original's share of the result."""
     batch_dims = [batch.size(0)] + [1] * (batch.ndim - 1)
     alpha = torch.tensor([t.alpha, t.alpha], device=batch.device).expand(batch_dims[0], -1)
-    m = torch._sample_dirichlet(alpha, generator=gen)
+    m = sample_dirichlet(alpha, generator=gen)
     width_alpha = torch.tensor([t.alpha] * t.mixture_width, device=batch.device)
-    weights = torch._sample_dirichlet(width_alpha.expand(batch_dims[0], -1), generator=gen)
+    weights = sample_dirichlet(width_alpha.expand(batch_dims[0], -1), generator=gen)
     weights = weights * m[:, 1].reshape([batch_dims[0], -1])
     return batch_dims, weights, m[:, 0].reshape(batch_dims) * batch
 

@@ -27,6 +27,7 @@ import torch
 
 from .ops import family
 from .thread_rng import NUMPY, RANDOM, thread_random
+from .torch_seams import timm_auto_augment
 
 __all__ = ["install", "replay"]
 
@@ -39,10 +40,11 @@ def install() -> bool:
     """Point ``timm.data.auto_augment``'s ``random`` and ``np`` at the stand-ins (idempotent);
     False where that module does not use them as expected (the caller then leaves its
     transforms on the seeded global generators)."""
-    # Seam: timm's module globals, read at call time by its op and level functions
-    # (timm 0.9 - 1.x). Outside python_rng the stand-ins forward to the real modules.
-    import timm.data.auto_augment as module
-
+    # Seam (torch_seams): timm's module globals, read at call time by its op and level
+    # functions. Outside python_rng the stand-ins forward to the real modules.
+    module = timm_auto_augment()
+    if module is None:  # a timm release the seam was not checked on (warned)
+        return False
     with _INSTALL:
         if getattr(module, "random", None) is random:
             module.random = RANDOM

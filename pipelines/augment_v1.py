@@ -20,6 +20,7 @@ import torch
 from . import augment_common as common
 from . import draws
 from .augment_common import Replay
+from .torch_seams import augmentation_space, augmix_parameter_max
 
 __all__ = ["apply_op"]
 
@@ -47,9 +48,9 @@ def apply_op(img: Any, op_name: str, magnitude: Any, interpolation: Any = None,
 
 
 def _spaces(t: Any) -> Callable[..., Any]:
-    """``t._augmentation_space``, made once per bins and image size for this replay (it
+    """``t``'s augmentation space, made once per bins and image size for this replay (it
     builds a dozen ``linspace`` tensors: ~20 us a sample); only read afterwards."""
-    return functools.lru_cache(maxsize=16)(t._augmentation_space)
+    return functools.lru_cache(maxsize=16)(augmentation_space(t))
 
 
 def _fill(t, img) -> Any:
@@ -144,7 +145,7 @@ def augmix(t) -> Replay:
         fill = _fill(t, orig)
         _, height, width = F.get_dimensions(orig)
         img = orig if isinstance(orig, torch.Tensor) else F.pil_to_tensor(orig)
-        space = space_of(t._PARAMETER_MAX, (height, width))
+        space = space_of(augmix_parameter_max(t), (height, width))
         names = list(space)
         dims = list(img.shape)
         batch = img.view([1] * max(4 - img.ndim, 0) + dims)

@@ -10,7 +10,6 @@ with the same shapes, from an explicit generator, then applies v2's own ops thro
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -18,17 +17,10 @@ import torch
 
 from . import augment_common as common
 from . import draws
+from . import torch_seams as seams
 from .augment_common import Replay
 
 __all__ = ["apply_op_v2"]
-
-
-@functools.cache
-def _autoaugment_base() -> Any:
-    # v2's auto-augment op application is a method that does not use its instance.
-    from torchvision.transforms import v2
-
-    return v2.RandAugment()
 
 
 def apply_op_v2(img: Any, op_name: str, magnitude: Any, interpolation: Any = None,
@@ -42,8 +34,7 @@ def apply_op_v2(img: Any, op_name: str, magnitude: Any, interpolation: Any = Non
     ...), called with ``magnitude``, a dict, as its keyword arguments. v2's ops are not v1's
     (different kernels, tv_tensor wrapping), hence a seam of their own."""
     if op_name in common.AUTOAUGMENT_OPS:
-        return _autoaugment_base()._apply_image_or_video_transform(
-            img, op_name, magnitude, interpolation=interpolation, fill=fill)
+        return seams.v2_apply_autoaugment_op(img, op_name, magnitude, interpolation, fill)
     from torchvision.transforms.v2 import functional as F
 
     return getattr(F, op_name)(img, **magnitude)
@@ -51,9 +42,7 @@ def apply_op_v2(img: Any, op_name: str, magnitude: Any, interpolation: Any = Non
 
 def _fill(t, img) -> Any:
     """v2's fill of ``t`` for ``img``'s type."""
-    from torchvision.transforms.v2._utils import _get_fill
-
-    return _get_fill(t._fill, type(img))
+    return seams.v2_get_fill(seams.v2_fill(t), type(img))
 
 
 def _skipped(t, gen: torch.Generator) -> bool:
@@ -90,10 +79,10 @@ def rand_augment(t) -> Replay:
     def run(img, gen):
         height, width = _size(img)
         for _ in range(t.num_ops):
-            op, (fn, signed) = _random_item(t._AUGMENTATION_SPACE, gen)
+            op, (fn, signed) = _random_item(seams.v2_augmentation_space(t), gen)
             magnitude = _magnitude(fn, t.num_magnitude_bins, height, width, lambda: t.magnitude,
                                    signed, gen)
-            img = apply_op_v2(img, op, magnitude, t.interpolation, t._fill)
+            img = apply_op_v2(img, op, magnitude, t.interpolation, seams.v2_fill(t))
         return img
 
     return run
@@ -102,11 +91,11 @@ def rand_augment(t) -> Replay:
 def trivial_augment(t) -> Replay:
     def run(img, gen):
         height, width = _size(img)
-        op, (fn, signed) = _random_item(t._AUGMENTATION_SPACE, gen)
+        op, (fn, signed) = _random_item(seams.v2_augmentation_space(t), gen)
         magnitude = _magnitude(fn, t.num_magnitude_bins, height, width,
                                lambda: int(torch.randint(t.num_magnitude_bins, (), generator=gen)),
                                signed, gen)
-        return apply_op_v2(img, op, magnitude, t.interpolation, t._fill)
+        return apply_op_v2(img, op, magnitude, t.interpolation, seams.v2_fill(t))
 
     return run
 
@@ -114,13 +103,14 @@ def trivial_augment(t) -> Replay:
 def auto_augment(t) -> Replay:
     def run(img, gen):
         height, width = _size(img)
-        policy = t._policies[int(torch.randint(len(t._policies), (), generator=gen))]
+        policies = seams.v2_policies(t)
+        policy = policies[int(torch.randint(len(policies), (), generator=gen))]
         for op, probability, index in policy:
             if not torch.rand((), generator=gen) <= probability:
                 continue
-            fn, signed = t._AUGMENTATION_SPACE[op]
+            fn, signed = seams.v2_augmentation_space(t)[op]
             magnitude = _magnitude(fn, 10, height, width, lambda i=index: i, signed, gen)
-            img = apply_op_v2(img, op, magnitude, t.interpolation, t._fill)
+            img = apply_op_v2(img, op, magnitude, t.interpolation, seams.v2_fill(t))
         return img
 
     return run
@@ -133,7 +123,7 @@ def augmix(t) -> Replay:
     def run(orig, gen):
         height, width = _size(orig)
         img = orig if isinstance(orig, torch.Tensor) else F.pil_to_tensor(orig)
-        space = t._AUGMENTATION_SPACE if t.all_ops else t._PARTIAL_AUGMENTATION_SPACE
+        space = seams.v2_augmentation_space(t, partial=not t.all_ops)
         dims = list(img.shape)
         ndim = 5 if isinstance(orig, tv_tensors.Video) else 4
         batch = img.reshape([1] * max(ndim - img.ndim, 0) + dims)
@@ -142,10 +132,10 @@ def augmix(t) -> Replay:
             aug = batch
             for _ in range(common.augmix_depth(t, gen)):
                 op, (fn, signed) = _random_item(space, gen)
-                magnitude = _magnitude(fn, t._PARAMETER_MAX, height, width,
+                magnitude = _magnitude(fn, seams.augmix_parameter_max(t), height, width,
                                        lambda: int(torch.randint(t.severity, (), generator=gen)),
                                        signed, gen)
-                aug = apply_op_v2(aug, op, magnitude, t.interpolation, t._fill)
+                aug = apply_op_v2(aug, op, magnitude, t.interpolation, seams.v2_fill(t))
             mix.add_(weights[:, i].reshape(batch_dims) * aug)
         mix = mix.reshape(dims).to(dtype=img.dtype)
         if isinstance(orig, (tv_tensors.Image, tv_tensors.Video)):
@@ -291,14 +281,12 @@ def random_affine(t) -> Replay:
 
 
 def random_perspective(t) -> Replay:
-    from torchvision.transforms.v2.functional._geometry import _get_perspective_coeffs
-
     def run(img, gen):
         if _skipped(t, gen):
             return img
         height, width = _size(img)
         start, end = draws.perspective_points(width, height, t.distortion_scale, gen)
-        coefficients = _get_perspective_coeffs(start, end)
+        coefficients = seams.perspective_coeffs(start, end)
         return apply_op_v2(img, "perspective", {
             "startpoints": None, "endpoints": None, "fill": _fill(t, img),
             "interpolation": t.interpolation, "coefficients": coefficients})

@@ -42,9 +42,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-# Seam: torchvision's ``_apply_op`` is private API (torchvision.transforms.autoaugment). Every
-# delegated call, and the Solarize table, goes through this one name.
-from torchvision.transforms.autoaugment import _apply_op as _torchvision_apply_op
+# torchvision's ``_apply_op`` is private API (see torch_seams). Every delegated call, and the
+# Solarize table, goes through this one name.
+from .torch_seams import autoaugment_apply_op as _torchvision_apply_op
+from .torch_seams import gen_affine_grid, inverse_affine_matrix
 
 __all__ = ["adjust", "apply_op"]
 
@@ -260,26 +261,22 @@ def _fill_values(fill: Any, channels: int) -> list[float] | None | bool:
 
 def _affine_matrix(op_name: str, magnitude: float, width: int, height: int) -> list[float]:
     """The inverse matrix ``F.affine``/``F.rotate`` compute for tensors in ``_apply_op``."""
-    from torchvision.transforms.functional import _get_inverse_affine_matrix
-
     if op_name in ("ShearX", "ShearY"):  # center=[0, 0] in pixels: image centre at (-w/2, -h/2)
         centre = [1.0 * (0 - width * 0.5), 1.0 * (0 - height * 0.5)]
         shear = math.degrees(math.atan(magnitude))
         shears = [shear, 0.0] if op_name == "ShearX" else [0.0, shear]
-        return _get_inverse_affine_matrix(centre, 0.0, [0.0, 0.0], 1.0, shears)
+        return inverse_affine_matrix(centre, 0.0, [0.0, 0.0], 1.0, shears)
     if op_name in ("TranslateX", "TranslateY"):
         shift = [1.0 * int(magnitude), 0.0] if op_name == "TranslateX" else [0.0, 1.0 * int(magnitude)]
-        return _get_inverse_affine_matrix([0.0, 0.0], 0.0, shift, 1.0, [0.0, 0.0])
-    return _get_inverse_affine_matrix([0.0, 0.0], -magnitude, [0.0, 0.0], 1.0, [0.0, 0.0])
+        return inverse_affine_matrix([0.0, 0.0], 0.0, shift, 1.0, [0.0, 0.0])
+    return inverse_affine_matrix([0.0, 0.0], -magnitude, [0.0, 0.0], 1.0, [0.0, 0.0])
 
 
 @functools.lru_cache(maxsize=_GRID_CACHE_ENTRIES)
 def _grid_and_mask(matrix: tuple[float, ...], width: int, height: int,
                    mode: str) -> tuple[Tensor, Tensor]:
-    from torchvision.transforms._functional_tensor import _gen_affine_grid
-
     theta = torch.tensor(list(matrix), dtype=torch.float32).reshape(1, 2, 3)
-    grid = _gen_affine_grid(theta, w=width, h=height, ow=width, oh=height)
+    grid = gen_affine_grid(theta, w=width, h=height, ow=width, oh=height)
     ones = torch.ones((1, 1, height, width), dtype=torch.float32)
     mask = torch.nn.functional.grid_sample(ones, grid, mode=mode, padding_mode="zeros",
                                            align_corners=False)

@@ -153,9 +153,8 @@ def pair(name: str, size) -> tuple[int, int]:
 def interp(name: str, mode) -> g.Interpolation:
     """DALI's name of ``mode``; for a list or tuple (timm's 'random'), a tuple of them."""
     from torchvision.transforms import InterpolationMode
-    from torchvision.transforms.functional import (
-        _interpolation_modes_from_int as interpolation_modes_from_int,
-    )
+
+    from .torch_seams import interpolation_modes_from_int
 
     if isinstance(mode, (list, tuple)):
         if not mode:

@@ -19,6 +19,7 @@ import torch
 
 from . import geometry as g
 from .prefix import TransformPlan
+from .torch_seams import upsample_aa_out
 
 try:  # the one-pass C kernel (setup.py builds it when a compiler is there)
     from ._normalize import hwc_to_chw as _hwc_to_chw
@@ -28,13 +29,10 @@ except ImportError:  # torch ops below give the same values, slower
 __all__ = ["eligible", "resample_batch", "SampleWriter", "check_sizes", "thread_shares"]
 
 _MODES = {"linear": "bilinear", "cubic": "bicubic"}
-# The kernels F.interpolate(..., antialias=True) runs, called with an ``out=`` tensor: for a
-# 3-channel uint8 image, a channels-last output lets torch skip repacking its RGBA work
-# buffer into planes (about 0.2 of 0.5 ms per image); the values are the same.
-_AA_OUT = {
-    "bilinear": lambda: torch.ops.aten._upsample_bilinear2d_aa.out,
-    "bicubic": lambda: torch.ops.aten._upsample_bicubic2d_aa.out,
-}
+# The kernels F.interpolate(..., antialias=True) runs (torch_seams.upsample_aa_out), called
+# with an ``out=`` tensor: for a 3-channel uint8 image, a channels-last output lets torch skip
+# repacking its RGBA work buffer into planes (about 0.2 of 0.5 ms per image); the values are
+# the same.
 
 
 def one_omp_thread() -> None:
@@ -109,7 +107,7 @@ class SampleWriter:
         self._antialias = plan.antialias
         # per mode: F.interpolate's name, and its antialiased kernel with out= (or None)
         self._kernels = {
-            m: (_MODES[m], _AA_OUT[_MODES[m]]() if plan.antialias else None)
+            m: (_MODES[m], upsample_aa_out(_MODES[m]) if plan.antialias else None)
             for m in plan.interpolations
         }
         self._normalise = plan.output_dtype != torch.uint8

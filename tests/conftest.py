@@ -94,3 +94,30 @@ def sharded_set(tmp_path_factory):
         Image.fromarray(pixels).save(folder / f"{i:03d}.jpg", quality=85)
     convert_folder(base / "src", base / "set", workers=1, progress=False, shards=3)
     return base / "set"
+
+
+@pytest.fixture(scope="session")
+def dependency_ranges():
+    """pyproject.toml's dependency ranges: ``{name: (lowest, cap)}`` as ``(major, minor)``
+    tuples (``cap`` None without an upper bound), for ``name>=X,<Y`` requirements."""
+    import pathlib
+    import re
+
+    tomllib = pytest.importorskip("tomllib")
+    project = tomllib.loads((pathlib.Path(__file__).parents[1] / "pyproject.toml").read_text())
+    requirements = list(project["project"]["dependencies"])
+    for extra in project["project"]["optional-dependencies"].values():
+        requirements += [r for r in extra if not r.startswith("fastload")]
+
+    def release(text: str) -> tuple[int, int]:
+        parts = [int(p) for p in text.split(".")[:2]]
+        return (parts[0], parts[1] if len(parts) > 1 else 0)
+
+    ranges = {}
+    for requirement in requirements:
+        name, spec = re.match(r"([A-Za-z0-9_.-]+)(.*)", requirement).groups()
+        low = re.search(r">=\s*([\d.]+)", spec)
+        cap = re.search(r"<\s*([\d.]+)", spec)
+        ranges[name] = (release(low.group(1)) if low else None,
+                        release(cap.group(1)) if cap else None)
+    return ranges

@@ -7,8 +7,15 @@ import pytest
 from fastload.pipelines.dali_backend import TESTED_DALI, check_dali_version
 
 
-def test_dali_seam_accepts_the_tested_major_version():
-    assert check_dali_version(f"{TESTED_DALI[0]}.{TESTED_DALI[1]}.7") == f"{TESTED_DALI[0]}.{TESTED_DALI[1]}.7"
+def test_dali_seam_accepts_the_installed_release_and_pyproject_allows_only_its_major(
+        dependency_ranges):
+    import importlib.metadata
+
+    installed = importlib.metadata.version("nvidia-dali-cuda120")
+    assert check_dali_version() == installed  # nvidia.dali.__version__ of this environment
+    major, minor = (int(p) for p in installed.split(".")[:2])
+    assert (major, minor) >= TESTED_DALI and major == TESTED_DALI[0]
+    assert dependency_ranges["nvidia-dali-cuda120"] == (TESTED_DALI, (TESTED_DALI[0] + 1, 0))
 
 
 def test_dali_seam_refuses_an_untested_major_version_naming_it():

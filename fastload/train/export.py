@@ -119,13 +119,15 @@ def measure_latency(fp32: nn.Module, int8: nn.Module, img_size: int, batches: Se
                     rounds: int = 5, compile: bool = True) -> list[dict]:
     """CPU latency of one forward pass, fp32 and int8 timed in alternating rounds, per batch size.
 
-    ``compile=True`` runs both under ``torch.compile`` with ``torch._inductor.config.freezing``
+    ``compile=True`` runs both under ``torch.compile`` with inductor's ``freezing``
     (compiled once per batch size, before timing); else eagerly.
     """
     if rounds < 1 or not batches or any(b < 1 for b in batches):
         raise ValueError(f"batches and rounds should be positive, but got batches={batches!r}, rounds={rounds}")
     rows = []
-    with torch.no_grad(), torch._inductor.config.patch(freezing=True):
+    from fastload.pipelines.torch_seams import inductor_freezing
+
+    with torch.no_grad(), inductor_freezing():
         runners = [torch.compile(m, dynamic=False) if compile else m for m in (fp32, int8)]
         for batch in batches:
             generator = torch.Generator().manual_seed(batch)
