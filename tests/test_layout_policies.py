@@ -37,12 +37,22 @@ def test_finetune_and_bench_eval_transforms_are_the_same_preset():
         assert _resize_size(train_val_transforms(size)[1]) == _resize_size(build_transform("val", size))
 
 
-def test_finetune_sampler_yields_the_loaders_own_epoch_order():
+def test_finetune_sampler_shards_the_epoch_order_of_mix_seed_as_distributed_sampler_does():
+    """The loop's sampler and the loader's order (EpochSampler, which it wraps) follow one rule:
+    torch's DistributedSampler sharding of the permutation drawn from mix_seed(seed, epoch)."""
+    from torch.utils.data import DistributedSampler
+
     ours = ResumableSampler(10, shuffle=True, seed=3, rank=1, world_size=4)
-    loaders = EpochSampler(10, shuffle=True, seed=3, num_replicas=4, rank=1)
     ours.set_epoch(2)
+    torchs = DistributedSampler(range(10), num_replicas=4, rank=1, shuffle=True,
+                                seed=mix_seed(3, 2))  # epoch 0: its generator seeds seed + 0
+    loaders = EpochSampler(10, shuffle=True, seed=3, num_replicas=4, rank=1)
     loaders.set_epoch(2)
-    assert list(ours) == loaders.indices().tolist()
+    assert list(ours) == list(torchs) == loaders.indices().tolist()
+    unpadded = ResumableSampler(10, shuffle=True, seed=3, rank=1, world_size=4, pad=False)
+    unpadded.set_epoch(2)
+    order = torch.randperm(10, generator=torch.Generator().manual_seed(mix_seed(3, 2)))
+    assert list(unpadded) == order[1::4].tolist()
 
 
 def test_seeded_dataset_draws_each_sample_from_mix_seed_of_seed_epoch_index():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import signal
@@ -107,9 +108,14 @@ def test_codec_round_trips_any_bytes_and_label(data, label, height, width):
 @given(junk=st.binary(max_size=200))
 def test_decoding_random_bytes_gives_a_datum_or_a_value_error(junk):
     try:
-        decode_datum(junk)
+        datum = decode_datum(junk)
     except ValueError:
-        pass
+        return
+    assert datum.data in junk  # the record's own bytes, never invented ones
+    fields = (datum.label, datum.height, datum.width, datum.channels)
+    assert all(isinstance(v, int) and -2**31 <= v < 2**31 for v in fields)  # int32, as declared
+    again = decode_datum(encode_datum(datum.data, *fields))
+    assert again == dataclasses.replace(datum, encoded=True)  # what it read, it writes back
 
 
 _READER = textwrap.dedent("""

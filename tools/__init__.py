@@ -1,1 +1,3 @@
-"""The ``fastload`` command line. Installed as ``fastload.tools``."""
+"""The ``fastload`` command line: one module per subcommand that parses flags, calls the
+library and prints (cli.py dispatches and owns the exit codes). Installed as ``fastload.tools``.
+"""

@@ -129,7 +129,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_recipes(args: argparse.Namespace, log) -> int:
-    from fastload.bench.recipes import RECIPE_NAMES, run_recipes
+    from fastload.bench.harness import run_recipes
+    from fastload.bench.recipes import RECIPE_NAMES
 
     names = list(RECIPE_NAMES) if args.recipe == "all" else [
         n.strip() for n in args.recipe.split(",") if n.strip()]

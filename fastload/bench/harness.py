@@ -28,8 +28,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from fastload.bench.process import PeakRss, RowProcess
+from fastload.bench.recipes import recipe
 from fastload.bench.report import format_table, machine_info, write_json, write_plot
 from fastload.bench.rows import (
     ROW_KEYS,
@@ -48,6 +50,7 @@ __all__ = [
     "format_table",
     "prepare_data",
     "run_bench",
+    "run_recipes",
     "write_json",
     "write_plot",
 ]
@@ -278,6 +281,31 @@ def run_bench(config: BenchConfig, log: Callable[[str], None] = print) -> BenchR
     config_dict.update(threads=spec.threads, images_per_epoch=count, folder=spec.folder)
     return BenchReport(config_dict, machine_info(config.device), list(results.values()),
                        started.isoformat(timespec="seconds"), time.perf_counter() - t_start)
+
+
+def run_recipes(names: list[str], log: Callable[[str], None] = print,
+                **config: Any) -> tuple[str, list]:
+    """Rows (a) and (c) for each recipe, side by side in one run; ``(table, reports)``."""
+    reports, lines = [], []
+    for name in names:
+        recipe(name, 8, 2)  # validates the name before anything runs
+    for name in names:
+        log(f"recipe {name}")
+        split = "val" if name in ("eval", "timm_eval") else "train"
+        report = run_bench(BenchConfig(**{**config, "rows": "ac", "recipe": name,
+                                          "transforms": split}), log=log)
+        log(format_table(report))
+        reports.append(report)
+        speeds = {r.row: r.images_per_s for r in report.rows}
+        ratio = (speeds["c"] / speeds["a"]) if speeds.get("a") and speeds.get("c") else None
+        lines.append((name, speeds.get("a"), speeds.get("c"), ratio))
+    width = max(len("recipe"), *(len(n) for n in names))
+    out = [f"{'recipe':<{width}}  {'torch img/s':>11}  {'fastload img/s':>14}  {'× torch':>7}"]
+    for name, a, c, ratio in lines:
+        cells = [f"{v:,.0f}" if v is not None else "-" for v in (a, c)]
+        out.append(f"{name:<{width}}  {cells[0]:>11}  {cells[1]:>14}  "
+                   f"{(f'{ratio:.2f}' if ratio is not None else '-'):>7}")
+    return "\n".join(out), reports
 
 
 def _relate(results: dict[str, RowResult]) -> None:

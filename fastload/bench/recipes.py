@@ -4,8 +4,8 @@ Each recipe is a transform (and, for ``mixup_cutmix``, a ``collate_fn``) at a gi
 size: torchvision's reference classification presets (``references/classification``, whose
 shape :class:`TrainPreset`/:class:`EvalPreset` follow: an object whose ``transforms`` is a
 ``Compose`` and whose ``__call__`` only delegates to it), the reference script's MixUp/CutMix
-collate, and timm's ``create_transform``. :func:`run_recipes` runs rows (a) torch's tuned
-DataLoader and (c) fastload.DataLoader side by side for each recipe and tabulates the ratio.
+collate, and timm's ``create_transform``. :func:`fastload.bench.harness.run_recipes` runs
+rows (a) torch's tuned DataLoader and (c) fastload.DataLoader side by side for each recipe.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 from fastload.loader.presets import IMAGENET_MEAN, IMAGENET_STD
 
 __all__ = ["RECIPE_NAMES", "EvalPreset", "MixupCutmixCollate", "TrainPreset", "recipe",
-           "recipe_parts", "run_recipes"]
+           "recipe_parts"]
 
 
 class TrainPreset:
@@ -144,30 +144,3 @@ def recipe_parts(spec: Any) -> tuple[Any, Any]:
     from torchvision.datasets.folder import find_classes
 
     return recipe(spec.recipe, spec.image_size, len(find_classes(spec.folder)[0]))
-
-
-def run_recipes(names: list[str], log: Callable[[str], None] = print,
-                **config: Any) -> tuple[str, list]:
-    """Rows (a) and (c) for each recipe, side by side in one run; ``(table, reports)``."""
-    from fastload.bench.harness import BenchConfig, format_table, run_bench
-
-    reports, lines = [], []
-    for name in names:
-        recipe(name, 8, 2)  # validates the name before anything runs
-    for name in names:
-        log(f"recipe {name}")
-        split = "val" if name in ("eval", "timm_eval") else "train"
-        report = run_bench(BenchConfig(**{**config, "rows": "ac", "recipe": name,
-                                          "transforms": split}), log=log)
-        log(format_table(report))
-        reports.append(report)
-        speeds = {r.row: r.images_per_s for r in report.rows}
-        ratio = (speeds["c"] / speeds["a"]) if speeds.get("a") and speeds.get("c") else None
-        lines.append((name, speeds.get("a"), speeds.get("c"), ratio))
-    width = max(len("recipe"), *(len(n) for n in names))
-    out = [f"{'recipe':<{width}}  {'torch img/s':>11}  {'fastload img/s':>14}  {'× torch':>7}"]
-    for name, a, c, ratio in lines:
-        cells = [f"{v:,.0f}" if v is not None else "-" for v in (a, c)]
-        out.append(f"{name:<{width}}  {cells[0]:>11}  {cells[1]:>14}  "
-                   f"{(f'{ratio:.2f}' if ratio is not None else '-'):>7}")
-    return "\n".join(out), reports

@@ -1,1 +1,9 @@
-"""data"""
+"""The LMDB format and the tools around it: what ``fastload convert`` writes and
+``fastload verify`` checks.
+
+datum (the Caffe ``Datum`` codec), format (constants, sidecar schema), writer/reader (+ atomic
+writes, the folder lock, LMDB meta-page checks), dataset (``LMDBDataset``), manifest/shards
+(sharded sets), convert (+ its sources and per-image checks), verify, ensure (convert if
+missing or stale), synth (generated photos), jpeg (header reads). Imports only
+``fastload.utils``.
+"""

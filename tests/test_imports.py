@@ -1,0 +1,129 @@
+"""fastload's modules import one another without cycles, and along the layers DESIGN.md names.
+
+The graph is read from the source (``ast``), every import counted, those inside functions too
+(a lazy import is still a dependency), but not those under ``if TYPE_CHECKING:``.
+"""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+
+ROOT = pathlib.Path(__file__).parents[1]
+# installed name -> source folder (setuptools package-dir in pyproject.toml)
+PACKAGES = {"fastload": ROOT / "fastload", "fastload.pipelines": ROOT / "pipelines",
+            "fastload.tools": ROOT / "tools"}
+
+
+def _modules() -> dict[str, pathlib.Path]:
+    found = {}
+    for package, folder in PACKAGES.items():
+        for path in folder.rglob("*.py"):
+            parts = list(path.relative_to(folder).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            found[".".join([package, *parts])] = path
+    return found
+
+
+def _type_checking_only(tree: ast.AST) -> set[ast.AST]:
+    skipped = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skipped.update(ast.walk(node))
+    return skipped
+
+
+def _imports(name: str, path: pathlib.Path, modules: dict) -> set[str]:
+    tree = ast.parse(path.read_text())
+    skipped = _type_checking_only(tree)
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    found = set()
+    for node in ast.walk(tree):
+        if node in skipped:
+            continue
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package[:len(package) - node.level + 1] + ([base] if base else []))
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)  # submodules
+    return {m for m in found if m in modules and m != name}
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+    return {name: _imports(name, path, modules) for name, path in modules.items()}
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle of ``graph`` (a list of modules, first == last), or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for dep in sorted(graph[node]):
+            if state.get(dep) == 1:
+                return path[path.index(dep):] + [dep]
+            if dep not in state and (found := visit(dep)):
+                return found
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node)):
+            return found
+    return None
+
+
+def test_the_cycle_finder_finds_a_cycle_it_is_given():
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_no_module_of_fastload_imports_itself_through_others():
+    graph = _graph()
+    assert len(graph) > 80 and "fastload.pipelines.registry" in graph
+    assert _cycle(graph) is None, " -> ".join(_cycle(graph))
+
+
+def test_pipelines_import_nothing_of_fastload_but_themselves():
+    for name, deps in _graph().items():
+        if name.startswith("fastload.pipelines"):
+            assert all(d.startswith("fastload.pipelines") for d in deps), (name, deps)
+
+
+# What each layer may import (DESIGN.md: tools -> train/bench -> loader -> data, loader ->
+# pipelines; utils and pipelines import no other layer). "fastload" is the package's lazy
+# top-level exports. train reads pipelines only for torch_seams (its private torch names).
+_ALLOWED = {
+    "tools": {"fastload", "train", "bench", "loader", "data", "utils"},
+    "bench": {"fastload", "loader", "data", "utils"},
+    "train": {"fastload", "loader", "data", "utils", "pipelines"},
+    "loader": {"data", "pipelines", "utils"},
+    "data": {"utils"},
+    "fastload": {"loader", "data"},
+    "pipelines": set(),
+    "utils": set(),
+}
+
+
+def _layer(module: str) -> str:
+    parts = module.split(".")
+    if parts[1:2] in (["pipelines"], ["tools"]):
+        return parts[1]
+    return parts[1] if len(parts) > 1 else "fastload"
+
+
+def test_each_layer_imports_only_the_layers_below_it():
+    for name, deps in _graph().items():
+        for dep in deps:
+            if _layer(dep) != _layer(name):
+                assert _layer(dep) in _ALLOWED[_layer(name)], f"{name} imports {dep}"
+                if _layer(name) == "train" and _layer(dep) == "pipelines":
+                    assert dep == "fastload.pipelines.torch_seams", f"{name} imports {dep}"
