@@ -55,8 +55,9 @@ class Op:
     ``"timm.random_erasing"``); only that exact class matches, not a subclass.
     ``prefix``: its step of the DALI graph (the same on CPU and GPU), or None: the graph stops
     before it. ``needs``: the states that step takes (others raise UnsupportedTransform with
-    ``hint``). ``leaves``: the state it turns a PIL image into, for conversions (None: the
-    state is unchanged, or the step computes it). ``replay``: per family, the maker of its
+    ``hint``). ``leaves``: the state it leaves the image in (``ToTensor``: FLOAT,
+    ``PILToTensor``: UINT8, ``Normalize``: NORMALIZED; None: unchanged, or set by the step
+    from its input, as a dtype conversion does). ``replay``: per family, the maker of its
     explicit-generator form (:mod:`~fastload.pipelines.augment`). ``container``: it holds
     transforms in ``.transforms``. ``per_pixel``: it maps each channel's uint8 values one by
     one, so a lookup table can stand for it (:mod:`~fastload.pipelines.tail`).

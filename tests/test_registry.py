@@ -10,7 +10,7 @@ import torchvision.transforms as T
 from torchvision.transforms import v2
 
 from fastload.pipelines.augment import replay
-from fastload.pipelines.ops import PUBLIC_MODULES, State
+from fastload.pipelines.ops import ANY, PUBLIC_MODULES, State
 from fastload.pipelines.registry import OPS, lookup
 from fastload.pipelines.translate import UnsupportedTransform, translate, translate_list
 
@@ -24,6 +24,12 @@ def test_every_entry_names_a_class_its_families_export(op):
             pytest.importorskip("timm")
         module = importlib.import_module(PUBLIC_MODULES[fam])
         assert isinstance(getattr(module, op.name, None), type), (fam, op.name)
+
+
+def test_no_class_is_registered_twice_and_every_refusal_has_a_hint():
+    keys = [(fam, op.name) for op in OPS for fam in op.families]
+    assert len(keys) == len(set(keys))
+    assert all(op.hint for op in OPS if op.needs != ANY)
 
 
 def test_a_user_subclass_has_no_entry_so_it_is_neither_translated_nor_replayed():
