@@ -1,8 +1,8 @@
-"""``fastload convert``: an ImageFolder tree or ``path,label`` CSV into a fastload LMDB.
+"""``fastload convert``: an image source (see :mod:`fastload.data.convert_sources`) into an LMDB.
 
-The main process reads every file and keeps a JPEG whose markers pass the keep-bytes
-check itself (see :mod:`fastload.data.image_check`): that costs less than handing the bytes to
-another process. Files that need Pillow (other formats, ``max_side``, ``check="decode"``)
+The main process reads every file (or tar member, or parquet row) and keeps a JPEG whose
+markers pass the keep-bytes check itself (see :mod:`fastload.data.image_check`): that costs
+less than handing the bytes to another process. Files that need Pillow (other formats, ``max_side``, ``check="decode"``)
 go to ``workers`` worker processes. Results are consumed in source order and the main
 process alone writes, in committed batches (see :mod:`fastload.data.writer`). The order is
 fixed by the source, so a resumed or re-run conversion produces the same records whatever
@@ -29,6 +29,7 @@ from fastload.data.image_check import (
     check_file,
     check_file_task_copy,
 )
+from fastload.data.sources.base import iter_records
 from fastload.data.writer import LMDBWriter, MapFull, prepare_destination
 from fastload.utils.checks import check_positive_int
 
@@ -103,8 +104,17 @@ def convert_folder(
     composite: bool = False,
     shards: int | None = None,
     shard_index: int | None = None,
+    image_column: str | None = None,
+    label_column: str | None = None,
+    label_field: str | None = None,
 ) -> ConvertReport:
-    """Convert ``src`` (ImageFolder directory or ``.csv``) into the LMDB directory ``dst``.
+    """Convert ``src`` into the LMDB directory ``dst``.
+
+    ``src``: an ImageFolder directory, a ``.csv`` or ``.jsonl`` list, WebDataset ``.tar``
+    shards, ``.parquet`` files or a ``datasets`` ``save_to_disk`` folder (a file, a folder
+    or a glob; see :mod:`fastload.data.convert_sources`). A record of a container that has
+    no usable image or label (a tar cut short, a null image, a label outside the class
+    list) is skipped and reported as an unreadable file is.
 
     Args:
         workers: processes that read and validate files (default: all CPU cores; 1 = in-process).
@@ -124,6 +134,10 @@ def convert_folder(
             :mod:`fastload.data.manifest`); the set reads as one data set in source order.
         shard_index: with ``shards``, convert only this shard, so that ``shards`` processes
             can convert in parallel; the last one to finish writes the manifest.
+        image_column: the image column of a parquet or ``datasets`` source (``"image"``).
+        label_column: the label column of a parquet or ``datasets`` source (``"label"``).
+        label_field: read a WebDataset sample's label from this field of its ``.json``
+            member (default: the text of its ``.cls`` member).
 
     An interrupted conversion (even SIGKILL) is resumed by calling again with the same
     source and options; the result equals an uninterrupted run. Unreadable files are
@@ -140,7 +154,8 @@ def convert_folder(
             f"destination {str(dst_path)!r} is inside the source folder {str(src_path)!r}; "
             "write the database outside the source tree"
         )
-    source = list_source(src_path)
+    source = list_source(src, image_column=image_column, label_column=label_column,
+                         label_field=label_field)
     digest, total_bytes = source.fingerprint()
     identity = {
         "format_version": FORMAT_VERSION,
@@ -149,7 +164,7 @@ def convert_folder(
         "source_fingerprint": digest,
         "classes": source.classes,
         "options": {"max_side": max_side, "quality": quality, "check": check,
-                    **({"composite": True} if composite else {})},
+                    **({"composite": True} if composite else {}), **source.options},
     }
     run = (workers or os.cpu_count() or 1, max_side, quality, check, composite, strict,
            progress, commit_every)
@@ -283,7 +298,7 @@ def _run(samples, writer: LMDBWriter, workers: int, max_side, quality, check, co
 
 
 def _run_from(start, samples, writer, workers, options, strict, bar, commit_every) -> None:
-    """Convert ``samples[start:]``; the main process reads every file and keeps the JPEGs
+    """Convert ``samples[start:]``; the main process reads every record and keeps the JPEGs
     that pass the marker check itself, and only files that need Pillow (re-encoding or a
     decode check) go to the worker pool, started on the first such file. Results are taken
     in source order from a bounded window, so the output never depends on timing."""
@@ -292,9 +307,8 @@ def _run_from(start, samples, writer, workers, options, strict, bar, commit_ever
     pending: deque = deque()
     last_commit = start
 
-    def settle(index: int, result) -> None:
+    def settle(index: int, path: str, label: int, result) -> None:
         nonlocal last_commit
-        path, label = samples[index]
         if not isinstance(result, tuple):
             try:
                 result = result.get(timeout=WORKER_TIMEOUT_S)
@@ -321,19 +335,23 @@ def _run_from(start, samples, writer, workers, options, strict, bar, commit_ever
 
     scratch = ScratchBuffer()  # every kept record is put before the next file is read
     try:
-        for index in range(start, len(samples)):
-            path, label = samples[index]
+        for index, record in enumerate(iter_records(samples, start), start):
+            name, label, path, span, data, problem = record
             task = (path, label, *options)
-            if workers == 1:
-                result = check_file(*task, scratch=scratch)
+            if problem is not None:  # a container's record without a usable image or label
+                result = ("skip", problem)
+            elif workers == 1:
+                result = check_file(*task, scratch=scratch, span=span, data=data)
             else:  # a kept record waits in the window behind a worker's: own buffer then
-                result = check_file(*task, keep_only=True, scratch=None if pending else scratch)
+                result = check_file(*task, keep_only=True, scratch=None if pending else scratch,
+                                    span=span, data=data)
                 if result is None:
                     if pool is None:
                         pool = multiprocessing.get_context().Pool(workers, initializer=_worker_init)
-                    result = pool.apply_async(check_file_task_copy, (task,))
-            pending.append((index, result))
-            while pending and (len(pending) > window or _ready(pending[0][1])):
+                    result = pool.apply_async(check_file_task_copy, (task, span, None if data
+                                                                     is None else bytes(data)))
+            pending.append((index, name, label, result))
+            while pending and (len(pending) > window or _ready(pending[0][3])):
                 settle(*pending.popleft())
         while pending:
             settle(*pending.popleft())
