@@ -197,6 +197,18 @@ def test_a_glob_and_brace_pattern_of_shards_read_as_the_folder_of_them(images, t
     assert len(whole.samples) == len(images[1])
 
 
+def test_shards_listed_by_several_processes_keep_their_order(images, tmp_path, monkeypatch):
+    from fastload.data.sources import webdataset as tar_source
+
+    folder = write_webdataset(tmp_path / "wds", images[1], per_shard=3)
+    alone = list_source(folder, workers=1)
+    monkeypatch.setattr(tar_source, "PARALLEL_LISTING_BYTES", 0)
+    pooled = list_source(folder, workers=2)
+    assert [pooled.samples[i] for i in range(len(pooled.samples))] == \
+           [alone.samples[i] for i in range(len(alone.samples))]
+    assert pooled.fingerprint() == alone.fingerprint()
+
+
 # ----- bad input: skipped and reported as bad files are, or refused with strict -----------
 
 def _truncated_webdataset(tmp_path, items):

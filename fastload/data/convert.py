@@ -155,7 +155,7 @@ def convert_folder(
             "write the database outside the source tree"
         )
     source = list_source(src, image_column=image_column, label_column=label_column,
-                         label_field=label_field)
+                         label_field=label_field, workers=workers or os.cpu_count() or 1)
     digest, total_bytes = source.fingerprint()
     identity = {
         "format_version": FORMAT_VERSION,

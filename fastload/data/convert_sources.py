@@ -116,13 +116,15 @@ _KINDS_HELP = ("an ImageFolder directory, a CSV (path,label) or JSONL ({\"path\"
 
 
 def list_source(src: str | os.PathLike, *, image_column: str | None = None,
-                label_column: str | None = None, label_field: str | None = None) -> SourceList:
+                label_column: str | None = None, label_field: str | None = None,
+                workers: int = 1) -> SourceList:
     """The records of ``src`` (see the module docstring for the kinds and their order).
 
     ``image_column``/``label_column`` name the columns of a parquet or ``datasets`` source
     (default ``"image"``/``"label"``); ``label_field`` reads WebDataset labels from that
     field of each sample's ``.json`` member instead of its ``.cls``. An option that does
-    not apply to the kind of ``src`` is refused.
+    not apply to the kind of ``src`` is refused. ``workers`` processes list several tar
+    shards at once (the order is the same).
     """
     from fastload.data.sources.hf_datasets import is_datasets_folder, list_datasets_folder
     from fastload.data.sources.jsonl import JSONL_SUFFIXES, read_jsonl_list
@@ -133,7 +135,7 @@ def list_source(src: str | os.PathLike, *, image_column: str | None = None,
                   "label_field": label_field}
     if not path.exists() and any(c in os.path.basename(text) for c in _GLOB_CHARS):
         return _list_files(_expand(text), path.parent, text, image_column, label_column,
-                           label_field)
+                           label_field, workers)
     if path.is_dir():
         if is_datasets_folder(path):
             _only("datasets", label_field=label_field)
@@ -142,7 +144,8 @@ def list_source(src: str | os.PathLike, *, image_column: str | None = None,
             files = sorted(Path(e.path) for e in os.scandir(path)
                            if e.is_file() and e.name.lower().endswith(_DATA_SUFFIXES))
             if files:
-                return _list_files(files, path, text, image_column, label_column, label_field)
+                return _list_files(files, path, text, image_column, label_column, label_field,
+                                   workers)
         _only("folder", **files_only)
         return scan_image_folder(path)
     if path.is_file():
@@ -163,7 +166,7 @@ def list_source(src: str | os.PathLike, *, image_column: str | None = None,
 
 
 def _list_files(files: list[Path], root: Path, text: str, image_column, label_column,
-                label_field) -> SourceList:
+                label_field, workers: int = 1) -> SourceList:
     """A source of data files all of one kind: tar shards or parquet files."""
     from fastload.data.sources.parquet import PARQUET_SUFFIXES, list_parquet
     from fastload.data.sources.webdataset import list_tar_shards
@@ -179,7 +182,7 @@ def _list_files(files: list[Path], root: Path, text: str, image_column, label_co
                          "shard nor a .parquet file; narrow the glob (e.g. 'SRC/*.tar')")
     if tars:
         _only("webdataset", image_column=image_column, label_column=label_column)
-        return list_tar_shards(tars, root, label_field)
+        return list_tar_shards(tars, root, label_field, workers)
     _only("parquet", label_field=label_field)
     return list_parquet(parquets, root, image_column, label_column)
 
