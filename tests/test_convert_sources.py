@@ -106,10 +106,10 @@ def _image_struct(items, nulls=()):
 
 
 def write_parquet(folder, items, *, class_label=True, image="image", label="label",
-                  rows_per_file=7, nulls=(), labels=None):
+                  rows_per_file=7, nulls=(), labels=None, binary=False):
     """Parquet files by ``pyarrow.parquet.write_table`` in the Hub's layout: an image column
-    of {bytes, path} and integer labels with datasets' ClassLabel in the schema metadata
-    (or, without ``class_label``, the class names as strings)."""
+    of {bytes, path} (or, with ``binary``, plain bytes) and integer labels with datasets'
+    ClassLabel in the schema metadata (or, without ``class_label``, the class names)."""
     folder.mkdir(parents=True, exist_ok=True)
     names = _names(items)
     if labels is None:
@@ -117,7 +117,8 @@ def write_parquet(folder, items, *, class_label=True, image="image", label="labe
     features = {image: {"_type": "Image"}}
     if class_label:
         features[label] = {"names": names, "_type": "ClassLabel"}
-    table = pa.table({image: _image_struct(items, nulls), label: labels}).replace_schema_metadata(
+    column = pa.array([d for _, _, d in items]) if binary else _image_struct(items, nulls)
+    table = pa.table({image: column, label: labels}).replace_schema_metadata(
         {"huggingface": json.dumps({"info": {"features": features}})})
     for k, begin in enumerate(range(0, len(items), rows_per_file)):
         pq.write_table(table.slice(begin, rows_per_file), folder / f"train-{k:05d}.parquet",
@@ -155,6 +156,8 @@ SOURCES = {
     "parquet-classlabel": lambda d, tree, items: write_parquet(d / "pq", items),
     "parquet-string-labels": lambda d, tree, items: write_parquet(d / "pq", items,
                                                                   class_label=False),
+    "parquet-binary-image-column": lambda d, tree, items: write_parquet(
+        d / "pq", items, class_label=False, binary=True),
     "datasets-save-to-disk": lambda d, tree, items: write_datasets(d / "hf", items),
     "jsonl": lambda d, tree, items: write_jsonl(d / "lists", items, tree),
 }
@@ -251,9 +254,17 @@ def _parquet_label_out_of_list(tmp_path, items):
             f"{tmp_path / 'pq' / 'train-00000.parquet'}:row 4", "label 9 is out of the class list")
 
 
+def _parquet_cut_short(tmp_path, items):
+    folder = write_parquet(tmp_path / "pq", items[:10], rows_per_file=5)
+    cut = folder / "train-00001.parquet"
+    cut.write_bytes(cut.read_bytes()[:cut.stat().st_size // 2])  # its footer is gone
+    return folder, str(cut), "not a readable parquet file"
+
+
 BAD = {"tar-cut-inside-a-member": _truncated_webdataset,
        "tar-sample-without-image": _webdataset_without_image,
        "parquet-null-image-bytes": _parquet_with_null_bytes,
+       "parquet-file-cut-short": _parquet_cut_short,
        "datasets-label-minus-one": _datasets_label_out_of_list,
        "parquet-label-past-the-class-list": _parquet_label_out_of_list}
 
@@ -275,6 +286,22 @@ def test_strict_stops_at_the_bad_record_naming_it(case, images, tmp_path):
     src, name, reason = BAD[case](tmp_path, images[1])
     with pytest.raises(ConvertError, match=f"unreadable image '{name}': .*{reason}"):
         convert_folder(src, tmp_path / "db", workers=1, strict=True, progress=False)
+
+
+def test_a_parquet_row_group_that_cannot_be_decoded_skips_its_rows_only(images, tmp_path):
+    items = images[1][:9]
+    src = tmp_path / "one.parquet"
+    pq.write_table(pa.table({"image": _image_struct(items), "label": [0, 1, 2] * 3}), src,
+                   row_group_size=3, use_dictionary=False)
+    page = pq.ParquetFile(src).metadata.row_group(1).column(0).data_page_offset
+    data = bytearray(src.read_bytes())
+    data[page:page + 12] = b"\xff" * 12  # the page header of row group 1's image bytes
+    src.write_bytes(bytes(data))
+    report = convert_folder(src, tmp_path / "db", workers=1, progress=False)
+    assert [e["index"] for e in report.errors] == [3, 4, 5]
+    assert all("row group 1 of this file cannot be decoded" in e["reason"] for e in report.errors)
+    assert [d for d, _ in _read_back(tmp_path / "db")[1]] == \
+           [d for i, (_, _, d) in enumerate(items) if i not in (3, 4, 5)]
 
 
 def test_a_compressed_shard_is_refused_in_one_sentence(images, tmp_path, capsys):

@@ -43,16 +43,32 @@ def _import_pyarrow():
     return pq
 
 
+class _Unreadable(ValueError):
+    """A parquet file pyarrow cannot read (its reason is reported for its one record)."""
+
+
+def _read_labels(handle, label_column: str) -> list:
+    try:
+        return label_values(handle.read(columns=[label_column], use_threads=False).column(0))
+    except (OSError, ValueError) as exc:
+        raise _Unreadable(f"its {label_column!r} column cannot be decoded ({exc})") from None
+
+
 def _open(path: Path):
     pq = _import_pyarrow()
     try:
         return pq.ParquetFile(path, pre_buffer=False, buffer_size=1 << 20)
     except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
-        raise ValueError(f"{str(path)!r} is not a readable parquet file ({exc})") from None
+        raise _Unreadable(f"not a readable parquet file ({' '.join(str(exc).split())})") from None
 
 
 class ParquetRecords(RecordTable):
-    """The rows of parquet files: their labels, and row-group bounds to start reading anywhere."""
+    """The rows of parquet files: their labels, and row-group bounds to start reading anywhere.
+
+    A file pyarrow cannot open (no footer: cut short) is one bad record; a row group that
+    fails to decode while converting makes its rows bad records, and reading goes on with
+    the next row group.
+    """
 
     def __init__(self, files: list[Path], root: Path, image_column: str, label_column: str):
         self.files = files
@@ -60,36 +76,44 @@ class ParquetRecords(RecordTable):
         self.image_column = image_column
         self._file_starts: list[int] = []
         self._group_starts: list[list[int]] = []  # per file: first row of each row group
+        self._file_rows: list[int] = []
+        unreadable: dict[int, str] = {}  # record index -> why its file cannot be read
         values = []
-        names = None
-        total = 0
-        for i, path in enumerate(files):
-            handle = _open(path)
-            schema = handle.schema_arrow
-            check_columns(schema, image_column, label_column, repr(str(path)))
+        names, first = None, None  # class names of the first readable file, and that file
+        for path in files:
+            self._file_starts.append(len(values))
+            try:
+                handle = _open(path)
+                schema = handle.schema_arrow
+                check_columns(schema, image_column, label_column, repr(str(path)))
+                file_values = _read_labels(handle, label_column)
+            except _Unreadable as exc:
+                unreadable[len(values)] = str(exc)
+                self._group_starts.append([])
+                self._file_rows.append(1)
+                values.append(None)
+                continue
             file_names = hf_class_names(schema.metadata, label_column)
-            if i == 0:
-                names = file_names
+            if first is None:
+                names, first = file_names, path
             elif file_names != names:
                 raise ValueError(f"{str(path)!r} gives column {label_column!r} other class names "
-                                 f"than {str(files[0])!r}; convert files of one data set together")
+                                 f"than {str(first)!r}; convert files of one data set together")
             starts, row = [], 0
             for g in range(handle.metadata.num_row_groups):
                 starts.append(row)
                 row += handle.metadata.row_group(g).num_rows
-            self._file_starts.append(total)
-            self._group_starts.append(starts)
-            total += row
-            values += label_values(handle.read(columns=[label_column], use_threads=False)
-                                   .column(0))
             handle.close()
+            self._group_starts.append(starts)
+            self._file_rows.append(row)
+            values += file_values
         self._bytes = sum(p.stat().st_size for p in files)
         self.classes, labels, self._problems = assign_labels(values, names)
         for i, value in enumerate(values):
             if value is None:
-                self._problems[i] = f"the {label_column!r} of this row is null"
+                self._problems[i] = unreadable.get(i, f"the {label_column!r} of this row is null")
         self._labels = array("i", labels)
-        super().__init__(total)
+        super().__init__(len(values))
 
     def _locate(self, index: int) -> tuple[int, int]:
         file = bisect.bisect_right(self._file_starts, index) - 1
@@ -97,7 +121,7 @@ class ParquetRecords(RecordTable):
 
     def _name(self, index: int) -> str:
         file, row = self._locate(index)
-        return f"{self.files[file]}:row {row}"
+        return f"{self.files[file]}:row {row}" if self._group_starts[file] else str(self.files[file])
 
     def _label(self, index: int) -> int:
         return self._labels[index]
@@ -106,26 +130,46 @@ class ParquetRecords(RecordTable):
         index = start
         while index < stop:
             file, row = self._locate(index)
-            handle = _open(self.files[file])
             starts = self._group_starts[file]
-            group = bisect.bisect_right(starts, row) - 1
-            skip = row - starts[group]
+            if not starts:  # unreadable file: one bad record
+                yield self._record(index, None, None)
+                index += 1
+                continue
+            handle = _open(self.files[file])
+            first = bisect.bisect_right(starts, row) - 1
             try:
-                batches = handle.iter_batches(batch_size=BATCH_ROWS, columns=[self.image_column],
-                                              row_groups=range(group, len(starts)),
-                                              use_threads=False)
-                for batch in batches:
-                    if skip >= batch.num_rows:
-                        skip -= batch.num_rows
-                        continue
-                    for data, path in _after(image_cells(batch.column(0)), skip):
-                        yield self._record(index, data, path)
+                for group in range(first, len(starts)):
+                    end = self._file_starts[file] + (starts[group + 1] if group + 1 < len(starts)
+                                                     else self._file_rows[file])
+                    for record in self._read_group(handle, group, index, min(stop, end)):
+                        yield record
                         index += 1
-                        if index >= stop:
-                            return
-                    skip = 0
+                    if index >= stop:
+                        return
             finally:
                 handle.close()
+
+    def _read_group(self, handle, group: int, index: int, stop: int) -> Iterator[Record]:
+        """Records ``index`` .. ``stop - 1``, all in row group ``group`` of ``handle``."""
+        file, row = self._locate(index)
+        skip = row - self._group_starts[file][group]
+        try:
+            batches = handle.iter_batches(batch_size=BATCH_ROWS, columns=[self.image_column],
+                                          row_groups=[group], use_threads=False)
+            for batch in batches:
+                if skip >= batch.num_rows:
+                    skip -= batch.num_rows
+                    continue
+                for data, path in _after(image_cells(batch.column(0)), skip):
+                    yield self._record(index, data, path)
+                    index += 1
+                    if index >= stop:
+                        return
+                skip = 0
+        except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+            reason = f"row group {group} of this file cannot be decoded ({' '.join(str(exc).split())})"
+            for rest in range(index, stop):
+                yield Record(self._name(rest), -1, problem=reason)
 
     def _record(self, index: int, data, path) -> Record:
         name = self._name(index)
