@@ -347,6 +347,29 @@ def test_a_dataset_dict_is_refused_naming_its_splits(images, tmp_path):
         list_source(tmp_path / "dd")
 
 
+_WITHOUT_EXTRAS = r"""
+import sys
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("pyarrow", "datasets"):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+sys.meta_path.insert(0, Block())
+from fastload.tools.cli import main
+sys.exit(main(["convert", sys.argv[1], sys.argv[2], "--no-progress"]))
+"""
+
+
+@pytest.mark.parametrize("kind, extra", [("parquet-classlabel", "sources"),
+                                         ("datasets-save-to-disk", "datasets")])
+def test_a_source_whose_extra_is_missing_names_the_extra_to_install(kind, extra, images,
+                                                                     tmp_path):
+    src = SOURCES[kind](tmp_path, *images)
+    done = subprocess.run([sys.executable, "-c", _WITHOUT_EXTRAS, str(src), str(tmp_path / "db")],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stderr
+    assert f"pip install 'fastload[{extra}]'" in done.stderr.strip().splitlines()[-1]
+
+
 def test_a_jsonl_line_that_is_not_an_object_with_path_and_label_is_named(tmp_path):
     (tmp_path / "list.jsonl").write_text('{"path": "a.jpg", "label": 0}\n\n{"path": "b.jpg"}\n')
     with pytest.raises(ValueError, match="list.jsonl' line 3 is not an object with \"path\""):
