@@ -9,6 +9,7 @@ batch ahead, so they overlap the caller's training step; batches, errors and the
 
 from __future__ import annotations
 
+import os
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -43,6 +44,7 @@ class _EpochIterator:
 
     def __init__(self, loader: DataLoader, private: bool = False) -> None:
         self._loader = loader
+        self._pid = os.getpid()
         self._source = loader._source
         self._epoch = loader._order.start_epoch()
         if loader._order.own is not None:
@@ -83,6 +85,10 @@ class _EpochIterator:
     def __next__(self) -> list[Any]:
         if self._done:
             raise StopIteration
+        if self._pid != os.getpid():
+            raise RuntimeError("this DataLoader iterator was made before os.fork(): its "
+                               "decoder runs in the parent process; call iter(loader) in "
+                               "this process for an epoch of its own")
         if not self._active:
             raise RuntimeError("this DataLoader iterator was superseded by a newer iter() on "
                                "the same loader (one epoch runs at a time per loader)")
