@@ -7,6 +7,7 @@ Whatever cannot run on that path falls back to a real ``torch.utils.data.DataLoa
 
 from __future__ import annotations
 
+import os
 import warnings
 import weakref
 from typing import Any
@@ -145,6 +146,7 @@ class DataLoader:
         self._decoder: Any = None
         self._decoder_size = 0
         self._live: weakref.ref | None = None
+        self._pid = os.getpid()  # a forked child starts afresh: see _after_fork
         reason, self._source, split = self._fast_path(dataset, worker_init_fn,
                                                       multiprocessing_context)
         self.fallback_reason = reason
@@ -223,6 +225,8 @@ class DataLoader:
     def __iter__(self) -> Any:
         if self._torch is not None:
             return iter(self._torch)
+        if self._pid != os.getpid():
+            self._after_fork()
         old = self._live() if self._live is not None else None
         if old is not None and old._active and not old._done:
             # An unfinished iterator holds the loader's graph: as torch does, both iterate
@@ -265,10 +269,21 @@ class DataLoader:
         if old is not None:
             old._active = False
             old._decoder = old._queue = None
+            old._damage.close()
         decoder, self._decoder, self._decoder_size = self._decoder, None, 0
         if decoder is not None:
             decoder.close()
         self._stage.close()
+
+    def _after_fork(self) -> None:
+        """In a forked child: the parent's decoder, threads and iterator are not usable here
+        (their threads did not come along), so the next iterator builds its own."""
+        self._pid = os.getpid()
+        decoder, self._decoder, self._decoder_size = self._decoder, None, 0
+        if decoder is not None:
+            decoder.close()  # in a child this only keeps DALI's pipeline alive, untouched
+        self._live = None
+        self._stage.after_fork()
 
     def _decoder_for(self, max_batch: int, shared: bool = True) -> Any:
         """The loader's decoder for batches up to ``max_batch`` (or, not ``shared``, a new
@@ -297,5 +312,9 @@ class DataLoader:
 
     def __del__(self) -> None:
         decoder = self.__dict__.get("_decoder")
-        if decoder is not None:
+        if decoder is None:
+            return
+        try:
             decoder.close()  # in a forked child this keeps DALI's pipeline (see BatchDecoder.close)
+        except Exception:  # noqa: BLE001 - at interpreter exit, modules are torn down first
+            pass

@@ -9,13 +9,15 @@ batch ahead, so they overlap the caller's training step; batches, errors and the
 
 from __future__ import annotations
 
+import os
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
 
+from fastload.loader.damage import DamageCheck, damage_reason
 from fastload.loader.sampling import mix_seed
 from fastload.loader.sources import SampleError
 
@@ -32,6 +34,8 @@ class _Batch:
     seed: int
     error: BaseException | None = None
     submitted: bool = False
+    strict: bool = False  # decoded strictly: damaged JPEG data fails it (see loader/damage)
+    unchecked: list[tuple[int, Any]] = field(default_factory=list)  # (index, stamp) to mark
 
 
 class _EpochIterator:
@@ -40,6 +44,7 @@ class _EpochIterator:
 
     def __init__(self, loader: DataLoader, private: bool = False) -> None:
         self._loader = loader
+        self._pid = os.getpid()
         self._source = loader._source
         self._epoch = loader._order.start_epoch()
         if loader._order.own is not None:
@@ -51,9 +56,7 @@ class _EpochIterator:
         from fastload.pipelines.batch_decoder import BatchDecodeError
 
         self._decode_error = BatchDecodeError
-        from fastload.loader.decoder_log import watch
-
-        self._watch = watch()  # libjpeg's "Corrupt JPEG data" lines become errors
+        self._damage = DamageCheck(loader.num_workers)  # damaged JPEG data: a read error
         self._private = private  # a decoder of its own: another iterator holds the loader's
         if private:
             self._decoder = loader._decoder_for(max(1, max_batch), shared=False)
@@ -82,6 +85,10 @@ class _EpochIterator:
     def __next__(self) -> list[Any]:
         if self._done:
             raise StopIteration
+        if self._pid != os.getpid():
+            raise RuntimeError("this DataLoader iterator was made before os.fork(): its "
+                               "decoder runs in the parent process; call iter(loader) in "
+                               "this process for an epoch of its own")
         if not self._active:
             raise RuntimeError("this DataLoader iterator was superseded by a newer iter() on "
                                "the same loader (one epoch runs at a time per loader)")
@@ -106,10 +113,8 @@ class _EpochIterator:
                         images = self._decoder.fetch()
                     except self._decode_error as err:
                         images = self._recover(head, err)
-                    else:
-                        reports, _ = self._watch.fence()
-                        if reports:
-                            images = self._recover(head, None, images)
+                    if head.strict:
+                        self._damage.mark_intact(self._source, head.indices, head.unchecked)
                 except BaseException as err:
                     self._queue.popleft()  # the batch is consumed, as in torch
                     out.append(("error", err))
@@ -180,7 +185,8 @@ class _EpochIterator:
     def _submit(self, batch: _Batch) -> None:
         gen = torch.Generator()
         gen.manual_seed(batch.seed)
-        self._decoder.submit(batch.encoded, batch.sizes, gen)
+        # strict refused only for samples of different output sizes, which DALI refuses too
+        batch.strict = self._decoder.submit(batch.encoded, batch.sizes, gen, strict=batch.strict)
         batch.submitted = True
 
     def _read(self, position: int, indices: list[int]) -> _Batch:
@@ -196,41 +202,64 @@ class _EpochIterator:
                     err = SampleError(f"sample {i}: cannot read {name}: {err}", [name])
                 if loader.on_error == "raise":
                     batch.error = err  # raised after the samples before it are decoded
-                    return batch
+                    break
                 loader._note_skip([self._source.name(i)], str(err))
                 continue
             batch.indices.append(i)
             batch.encoded.append(data)
             batch.sizes.append(size)
+        self._drop_damaged(batch)
         return batch
 
-    def _recover(self, head: _Batch, err: BaseException | None,
-                 images: torch.Tensor | None = None) -> torch.Tensor | None:
-        """The decoder failed on ``head`` (``err``), or reported corrupt data while ``head``
-        was in flight (``err`` None, ``images`` its output): find the culprit samples by
-        decoding each alone, then raise naming them (the first in order first) or
-        (on_error="skip") decode the batch without them."""
+    def _drop_damaged(self, batch: _Batch) -> None:
+        """Samples not yet found intact are decoded strictly where the decoder can (see
+        loader/damage), else checked now: a damaged one is an error of its read (in raise
+        mode the batch ends before the first one, else each is skipped)."""
+        pending = self._damage.pending(self._source, batch.indices)
+        if not pending:
+            return
+        if self._decoder.strict_capable(batch.encoded):
+            batch.strict = True
+            batch.unchecked = [(i, stamp) for _, i, stamp in pending]
+            return
+        damaged = self._damage.find(self._source, batch.encoded, pending)
+        if not damaged:
+            return
+        for j in sorted(damaged):
+            i = batch.indices[j]
+            name = self._source.name(i)
+            reason = damage_reason(damaged[j])
+            if self._loader.on_error == "raise":
+                batch.error = SampleError(f"sample {i}: cannot decode {name}: {reason}", [name])
+                del batch.indices[j:], batch.encoded[j:], batch.sizes[j:]
+                return
+            self._loader._note_skip([name], reason)
+        keep = [j for j in range(len(batch.indices)) if j not in damaged]
+        batch.indices = [batch.indices[j] for j in keep]
+        batch.encoded = [batch.encoded[j] for j in keep]
+        batch.sizes = [batch.sizes[j] for j in keep]
+
+    def _recover(self, head: _Batch, err: BaseException) -> torch.Tensor | None:
+        """The decoder failed on ``head`` (``err``): find the culprit samples by decoding
+        each alone, then raise naming them (the first in order first) or (on_error="skip")
+        decode the batch without them."""
         self._decoder.reset()
-        self._watch.fence()  # reports of the batches just dropped come again when redone
         for batch in self._queue:
             batch.submitted = False
         bad, reasons = [], []
-        for j in range(len(head.indices)):
-            single = _Batch(-1, [head.indices[j]], [head.encoded[j]], [head.sizes[j]], head.seed)
+        if getattr(err, "exact", False):  # the scaled path's decoder names its samples
+            bad = list(err.sample_indices)
+            reasons = [damage_reason(err.message)] * len(bad)
+        for j in range(len(head.indices)) if not bad else ():
+            single = _Batch(-1, [head.indices[j]], [head.encoded[j]], [head.sizes[j]], head.seed,
+                            strict=head.strict)
             try:
                 self._submit(single)
                 self._decoder.fetch()
             except self._decode_error as single_err:
                 bad.append(j)
-                errors = self._watch.fence()[1]
-                reasons.append(errors[-1] if errors else _last_line(single_err))
-                continue
-            reports, _ = self._watch.fence()
-            if reports:
-                bad.append(j)
-                reasons.append(f"corrupt JPEG data, the decoder reports {reports[0]!r}")
-        if not bad and err is None:
-            return images  # the report was for a later batch: it comes again when redone
+                reasons.append(damage_reason(single_err.message) if single_err.exact
+                               else _last_line(single_err))
         names = [self._source.name(head.indices[j]) for j in bad]
         message = getattr(err, "message", str(err))
         if not bad or self._loader.on_error == "raise":
@@ -257,7 +286,7 @@ class _EpochIterator:
     def _finish(self) -> None:
         self._active = False
         self._done = True
-        self._watch.close()
+        self._damage.close()
         if self._stage_thread is not None:
             self._stage_thread.shutdown(wait=False)
         if self._private and self._decoder is not None:

@@ -101,6 +101,9 @@ class SampleStage:
         if self.choice is None:
             return (f"torch suffix runs: measuring (in the loader's thread vs "
                     f"{self._threads} processes, the faster after 4 batches)")
+        if not self._times["processes"]:
+            return ("torch suffix runs: in the loader's thread (its transforms cannot be "
+                    "pickled to worker processes)")
         here, procs = (min(self._times[k]) * 1e3 for k in ("here", "processes"))
         where = f"{self._threads} processes" if self.choice == "processes" else \
             "the loader's thread"
@@ -162,6 +165,7 @@ class SampleStage:
                 measured = len(self._times["here"]) + len(self._times["processes"])
                 where = "here" if measured % 2 == 0 else "processes"
                 pool = self._pool_for(images) if where == "processes" else None
+                where = "processes" if pool is not None else "here"
                 start = time.perf_counter()
                 samples, written = self.suffix.run(images, seeds, pool, out)
                 self._times[where].append((time.perf_counter() - start) / len(seeds))
@@ -221,7 +225,17 @@ class SampleStage:
                 from fastload.pipelines.suffix import process_pool
 
                 self._pool = process_pool(self.suffix, self._threads)
+                if self._pool is None:  # transforms that cannot be pickled: run them here
+                    self.choice = "here"
         return self._pool
+
+    def after_fork(self) -> None:
+        """In a forked child: forget the parent's pool (its threads or its processes' pipes
+        are not this process's) and locks (a parent thread may have held one at the fork)."""
+        self._pool = None
+        self._lock = threading.Lock()
+        self._turns = threading.Condition()
+        self._issued = self._finished = 0
 
     def close(self) -> None:
         """Stop the suffix's threads or processes (idempotent)."""

@@ -101,7 +101,9 @@ class FileSource(_Source):
 
     Image sizes are parsed from the file headers on first read and cached per source, with
     the file's length: a file whose length changed since (replaced by another image) is
-    parsed again.
+    parsed again. Each file's JPEG data is checked for damage (:func:`unchecked`) once per
+    source, remembered with its length and modification time, so later epochs pay a
+    ``fstat`` per file.
     """
 
     def __init__(self, paths: Sequence[str], targets: Sequence[int], transform: Any,
@@ -112,6 +114,9 @@ class FileSource(_Source):
         self.target_transform = target_transform
         self._sizes = np.full((len(self.paths), 2), -1, dtype=np.int32)
         self._lengths = np.full(len(self.paths), -1, dtype=np.int64)
+        # (length, st_mtime_ns) of each file as last read, and as last found undamaged
+        self._stamps = np.full((len(self.paths), 2), -1, dtype=np.int64)
+        self._checked = np.full((len(self.paths), 2), -2, dtype=np.int64)
 
     def name(self, i: int) -> str:
         """How error messages refer to sample ``i``."""
@@ -125,7 +130,7 @@ class FileSource(_Source):
         """
         path = self.paths[i]
         try:
-            data = np.fromfile(path, dtype=np.uint8)
+            data, mtime_ns = _read_file(path)
         except FileNotFoundError:
             raise FileNotFoundError(
                 f"sample {i}: file '{path}' does not exist; rebuild the dataset's file list "
@@ -143,7 +148,17 @@ class FileSource(_Source):
                 )
             self._sizes[i] = size
             self._lengths[i] = data.size
+        self._stamps[i] = (data.size, mtime_ns)
         return data, (int(self._sizes[i, 0]), int(self._sizes[i, 1]))
+
+    def unchecked(self, i: int) -> tuple[int, int] | None:
+        """The stamp to pass to :meth:`mark_checked` when sample ``i`` as last read has not
+        been checked for damaged JPEG data yet; None when it has."""
+        stamp = (int(self._stamps[i, 0]), int(self._stamps[i, 1]))
+        return None if stamp == tuple(self._checked[i]) else stamp
+
+    def mark_checked(self, i: int, stamp: tuple[int, int]) -> None:
+        self._checked[i] = stamp
 
 
 class LMDBSource(_Source):
@@ -173,6 +188,11 @@ class LMDBSource(_Source):
             raise SampleError(f"sample {i}: {err}", [self.name(i)]) from err
         return data, (int(size[0]), int(size[1]))
 
+    def unchecked(self, i: int) -> None:
+        """Records need no damage check here: :meth:`read` checks their CRC-32 (see
+        ``fastload.loader.damage``)."""
+        return None
+
 
 class SubsetSource(_Source):
     """``torch.utils.data.Subset`` of a supported dataset: sample ``i`` is ``base[indices[i]]``."""
@@ -189,6 +209,24 @@ class SubsetSource(_Source):
 
     def read(self, i: int) -> tuple[Any, tuple[int, int]]:
         return self.base.read(int(self.index_map[i]))
+
+    def unchecked(self, i: int) -> Any:
+        return self.base.unchecked(int(self.index_map[i]))
+
+    def mark_checked(self, i: int, stamp: Any) -> None:
+        self.base.mark_checked(int(self.index_map[i]), stamp)
+
+
+def _read_file(path: str) -> tuple[np.ndarray, int]:
+    """A file's bytes and its ``st_mtime_ns``, from one open (so they belong together)."""
+    fd = os.open(path, os.O_RDONLY)  # not inherited by children (PEP 446)
+    try:
+        st = os.fstat(fd)
+        data = np.empty(st.st_size, dtype=np.uint8)
+        got = os.readv(fd, [data]) if st.st_size else 0
+    finally:
+        os.close(fd)
+    return (data if got == st.st_size else data[:got]), st.st_mtime_ns
 
 
 def _folder_source(dataset: Any) -> FileSource:
