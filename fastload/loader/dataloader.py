@@ -80,8 +80,10 @@ class DataLoader:
     and the images are on the CPU of a CUDA machine.
 
     Order: ``shuffle=True`` gives a full permutation per epoch drawn from ``(seed, epoch)``;
-    the seed is ``seed``, else one draw from ``generator``, else one from torch's default
-    generator at construction. Each ``iter()`` is the next epoch; ``set_epoch(e)`` picks one
+    the seed is ``seed``, else the base seed the first ``iter()`` draws from ``generator``
+    (torch's default generator when None). ``iter()`` takes from the global generators
+    exactly what torch's loader takes (``fastload.loader.iter_draws``); ``seed=`` stands for
+    a generator of the loader's own. Each ``iter()`` is the next epoch; ``set_epoch(e)`` picks one
     (and is forwarded to a sampler that has ``set_epoch``). ``sampler``/``batch_sampler`` are
     iterated exactly as torch does. Under ``torch.distributed`` with neither given, each rank
     reads its shard as with DistributedSampler: padded by wrapping to a multiple of the world
@@ -194,10 +196,12 @@ class DataLoader:
 
     def _fast_init(self, shuffle: Any, sampler: Any, batch_sampler: Any,
                    generator: torch.Generator | None, seed: int | None) -> None:
-        from fastload.loader.sampling import shared_base_seed
-
-        base_seed = shared_base_seed(seed, generator)
+        # The base seed is seed=, else drawn at the first iter() (fastload.loader.iter_draws):
+        # the constructor takes nothing from the global generators, as torch's does not.
+        base_seed = seed
         self.generator = generator
+        self._seed_given = seed is not None
+        self._iterated = False
         own = None
         if sampler is None and batch_sampler is None:
             world_size, rank = distributed_settings()

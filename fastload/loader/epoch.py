@@ -41,7 +41,10 @@ class _EpochIterator:
     def __init__(self, loader: DataLoader, private: bool = False) -> None:
         self._loader = loader
         self._source = loader._source
-        self._epoch = loader._order.start_epoch()
+        from fastload.loader.iter_draws import begin_epoch
+
+        # torch's iter() draws from the global generators; so does this, no more, no less
+        self._epoch, self._at_first_next = begin_epoch(loader)
         if loader._order.own is not None:
             max_batch = loader.batch_size
         elif loader.batch_size is not None:
@@ -85,6 +88,9 @@ class _EpochIterator:
         if not self._active:
             raise RuntimeError("this DataLoader iterator was superseded by a newer iter() on "
                                "the same loader (one epoch runs at a time per loader)")
+        if self._at_first_next is not None:  # torch's RandomSampler draws at its first index
+            draw, self._at_first_next = self._at_first_next, None
+            draw()
         while True:
             out = self._out
             # Hand out the oldest outcome once `ahead` batches are being made behind it (or
