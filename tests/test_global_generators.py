@@ -4,6 +4,7 @@ what they are with torch's DataLoader, whatever fastload's threads do meanwhile.
 from __future__ import annotations
 
 import random
+import time
 
 import numpy as np
 import pytest
@@ -121,3 +122,60 @@ def test_the_shuffled_order_still_follows_the_global_seed(train):
     assert order(0) != order(1)
     assert order(0)[0] != order(0)[1]  # each epoch a new permutation
 
+
+class DrawsFromAllThree:
+    """A transform fastload cannot replay: it draws from the three global generators (and
+    takes a while, so that the caller's step runs meanwhile)."""
+
+    def __call__(self, img):
+        from torchvision.transforms.functional import pil_to_tensor
+
+        shift = torch.rand(1) + random.random() + float(np.random.rand())
+        time.sleep(0.002)
+        return pil_to_tensor(img).float() + shift
+
+
+def _step() -> list:
+    """A training step that draws from the three generators, over a few milliseconds."""
+    out = []
+    for _ in range(4):
+        out.append(_draws())
+        time.sleep(0.002)
+    return out
+
+
+@pytest.mark.parametrize("num_workers", [1, 2])
+def test_the_steps_draws_are_unchanged_while_an_unreplayed_suffix_runs(synth_root, num_workers):
+    dataset = ImageFolder(synth_root / "train", T.Compose([T.Resize(16), T.CenterCrop(16),
+                                                           DrawsFromAllThree()]))
+
+    def loader():
+        return fastload.DataLoader(dataset, batch_size=8, seed=3, num_workers=num_workers)
+
+    assert "seeded global RNG" in str(loader().plan)
+    _seed_all()
+    during, batches = [], []
+    for images, _ in loader():
+        during.append(_step())
+        batches.append(images)
+    _seed_all()
+    alone = [images for images, _ in loader()]
+    after = [_step() for _ in alone]
+    assert during == after
+    assert all(torch.equal(a, b) for a, b in zip(batches, alone, strict=True))
+
+
+def test_a_collate_drawing_from_the_global_generators_draws_as_under_torchs_loader(train):
+    def run(cls):
+        drawn = []
+
+        def collate(pairs):
+            drawn.append(_draws())  # e.g. a MixUp/CutMix collate
+            return torch.stack([image for image, _ in pairs]), [label for _, label in pairs]
+
+        _seed_all()
+        for _ in cls(train, batch_size=8, shuffle=True, collate_fn=collate):
+            drawn.append(_step())
+        return drawn
+
+    assert run(fastload.DataLoader) == run(TorchDataLoader)
