@@ -15,6 +15,7 @@ import torch
 from torch.utils.data import BatchSampler, Dataset
 from torch.utils.data import DataLoader as TorchDataLoader
 
+from fastload.loader.devices import resolve_device
 from fastload.loader.epoch import _EpochIterator
 from fastload.loader.plan import SampleStage, make_plan
 from fastload.loader.sampling import BatchOrder, EpochSampler, distributed_settings
@@ -32,25 +33,6 @@ class FallbackWarning(UserWarning):
     """fastload runs torch's DataLoader for this dataset; the message names the reason."""
 
 
-def _resolve_device(device: Any) -> torch.device:
-    if device is None:
-        if torch.cuda.is_available():
-            return torch.device("cuda", torch.cuda.current_device())
-        return torch.device("cpu")
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError):
-        dev = None
-    if dev is None or dev.type not in ("cpu", "cuda"):
-        raise ValueError(f"device should be None, 'cpu', 'cuda' or 'cuda:N', but got device={device!r}")
-    if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            raise ValueError(f"device={device!r} needs CUDA, but torch.cuda.is_available() is "
-                             "False; use device='cpu' or leave device=None")
-        return torch.device("cuda", torch.cuda.current_device() if dev.index is None else dev.index)
-    return dev
-
-
 def _name(obj: Any) -> str:
     return getattr(obj, "__qualname__", None) or type(obj).__name__
 
@@ -60,9 +42,11 @@ class DataLoader:
 
     Takes torch's arguments with torch's meaning and validation, plus:
 
-    * ``device``: where batches are made: None -> ``"cuda"`` when CUDA is available (nvJPEG
-      decode, batches on the GPU) else ``"cpu"`` (CPU-only DALI graph); or ``"cpu"``,
-      ``"cuda"``, ``"cuda:N"``, a ``torch.device``.
+    * ``device``: where batches are made: None -> the GPU this process trains on when CUDA
+      is available (nvJPEG decode, batches on the GPU: the current device if the script set
+      one, else ``LOCAL_RANK``'s under torchrun; ``fastload.loader.devices``) else ``"cpu"``
+      (CPU-only DALI graph); or ``"cpu"``, ``"cuda"`` (the current device), ``"cuda:N"``,
+      a ``torch.device``.
     * ``seed``: base seed of the shuffle order and the augmentation (instead of ``generator``).
     * ``strict``: raise instead of falling back to torch's DataLoader.
     * ``on_error``: ``"raise"`` (an unreadable sample raises naming its path or LMDB key) or
@@ -133,7 +117,7 @@ class DataLoader:
                 torch_generator, prefetch_factor=prefetch_factor,
                 persistent_workers=persistent_workers, pin_memory_device=pin_memory_device,
                 in_order=in_order)
-        self.device = _resolve_device(device)
+        self.device = resolve_device(device)
         if not 0.0 <= hw_decoder_load <= 1.0:
             raise ValueError(f"hw_decoder_load should be in [0, 1], but got {hw_decoder_load!r}")
         self.hw_decoder_load = hw_decoder_load
