@@ -95,12 +95,12 @@ class EpochSampler(Sampler[int]):
     def epoch_order(self) -> np.ndarray:
         """The current epoch's global order of all ``num_items`` indices (int64), unsharded."""
         if self.shuffle:
-            if self.seed is None:
-                raise RuntimeError("this loader's shuffle seed is drawn at its first iter(), as "
-                                   "torch's DataLoader draws its seeds; iterate the loader first, "
-                                   "or pass seed= or generator=")
+            seed = self.seed
+            if seed is None:  # iterated before the loader's first iter() drew the base seed:
+                # a permutation of its own, its seed drawn as torch's RandomSampler draws one
+                seed = int(torch.empty((), dtype=torch.int64).random_().item())
             gen = torch.Generator()
-            gen.manual_seed(mix_seed(self.seed, self.epoch))
+            gen.manual_seed(mix_seed(seed, self.epoch))
             return torch.randperm(self.num_items, generator=gen).numpy()
         return np.arange(self.num_items, dtype=np.int64)
 
