@@ -127,7 +127,8 @@ class SampleStage:
         if self.suffix and not self.suffix.threaded:
             where = ("runs one batch ahead, in a stage thread, sending samples to worker "
                      "processes" if self.choice == "processes" else
-                     "runs in next(), on your thread (it seeds the global generators)")
+                     "runs in next(), on your thread (the global generators seeded per sample "
+                     "and restored while your code waits)")
             ahead = f"suffix {where}"
         elif self.suffix:
             ahead = "suffix runs one batch ahead, in a stage thread (beside your step)"
