@@ -179,3 +179,25 @@ def test_a_collate_drawing_from_the_global_generators_draws_as_under_torchs_load
         return drawn
 
     assert run(fastload.DataLoader) == run(TorchDataLoader)
+
+
+def _augmented(name):
+    if name == "torchvision":
+        return T.Compose([T.RandomResizedCrop(24), T.RandAugment(), T.TrivialAugmentWide(),
+                          T.ToTensor(), T.RandomErasing(0.5)])
+    from timm.data.auto_augment import rand_augment_transform
+
+    return T.Compose([T.RandomResizedCrop(24), rand_augment_transform("rand-m9-mstd0.5", {}),
+                      T.ToTensor()])
+
+
+@pytest.mark.parametrize("name", ["torchvision", "timm"])
+def test_an_epoch_of_replayed_augmentation_leaves_the_global_generators_as_torchs_workers_do(
+        synth_root, name):
+    # torch's workers draw the augmentation from generators of their own; so do fastload's
+    # threads: the caller's streams see only what iter() takes
+    dataset = ImageFolder(synth_root / "train", _augmented(name))
+    theirs = _after_iter(TorchDataLoader, dataset, True, "global", 2, True)
+    ours = _after_iter(fastload.DataLoader, dataset, True, "global", 2, True)
+    assert "[replayed draws]" in str(fastload.DataLoader(dataset, batch_size=8).plan)
+    assert ours == theirs
