@@ -1,13 +1,14 @@
 """timm's auto-augmentations and RandomErasing, with their draws private to a thread.
 
 timm's ``RandAugment``, ``AutoAugment`` and ``AugMixAugment`` (``timm.data.auto_augment``)
-draw from Python's ``random`` module and NumPy's global generator. ``timm.data.auto_augment``'s
-module names ``random`` and ``np`` are replaced (once, by :func:`install`) with the stand-ins
-of :mod:`~fastload.pipelines.thread_rng`, which forward to the thread's own generators inside
-``python_rng(seed)`` and to the real modules everywhere else, so other callers see no change.
-Seeding those per sample is exactly what the suffix's seeded-global path does, so a sample
-gets the same draws, and the same image, in any thread (Pillow's operations release the GIL,
-so samples run in parallel).
+draw from that module's globals ``random`` and ``np``. fastload leaves timm's module as it is
+installed: it runs a *twin* of each such transform, bound to a private copy of the module (the
+same source file, executed under another name and kept out of ``sys.modules``) whose ``random``
+and ``np`` are the stand-ins of :mod:`~fastload.pipelines.thread_rng`. Inside
+``python_rng(seed)`` those are the thread's own generators seeded as the suffix's
+seeded-global path seeds the real ones, so a sample gets the same draws, and the same image,
+in any thread (Pillow's operations release the GIL, so samples run in parallel). Any other
+caller of timm, in any thread, sees timm's own module and the global generators.
 
 timm's ``RandomErasing`` also draws its noise from torch's default generator; its replay
 makes the same calls with the thread's ``random.Random`` and the sample's explicit
@@ -16,10 +17,15 @@ generator.
 
 from __future__ import annotations
 
+import copy
+import functools
+import importlib.util
 import math
 import random
-import threading
+import re
+import warnings
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -27,27 +33,79 @@ import torch
 
 from .thread_rng import NUMPY, RANDOM, thread_random
 
-__all__ = ["install", "replay"]
+__all__ = ["replay"]
 
 _AUTO_AUGMENT = frozenset({"RandAugment", "AutoAugment", "AugMixAugment"})
 
-_INSTALL = threading.Lock()
+# timm releases (major, minor) whose auto_augment structure the twins were checked on: ops are
+# AugmentOp objects whose aug_fn/level_fn come from NAME_TO_OP/LEVEL_TO_ARG by op name, held
+# in RandAugment.ops, AugMixAugment.ops and AutoAugment.policy (sub-policy lists).
+_CHECKED = ((0, 9), (1, 0))
 
 
-def install() -> bool:
-    """Point ``timm.data.auto_augment``'s ``random`` and ``np`` at the stand-ins (idempotent);
-    False where that module does not use them as expected (the caller then leaves its
-    transforms on the seeded global generators)."""
-    # Seam: timm's module globals, read at call time by its op and level functions
-    # (timm 0.9 - 1.x). Outside python_rng the stand-ins forward to the real modules.
-    import timm.data.auto_augment as module
+class _NoTwin(Exception):
+    """The transform is not built as the checked timm versions build it."""
 
-    with _INSTALL:
-        if getattr(module, "random", None) is random:
-            module.random = RANDOM
-        if getattr(module, "np", None) is np:
-            module.np = NUMPY
-        return module.random is RANDOM and module.np is NUMPY
+
+@functools.lru_cache(maxsize=1)
+def _private_module() -> ModuleType | None:
+    """A private copy of ``timm.data.auto_augment`` drawing through the stand-ins, or None
+    (with one warning) for a timm release the twins were not checked on."""
+    # Seam: timm's module globals, read at call time by its op and level functions.
+    import timm
+    import timm.data.auto_augment as real
+
+    found = re.match(r"(\d+)\.(\d+)", getattr(timm, "__version__", ""))
+    version = (int(found[1]), int(found[2])) if found else None
+    spec = importlib.util.spec_from_file_location("_fastload_timm_auto_augment", real.__file__)
+    if version not in _CHECKED or spec is None or spec.loader is None:
+        warnings.warn(f"fastload: timm {getattr(timm, '__version__', '?')} is not a release "
+                      f"fastload's thread-private replay of its auto-augmentations was checked on "
+                      f"({', '.join(f'{a}.{b}' for a, b in _CHECKED)}): its RandAugment, "
+                      "AutoAugment and AugMix run on the seeded global generators instead (same "
+                      "images, in next() or in worker processes, slower)", stacklevel=3)
+        return None
+    module = importlib.util.module_from_spec(spec)
+    module.__package__ = real.__package__  # its relative imports, if any, resolve to timm's
+    spec.loader.exec_module(module)
+    if module.random is not random or module.np is not np:
+        return None
+    module.random, module.np = RANDOM, NUMPY
+    return module
+
+
+def _twin(obj: Any, real: ModuleType, private: ModuleType) -> Any:
+    """``obj`` (a timm auto-augment object) re-bound to ``private``'s classes and functions."""
+    name = type(obj).__name__
+    if type(obj) is not getattr(real, name, None):  # a subclass, or not timm's
+        raise _NoTwin(name)
+    twin = copy.copy(obj)
+    twin.__class__ = getattr(private, name)
+    if name == "AugmentOp":
+        for attr, table in (("aug_fn", "NAME_TO_OP"), ("level_fn", "LEVEL_TO_ARG")):
+            if getattr(obj, attr) is not getattr(real, table).get(obj.name, _NoTwin):
+                raise _NoTwin(f"{name}.{attr}")  # a function timm's table does not hold
+            setattr(twin, attr, getattr(private, table)[obj.name])
+    elif name in ("RandAugment", "AugMixAugment"):
+        twin.ops = [_twin(op, real, private) for op in obj.ops]
+    elif name == "AutoAugment":
+        twin.policy = [[_twin(op, real, private) for op in sub] for sub in obj.policy]
+    else:
+        raise _NoTwin(name)
+    return twin
+
+
+def _thread_twin(t: Any) -> Any:
+    """``t``'s twin drawing through the thread's generators, or None where it has none."""
+    private = _private_module()
+    if private is None:
+        return None
+    import timm.data.auto_augment as real
+
+    try:
+        return _twin(t, real, private)
+    except (_NoTwin, AttributeError, TypeError):
+        return None
 
 
 def replay(t: Any) -> Callable[[Any, torch.Generator], Any] | None:
@@ -55,11 +113,12 @@ def replay(t: Any) -> Callable[[Any, torch.Generator], Any] | None:
     :func:`~fastload.pipelines.thread_rng.python_rng`), or None."""
     cls = type(t)
     if cls.__module__ == "timm.data.auto_augment" and cls.__name__ in _AUTO_AUGMENT:
-        if not install():
+        own = _thread_twin(t)
+        if own is None:
             return None
 
         def run(x: Any, gen: torch.Generator) -> Any:
-            return t(x)
+            return own(x)
     elif cls.__module__ == "timm.data.random_erasing" and cls.__name__ == "RandomErasing":
         def run(x: Any, gen: torch.Generator) -> Any:
             if not isinstance(x, torch.Tensor) or x.ndim != 3:

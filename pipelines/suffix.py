@@ -11,9 +11,13 @@ auto-augmentations, a ``Lambda``) receives a PIL image made from it.
 Random draws: each sample runs with torch's default generator, Python's ``random`` and
 NumPy's global generator seeded from that sample's seed, so a sample's augmentation depends
 only on its seed. Samples of transforms :mod:`~fastload.pipelines.augment` replays with an
-explicit generator run in parallel threads (torch ops release the GIL); the rest run in
-worker processes (:func:`process_pool`, started by ``forkserver``), or, without one, one at a time in the
-calling thread, the global generators' states restored after each batch.
+explicit generator run in parallel threads (torch ops release the GIL), each drawing from
+generators of its own; the rest run in worker processes (:func:`process_pool`, started by
+``forkserver``), or, without one, one at a time in the calling thread, the global generators'
+states restored after the batch. That calling thread must be the one whose code owns those
+generators, while that code waits (the loader's ``next()``): never a background thread while
+the caller's code runs, which would see its draws mixed with the samples' and rolled back.
+Threads whose names start with ``fastload`` are refused that path.
 
 The suffix's last per-channel steps (dtype conversion, ``Normalize``; :mod:`.tail`) run as one
 table lookup per channel that writes each sample into the batch tensor (their exact values),
@@ -158,7 +162,7 @@ class Suffix:
         their outputs are not written into ``out``)."""
         n = len(seeds)
         slots = [None] * n if out is None else list(out.unbind(0))
-        if pool is not None and n > 1:
+        if pool is not None and (n > 1 or not self.threaded):
             if self.threaded:
                 done = list(pool.map(lambda j: self._sample(images[j], seeds[j], slots[j], True),
                                      range(n)))
@@ -169,6 +173,11 @@ class Suffix:
         elif self.threaded:
             done = [self._sample(images[j], seeds[j], slots[j], True) for j in range(n)]
         else:
+            if threading.current_thread().name.startswith("fastload"):
+                raise RuntimeError(
+                    "fastload bug: a suffix on the seeded global generators was run in the "
+                    f"background thread {threading.current_thread().name!r}; it must run on "
+                    "the caller's thread, in next(), or in worker processes")
             with _GLOBAL_RNG:
                 saved = (torch.default_generator.get_state(), random.getstate(),
                          np.random.get_state())

@@ -2,9 +2,11 @@
 
 The loader decides the batches (order, sampling, resume); this iterator reads their encoded
 samples, keeps ``prefetch_factor`` of them in the decoder and turns each into ``[images,
-labels]``. On the CPU, a batch's torch suffix and custom collate run in a stage thread one
-batch ahead, so they overlap the caller's training step; batches, errors and the position
-``state_dict`` records still come strictly in order.
+labels]``. On the CPU, a batch's torch suffix runs in a stage thread one batch ahead, so it
+overlaps the caller's training step, when it leaves the global generators alone
+(``SampleStage.beside_caller``); else it runs in ``next()``, on the caller's thread, as does
+a custom collate. Batches, errors and the position ``state_dict`` records still come
+strictly in order.
 """
 
 from __future__ import annotations
@@ -46,7 +48,10 @@ class _EpochIterator:
         self._loader = loader
         self._pid = os.getpid()
         self._source = loader._source
-        self._epoch = loader._order.start_epoch()
+        from fastload.loader.iter_draws import begin_epoch
+
+        # torch's iter() draws from the global generators; so does this, no more, no less
+        self._epoch, self._at_first_next = begin_epoch(loader)
         if loader._order.own is not None:
             max_batch = loader.batch_size
         elif loader.batch_size is not None:
@@ -65,7 +70,7 @@ class _EpochIterator:
             self._decoder.reset()
         self._depth = max(1, loader.prefetch_factor or 2)
         self._queue: deque[_Batch] = deque()
-        # Outcomes not yet handed out, in order: ("batch", (batch, result or Future)),
+        # Outcomes not yet handed out, in order: ("batch", (batch, result, Future or _Later)),
         # ("skip", None) for a batch whose samples were all skipped, ("error", exception).
         self._out: deque[tuple[str, Any]] = deque()
         # On the CPU the sample stage of a batch runs in a thread of its own while the caller
@@ -92,6 +97,9 @@ class _EpochIterator:
         if not self._active:
             raise RuntimeError("this DataLoader iterator was superseded by a newer iter() on "
                                "the same loader (one epoch runs at a time per loader)")
+        if self._at_first_next is not None:  # torch's RandomSampler draws at its first index
+            draw, self._at_first_next = self._at_first_next, None
+            draw()
         while True:
             out = self._out
             # Hand out the oldest outcome once `ahead` batches are being made behind it (or
@@ -138,27 +146,30 @@ class _EpochIterator:
             return self.__next__()
         head, made = value
         self._loader.last_batch_indices = list(head.indices)
-        return made.result() if isinstance(made, Future) else made
+        prepared = made.result() if isinstance(made, Future | _Later) else made
+        return self._loader._stage.finish(prepared)  # a custom collate: here, as torch's
 
     def _stage_batch(self, batch: _Batch, images: torch.Tensor) -> Any:
-        """The batch for ``images``, or a Future of it when the loader's sample stage (torch
-        suffix, custom collate) runs in this iterator's stage thread."""
+        """What the loader's sample stage prepares for ``images`` (see ``SampleStage``): a
+        Future of it when it runs in this iterator's stage thread, beside the caller's step;
+        a ``_Later`` when it must wait for ``next()`` to hand the batch out, on the caller's
+        thread (it would touch the global generators)."""
         stage = self._loader._stage
         if not (self._ahead and stage.active):
             return self._deliver(batch, images)
+        if not stage.beside_caller:
+            return _Later(self._deliver, batch, images)
         if self._stage_thread is None:
-            # two threads where a batch's collate may overlap the next batch's suffix
-            workers = 2 if stage.concurrent else 1
-            self._stage_thread = ThreadPoolExecutor(workers, thread_name_prefix="fastload-stage")
-        return self._stage_thread.submit(self._deliver, batch, images, stage.ticket())
+            self._stage_thread = ThreadPoolExecutor(1, thread_name_prefix="fastload-stage")
+        return self._stage_thread.submit(self._deliver, batch, images)
 
-    def _deliver(self, batch: _Batch, images: torch.Tensor, ticket: int | None = None) -> Any:
+    def _deliver(self, batch: _Batch, images: torch.Tensor) -> Any:
         loader = self._loader
         if loader._stage.active:  # a torch suffix or a custom collate_fn: see loader/plan.py
             from fastload.loader.plan import sample_labels
 
             labels = sample_labels(self._source, batch.indices)
-            return loader._stage(images, labels, batch.seed, ticket)
+            return loader._stage.prepare(images, labels, batch.seed)
         labels = self._source.labels(batch.indices)
         if images.device.type == "cuda" and isinstance(labels, torch.Tensor):
             labels = labels.to(images.device, non_blocking=True)
@@ -294,6 +305,16 @@ class _EpochIterator:
         order = self._loader._order
         if order.current is self._epoch:
             order.finish_epoch()
+
+
+class _Later:
+    """A call made when its batch is handed out (``result()``, in ``next()``)."""
+
+    def __init__(self, fn: Any, *args: Any) -> None:
+        self._fn, self._args = fn, args
+
+    def result(self) -> Any:
+        return self._fn(*self._args)
 
 
 def _last_line(err: BaseException) -> str:

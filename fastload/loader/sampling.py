@@ -24,16 +24,17 @@ the same number of batches (as DDP's lock-step does).
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import numpy as np
 import torch
 from torch.utils.data import Sampler
 
-__all__ = ["BatchOrder", "EpochSampler", "mix_seed", "distributed_settings", "shared_base_seed"]
+__all__ = ["BatchOrder", "EpochSampler", "mix_seed", "distributed_settings", "rank_zero_seed"]
 
 _MASK64 = (1 << 64) - 1
 STATE_VERSION = 1
@@ -54,13 +55,9 @@ def distributed_settings() -> tuple[int, int]:
     return 1, 0
 
 
-def shared_base_seed(seed: int | None, generator: torch.Generator | None) -> int:
-    """The loader's base seed: ``seed`` when given, else one int64 drawn from ``generator``
-    (or from torch's default generator when that is None, as torch's DataLoader draws its
-    base seed). Under torch.distributed rank 0's value is broadcast, so all ranks agree."""
-    if seed is not None:
-        return int(seed)
-    value = int(torch.empty((), dtype=torch.int64).random_(generator=generator).item())
+def rank_zero_seed(value: int) -> int:
+    """``value`` as rank 0 of the default process group has it (broadcast), so that every
+    rank draws the same order; ``value`` itself without torch.distributed."""
     world_size, _ = distributed_settings()
     if world_size > 1:
         import torch.distributed as dist
@@ -77,7 +74,7 @@ class EpochSampler(Sampler[int]):
     like DistributedSampler when ``num_replicas > 1`` (padding rule in the module docstring).
     """
 
-    def __init__(self, num_items: int, *, shuffle: bool, seed: int, num_replicas: int = 1,
+    def __init__(self, num_items: int, *, shuffle: bool, seed: int | None, num_replicas: int = 1,
                  rank: int = 0, drop_last: bool = False) -> None:
         if not 0 <= rank < num_replicas:
             raise ValueError(f"rank should be in [0, {num_replicas}), but got rank={rank}")
@@ -98,8 +95,12 @@ class EpochSampler(Sampler[int]):
     def epoch_order(self) -> np.ndarray:
         """The current epoch's global order of all ``num_items`` indices (int64), unsharded."""
         if self.shuffle:
+            seed = self.seed
+            if seed is None:  # iterated before the loader's first iter() drew the base seed:
+                # a permutation of its own, its seed drawn as torch's RandomSampler draws one
+                seed = int(torch.empty((), dtype=torch.int64).random_().item())
             gen = torch.Generator()
-            gen.manual_seed(mix_seed(self.seed, self.epoch))
+            gen.manual_seed(mix_seed(seed, self.epoch))
             return torch.randperm(self.num_items, generator=gen).numpy()
         return np.arange(self.num_items, dtype=np.int64)
 
@@ -156,6 +157,20 @@ class _Epoch:
         self._pulled.popleft()
         self.yielded += 1
 
+    def pull_ahead(self, count: int) -> None:
+        """Take the next ``count`` batches from the sampler now (as torch's loader with workers
+        does at ``iter()``); ``next()`` still returns them in order."""
+        ahead = list(itertools.islice(self._batches, count))
+        self._batches = itertools.chain(ahead, self._batches)
+
+    def at_end(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` when a pull finds the batches run out."""
+        def batches(rest: Iterator[list[int]]) -> Iterator[list[int]]:
+            yield from rest
+            callback()
+
+        self._batches = batches(self._batches)
+
     def remaining(self) -> list[list[int]]:
         """Every batch not yet yielded, in order. Consumes the underlying sampler iterator."""
         rest = list(self._batches)
@@ -177,12 +192,13 @@ class BatchOrder:
     """
 
     def __init__(self, batch_sampler: Iterable[list[int]], own: EpochSampler | None,
-                 batch_size: int | None, drop_last: bool, seed: int, num_items: int) -> None:
+                 batch_size: int | None, drop_last: bool, seed: int | None,
+                 num_items: int) -> None:
         self.batch_sampler = batch_sampler
         self.own = own
         self.batch_size = batch_size
         self.drop_last = drop_last
-        self.seed = seed
+        self.seed = seed  # None until the first iter() draws it (fastload.loader.iter_draws)
         self.num_items = num_items
         self.next_epoch = 0
         self.current: _Epoch | None = None
@@ -196,8 +212,16 @@ class BatchOrder:
             self._resume = None
         self.next_epoch = epoch
 
-    def start_epoch(self) -> _Epoch:
-        """Begin the next epoch (or the resumed one) and return its batch stream."""
+    def set_seed(self, seed: int) -> None:
+        """Fix the base seed of the order and the augmentation (and the own sampler's)."""
+        self.seed = int(seed)
+        if self.own is not None:
+            self.own.seed = self.seed
+
+    def start_epoch(self, sampler_iters: int = 1) -> _Epoch:
+        """Begin the next epoch (or the resumed one) and return its batch stream;
+        ``sampler_iters``: how many times a user's batch sampler is ``iter()``-ed (the last
+        iterator is used), as torch's loader calls it twice when it has workers."""
         resume, self._resume = self._resume, None
         epoch = resume["epoch"] if resume else self.next_epoch
         self.next_epoch = epoch + 1
@@ -215,6 +239,8 @@ class BatchOrder:
             self.own.set_epoch(epoch)
             batches = self._own_batches(start, self._offset)
         else:
+            for _ in range(sampler_iters - 1):
+                iter(self.batch_sampler)
             batches = iter(self.batch_sampler)
             if start:  # a resume without stored batches: replay and skip
                 for _ in range(start):
@@ -294,9 +320,8 @@ class BatchOrder:
                     "which torch's sampler cannot re-shard; resume with world_size="
                     f"{state.get('world_size')}, or pass no sampler so that fastload shards "
                     "and resumes at any world size")
-        self.seed = int(state["seed"])
-        if self.own is not None:
-            self.own.seed = self.seed
+        if state["seed"] is not None:  # None: saved before the first iter() drew it
+            self.set_seed(state["seed"])
         self.current = None
         self.next_epoch = int(state["epoch"])
         resumable = (state["batches_yielded"] > 0 or state["remaining"] is not None
@@ -334,6 +359,8 @@ def _check_state_fields(state: dict[str, Any]) -> None:
         if key not in state:
             raise ValueError(f"state has no {key!r}; pass what DataLoader.state_dict() returned")
         value = state[key]
+        if key == "seed" and value is None:
+            continue
         if isinstance(value, bool) or not isinstance(value, numbers.Integral):
             raise TypeError(f"state field {key} should be an integer, but got {key}={value!r}")
         if key != "seed" and value < 0:
