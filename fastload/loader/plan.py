@@ -138,10 +138,14 @@ class SampleStage:
             self._wait_turn(ticket)
             return self.collate_fn(pairs)  # returned as it comes, as torch does
         finally:
-            if ticket is not None:
-                with self._turns:  # a batch that failed must not hold up the later ones
-                    self._finished = max(self._finished, ticket + 1)
-                    self._turns.notify_all()
+            self.release(ticket)
+
+    def release(self, ticket: int | None) -> None:
+        """Batch ``ticket`` is done (collated, or failed before): later collates may run."""
+        if ticket is not None:
+            with self._turns:  # a batch that failed must not hold up the later ones
+                self._finished = max(self._finished, ticket + 1)
+                self._turns.notify_all()
 
     def _wait_turn(self, ticket: int | None) -> None:
         """Return once every ticket before ``ticket`` is finished (its collate done)."""
@@ -182,7 +186,8 @@ class SampleStage:
     def _default_batch(self, samples: list[Any], written: list[bool], out: torch.Tensor | None,
                        labels: list[Any]) -> Any:
         if out is not None and all(written):  # the batch is already in place: only labels
-            batch = [out, default_collate(labels)]
+            # a tuple, as default_collate sees the labels of its (image, label) pairs
+            batch = [out, default_collate(tuple(labels))]
         else:
             batch = default_collate(list(zip(samples, labels, strict=True)))
         if batch[0].device.type == "cuda":
