@@ -9,8 +9,12 @@ reader pickled into a DataLoader worker reopens the file there. Labels come from
 from __future__ import annotations
 
 import json
+import operator
 import os
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 from fastload.data.datum import datum_fields
 from fastload.data.format import (
@@ -30,6 +34,23 @@ from fastload.data.format import (
 from fastload.data.lmdb_meta import check_data_file
 
 MAX_READERS = 1024
+
+
+def record_index(index: Any, count: int, path: str | os.PathLike) -> int:
+    """``index`` as a record number in ``[0, count)``: an integer (``int``, a NumPy integer,
+    an integer tensor of one element; not a bool), negative counting from the end. TypeError
+    or IndexError, naming ``path``, otherwise."""
+    if isinstance(index, bool | np.bool_):
+        raise TypeError(f"record index must be an int, but got {type(index).__name__}")
+    try:
+        number = operator.index(index)
+    except TypeError:
+        raise TypeError(f"record index must be an int, but got {type(index).__name__} "
+                        f"{index!r}") from None
+    if not -count <= number < count:
+        raise IndexError(f"record index {number} is out of range for {str(path)!r} "
+                         f"({count} records)")
+    return number + count if number < 0 else number
 
 # py-lmdb refuses to open one environment twice in a process, and a forked child inherits
 # the parent's handle (unusable there by LMDB's rules). So read-only environments are
@@ -229,15 +250,7 @@ class LMDBReader:
 
     def key(self, index: int) -> bytes:
         """The LMDB key of record ``index`` (negative indices count from the end)."""
-        if not isinstance(index, int) or isinstance(index, bool):
-            raise TypeError(f"record index must be an int, but got {type(index).__name__}")
-        if index < 0:
-            index += self._count
-        if not 0 <= index < self._count:
-            raise IndexError(
-                f"record index {index} is out of range for {str(self.path)!r} ({self._count} records)"
-            )
-        return record_key(index)
+        return record_key(record_index(index, self._count, self.path))
 
     def record(self, index: int) -> bytes:
         """The raw Datum value of record ``index``."""

@@ -23,7 +23,7 @@ from fastload.data.manifest import (
     manifest_path,
     pending_shards,
 )
-from fastload.data.reader import LMDBReader, load_sidecar_array
+from fastload.data.reader import LMDBReader, load_sidecar_array, record_index
 from fastload.data.verify import VerifyReport
 
 __all__ = ["SetVerifyReport", "ShardedReader", "open_reader", "verify_set"]
@@ -77,13 +77,7 @@ class ShardedReader:
 
     def locate(self, index: int) -> tuple[int, int]:
         """``(shard, record within it)`` of global ``index`` (negative counts from the end)."""
-        if not isinstance(index, int) or isinstance(index, bool):
-            raise TypeError(f"record index must be an int, but got {type(index).__name__}")
-        if index < 0:
-            index += self._count
-        if not 0 <= index < self._count:
-            raise IndexError(f"record index {index} is out of range for {str(self.path)!r} "
-                             f"({self._count} records)")
+        index = record_index(index, self._count, self.path)
         shard = bisect.bisect_right(self._starts, index) - 1
         return shard, index - self._starts[shard]
 

@@ -7,6 +7,12 @@ overlaps the caller's training step, when it leaves the global generators alone
 (``SampleStage.beside_caller``); else it runs in ``next()``, on the caller's thread, as does
 a custom collate. Batches, errors and the position ``state_dict`` records still come
 strictly in order.
+
+An error belongs to its batch, as in torch's loader: whatever fails while a batch is made
+ahead (its sampler, an index, a read, the decode, ``target_transform``, the suffix or
+collate) is kept as that batch's outcome and raised at its turn, after every batch before
+it; the next ``next()`` goes on with the batch after it (after the sampler itself raised,
+the epoch ends there, as torch's single-process loader's does).
 """
 
 from __future__ import annotations
@@ -18,6 +24,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
+from PIL.Image import DecompressionBombError
+from torch.utils.data import default_collate
 
 from fastload.loader.damage import DamageCheck, damage_reason
 from fastload.loader.sampling import mix_seed
@@ -38,6 +46,8 @@ class _Batch:
     submitted: bool = False
     strict: bool = False  # decoded strictly: damaged JPEG data fails it (see loader/damage)
     unchecked: list[tuple[int, Any]] = field(default_factory=list)  # (index, stamp) to mark
+    empty: bool = False  # the sampler gave no index: collated as torch collates []
+    pulled: bool = True  # False for the error of a sampler that raised instead of a batch
 
 
 class _EpochIterator:
@@ -70,9 +80,11 @@ class _EpochIterator:
             self._decoder.reset()
         self._depth = max(1, loader.prefetch_factor or 2)
         self._queue: deque[_Batch] = deque()
-        # Outcomes not yet handed out, in order: ("batch", (batch, result, Future or _Later)),
-        # ("skip", None) for a batch whose samples were all skipped, ("error", exception).
-        self._out: deque[tuple[str, Any]] = deque()
+        # Outcomes not yet handed out, in order, each (kind, value, pulled): ("batch",
+        # (batch, result, Future or _Later)), ("skip", None) for a batch whose samples were all
+        # skipped, ("empty", None) for an empty batch, ("error", exception). ``pulled``:
+        # whether it stands for a batch of the epoch (False for a sampler's own error).
+        self._out: deque[tuple[str, Any, bool]] = deque()
         # On the CPU the sample stage of a batch runs in a thread of its own while the caller
         # works on the previous batch (one batch ahead); on a GPU it runs in __next__.
         self._ahead = 1 if loader.device.type == "cpu" else 0
@@ -125,25 +137,36 @@ class _EpochIterator:
                         self._damage.mark_intact(self._source, head.indices, head.unchecked)
                 except BaseException as err:
                     self._queue.popleft()  # the batch is consumed, as in torch
-                    out.append(("error", err))
+                    out.append(("error", err, True))
                     continue
             self._queue.popleft()
             if head.error is not None:
-                out.append(("error", head.error))
+                out.append(("error", head.error, head.pulled))
+            elif head.empty:
+                out.append(("empty", None, True))
             elif images is None:  # every sample of the batch was skipped
-                out.append(("skip", None))
+                out.append(("skip", None, True))
             else:
                 self._fill()
-                out.append(("batch", (head, self._stage_batch(head, images))))
+                try:
+                    made = self._stage_batch(head, images)
+                except Exception as err:  # e.g. target_transform: raised at the batch's turn
+                    out.append(("error", err, True))
+                else:
+                    out.append(("batch", (head, made), True))
 
     def _pop_outcome(self) -> Any:
-        """The oldest outcome, in order: a batch, or the error its reading raised."""
-        kind, value = self._out.popleft()
-        self._epoch.mark_yielded()
+        """The oldest outcome, in order: a batch, or the error its making raised."""
+        kind, value, pulled = self._out.popleft()
+        if pulled:
+            self._epoch.mark_yielded()
         if kind == "error":
             raise value
         if kind == "skip":
             return self.__next__()
+        if kind == "empty":  # torch calls collate_fn([]): default_collate raises IndexError
+            self._loader.last_batch_indices = []
+            return (self._loader.collate_fn or default_collate)([])
         head, made = value
         self._loader.last_batch_indices = list(head.indices)
         prepared = made.result() if isinstance(made, Future | _Later) else made
@@ -182,16 +205,29 @@ class _EpochIterator:
         """Submit batches that wait (after an error) and pull new ones up to the depth."""
         for batch in self._queue:
             if not batch.submitted and batch.indices:
-                self._submit(batch)
+                self._submit_ahead(batch)
         while len(self._queue) < self._depth and not self._exhausted:
-            pulled = self._epoch.next()
+            try:
+                pulled = self._epoch.next()
+            except Exception as err:  # the sampler raised: its error ends the epoch
+                self._exhausted = True
+                self._queue.append(_Batch(-1, [], [], [], 0, error=err, pulled=False))
+                break
             if pulled is None:
                 self._exhausted = True
                 break
             batch = self._read(*pulled)
             self._queue.append(batch)
             if batch.indices:
-                self._submit(batch)
+                self._submit_ahead(batch)
+
+    def _submit_ahead(self, batch: _Batch) -> None:
+        """Submit a batch made ahead; what its parameters' draw raises (a crop larger than
+        an image, say) becomes the batch's error, raised at its turn."""
+        try:
+            self._submit(batch)
+        except ValueError as err:
+            batch.error, batch.indices = err, []
 
     def _submit(self, batch: _Batch) -> None:
         gen = torch.Generator()
@@ -203,12 +239,17 @@ class _EpochIterator:
     def _read(self, position: int, indices: list[int]) -> _Batch:
         loader = self._loader
         seed = mix_seed(loader._order.seed, self._epoch.epoch, loader._rank, position)
-        batch = _Batch(position, [], [], [], seed)
-        for i in indices:
+        batch = _Batch(position, [], [], [], seed, empty=not indices)
+        for raw in indices:
+            try:  # an index the dataset would refuse (2.5, 999) fails its batch in both modes
+                i = self._source.index(raw)
+            except (TypeError, IndexError) as err:
+                batch.error = err
+                return batch
             try:
                 data, size = self._source.read(i)
             except Exception as err:
-                if not isinstance(err, OSError | SampleError):
+                if not isinstance(err, OSError | SampleError | DecompressionBombError):
                     name = self._source.name(i)
                     err = SampleError(f"sample {i}: cannot read {name}: {err}", [name])
                 if loader.on_error == "raise":

@@ -194,7 +194,8 @@ class SampleStage:
     def _default_batch(self, samples: list[Any], written: list[bool], out: torch.Tensor | None,
                        labels: list[Any]) -> Any:
         if out is not None and all(written):  # the batch is already in place: only labels
-            batch = [out, default_collate(labels)]
+            # a tuple, as default_collate sees the labels of its (image, label) pairs
+            batch = [out, default_collate(tuple(labels))]
         else:
             batch = default_collate(list(zip(samples, labels, strict=True)))
         if batch[0].device.type == "cuda":

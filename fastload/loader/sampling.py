@@ -147,7 +147,7 @@ class _Epoch:
         batch = next(self._batches, None)
         if batch is None:
             return None
-        batch = [int(i) for i in batch]
+        batch = list(batch)  # as the sampler gave them: the loader checks each index
         self._pulled.append(batch)
         self.position += 1
         return self.position - 1, batch
@@ -284,7 +284,8 @@ class BatchOrder:
             else:
                 rest = cur.remaining()
                 state["remaining"] = {
-                    "indices": torch.tensor([i for b in rest for i in b], dtype=torch.int64),
+                    "indices": torch.tensor([int(i) for b in rest for i in b],
+                                            dtype=torch.int64),
                     "batch_sizes": torch.tensor([len(b) for b in rest], dtype=torch.int64),
                 }
         return state
