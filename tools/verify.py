@@ -9,14 +9,18 @@ import argparse
 def add_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "verify",
-        help="check a fastload LMDB: count, checksums, decodes",
+        help="check a fastload LMDB or sharded set: count, checksums, decodes",
         description=(
             "Check DST: the record count against its metadata, every record's CRC-32 and "
             "label, and that a seeded sample of records (all with --full) decodes to the "
-            "size the record states. Exits non-zero and lists the bad keys on any problem."
+            "size the record states. A sharded set: first what opening it checks (the "
+            "manifest, paths inside the set, ranges, labels), then each shard's sidecar "
+            "against the manifest and every record of the shard folder it reads; the summary "
+            "says what was checked. Exits non-zero and lists the bad keys on any problem."
         ),
     )
-    parser.add_argument("dst", metavar="DST", help="LMDB directory written by fastload convert")
+    parser.add_argument("dst", metavar="DST",
+                        help="LMDB directory or sharded set written by fastload convert")
     parser.add_argument("--full", action="store_true", help="decode every record")
     parser.add_argument("--sample", type=int, default=64, metavar="N",
                         help="records to decode without --full (default: 64)")
