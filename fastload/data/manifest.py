@@ -8,7 +8,8 @@ A sharded set is a directory::
       shard-00002-of-00003/
       fastload-set.json       the manifest, written last, atomically (temp file + rename)
       labels.i32              every record's label in global order (one read opens the set)
-      .fastload-set.lock      serialises the processes that try to complete the manifest
+      .fastload-set.lock      serialises the processes that claim shards or complete the
+                              manifest (see dst_lock.set_lock)
 
 Shard ``k`` holds source files ``[k * n // N, (k + 1) * n // N)`` of the ``n`` files of the
 source, in source order, so global index ``i`` is record ``i - start`` of the shard whose
@@ -16,12 +17,15 @@ source, in source order, so global index ``i`` is record ``i - start`` of the sh
 manifest lists, per shard, its directory, record count, range, checksum file and that
 file's CRC-32, plus the set's class names, source fingerprint and options. It exists only
 once every shard is complete; whichever process finds them all complete first writes it.
+What a manifest may hold, and what reading a set checks: :mod:`fastload.data.manifest_schema`
+and :mod:`fastload.data.shards`.
 """
 
 from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -226,7 +230,8 @@ def build_manifest(root: Path, count: int):
 
 
 def complete_manifest(root: str | os.PathLike, count: int | None = None, *,
-                      rebuild: bool = False, vet=None) -> dict | None:
+                      rebuild: bool = False,
+                      vet: Callable[[Path], None] | None = None) -> dict | None:
     """Write the manifest when every shard is complete and return it (None while some are
     not). Safe to call from many processes at once: the set's lock file serialises them, the
     set's labels and the manifest are written to temporary files and renamed, manifest last.
