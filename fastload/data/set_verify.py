@@ -70,7 +70,7 @@ def verify_set(path: str | os.PathLike, full: bool = False, sample: int = 64,
                              manifest_written=written, repaired=repaired)
     total = max(1, report.expected)
     matched = 0
-    for k, entry in enumerate(reader._entries):
+    for k, entry in enumerate(reader.entries):
         try:
             shard = reader.shard_reader(k)  # the checks of a shard's first read
         except (OSError, ValueError) as exc:

@@ -64,13 +64,17 @@ class ShardedReader:
         labels = load_sidecar_array(self.path, self.meta, "labels", SET_LABELS_FILE,
                                     LABELS_DTYPE, fix)
         check_label_range(labels, len(self.classes), self.path / SET_LABELS_FILE, fix)
-        self._labels = labels
         self.targets: list[int] = labels.astype(np.int64).tolist()
         self._readers: dict[int, LMDBReader] = {}
 
     @property
     def num_shards(self) -> int:
         return len(self._entries)
+
+    @property
+    def entries(self) -> list[ShardEntry]:
+        """The manifest's shard entries, as checked at open (path, real folder, range)."""
+        return list(self._entries)
 
     @property
     def opened_shards(self) -> list[int]:
