@@ -48,7 +48,8 @@ def test_the_same_command_after_a_kill_keeps_finished_shards_and_finishes_the_re
     done = subprocess.run(command(source, dst), capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "finished shard(s) 0 found from an earlier run: checked and kept" in done.stdout
-    assert "resumed a partial conversion" in done.stdout
+    # killed after shard 1's 2nd commit, before its progress record: redone from file 25
+    assert "resumed a partial conversion at file 25" in done.stdout
     assert "manifest written (61 records in 3 shards)" in done.stdout
     assert records(dst) == records(sharded_set)
     assert verify_set(dst, full=True).ok
@@ -93,7 +94,8 @@ def test_a_full_disk_in_the_second_shard_is_one_error_and_the_rerun_resumes(
     assert err.value.errno == errno.ENOSPC and not (dst / MANIFEST_FILE).exists()
     monkeypatch.setattr(writer, "write_json_atomic", real)
     report = convert_folder(source, dst, workers=1, progress=False, shards=3, commit_every=5)
-    assert report.finished_shards == [0] and report.resumed and report.resumed_from == 5
+    assert report.finished_shards == [0] and report.resumed
+    assert report.resumed_from == 25  # shard 1 starts at file 20; its first commit held
     assert report.manifest is not None and report.manifest["count"] == 61
     assert records(dst) == records(sharded_set)
     assert verify_set(dst, full=True).ok

@@ -156,8 +156,8 @@ def _add_shard(total: ConvertReport, report: ConvertReport, begin: int) -> None:
     total.kept += report.kept
     total.reencoded += report.reencoded
     total.errors += [{**e, "index": e["index"] + begin} for e in report.errors]
-    total.resumed = total.resumed or report.resumed
-    total.resumed_from += report.resumed_from
+    if report.resumed and not total.resumed:  # where the set's first unfinished shard was
+        total.resumed, total.resumed_from = True, begin + report.resumed_from
 
 
 def _remove_shard(folder: Path) -> None:
