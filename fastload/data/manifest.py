@@ -133,10 +133,11 @@ def open_manifest(path: str | os.PathLike):
 
 def _read_meta(shard_dir: Path) -> dict | None:
     """A shard's ``fastload.json`` when it says complete, else None (lenient: for listing)."""
+    from fastload.data.reader import MAX_META_BYTES
     from fastload.data.untrusted import read_json
 
     try:
-        meta = read_json(shard_dir / META_FILE, 16 << 20, "")
+        meta = read_json(shard_dir / META_FILE, MAX_META_BYTES, "")
     except (OSError, ValueError):
         return None
     return meta if isinstance(meta, dict) and meta.get("state") == STATE_COMPLETE else None

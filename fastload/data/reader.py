@@ -154,13 +154,14 @@ def class_list_problem(classes: object) -> str | None:
     """Why ``classes`` is not a list of distinct class names (one phrase), or None."""
     if not isinstance(classes, list) or len(classes) > MAX_CLASSES:
         return f"is not a list of at most {MAX_CLASSES} class names"
+    seen: set[str] = set()
     for i, name in enumerate(classes):
         if not isinstance(name, str) or not 0 < len(name) <= MAX_CLASS_NAME:
             return (f"holds {short_repr(name)} at [{i}], not a class name (a string of 1 to "
                     f"{MAX_CLASS_NAME} characters)")
-    if len(set(classes)) != len(classes):
-        twice = next(name for i, name in enumerate(classes) if name in classes[:i])
-        return f"names class {twice!r} twice"
+        if name in seen:
+            return f"names class {short_repr(name)} twice"
+        seen.add(name)
     return None
 
 
