@@ -80,13 +80,16 @@ def run(args: argparse.Namespace) -> int:
         check_convert_options,
         convert_folder,
     )
-    from fastload.tools.cli import EXIT_FAILURE, EXIT_USAGE, report_error
+    from fastload.data.untrusted import refuse_url
+    from fastload.tools.cli import EXIT_FAILURE, EXIT_USAGE, printable, report_error
 
     if args.commit_every is not None and args.commit_every <= 0:
         print(f"fastload convert: error: --commit-every should be a positive number of files, "
               f"but got {args.commit_every}", file=sys.stderr)
         return 2
     try:
+        refuse_url(args.src, "SRC")
+        refuse_url(args.dst, "DST")
         check_convert_options(
             workers=args.workers, max_side=args.max_side, quality=args.quality,
             check=args.check, shards=args.shards, shard_index=args.shard_index)
@@ -106,22 +109,27 @@ def run(args: argparse.Namespace) -> int:
     except (ConvertError, OSError, ValueError) as exc:
         return report_error("convert", exc, _FLAGS, EXIT_FAILURE)
     except KeyboardInterrupt:
-        print(f"fastload convert: interrupted; rerun the same command to resume into {args.dst}",
-              file=sys.stderr)
+        print(f"fastload convert: interrupted; rerun the same command to resume into "
+              f"{printable(args.dst)}", file=sys.stderr)
         return 130
     resumed = (f" (resumed a partial conversion at file {report.resumed_from})"
                if report.resumed else "")
     print(f"{report.summary()} in {report.seconds:.1f} s{resumed}; "
-          f"{report.kept} kept as they were, {report.reencoded} re-encoded -> {report.path}")
+          f"{report.kept} kept as they were, {report.reencoded} re-encoded -> "
+          f"{printable(report.path)}")
     if args.shards is not None:
-        print(f"sharded set {report.path}: " + (
+        if report.finished_shards:
+            print(f"finished shard(s) {', '.join(map(str, report.finished_shards))} found "
+                  "from an earlier run: checked and kept")
+        print(f"sharded set {printable(report.path)}: " + (
             f"manifest written ({report.manifest['count']} records in {args.shards} shards)"
             if report.manifest else "manifest pending until every shard is converted"))
     if report.skipped:
-        where = "errors.json in each shard" if args.shards else report.path / "errors.json"
+        where = ("errors.json in each shard" if args.shards
+                 else printable(report.path / "errors.json"))
         print(f"skipped files and reasons: {where}")
         for error in report.errors[:5]:
-            print(f"  {error['path']}: {error['reason']}")
+            print(f"  {printable(error['path'])}: {printable(error['reason'])}")
         if report.skipped > 5:
             print(f"  ... and {report.skipped - 5} more")
     return 0

@@ -21,6 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from fastload.data.convert_sources import list_source
+from fastload.data.dst_lock import unlock_destination
 from fastload.data.format import FORMAT_VERSION, META_FILE, STATE_COMPLETE
 from fastload.data.image_check import (
     CHECKS,
@@ -30,6 +31,7 @@ from fastload.data.image_check import (
     check_file_task_copy,
 )
 from fastload.data.sources.base import iter_records
+from fastload.data.untrusted import refuse_url
 from fastload.data.writer import LMDBWriter, MapFull, prepare_destination
 from fastload.utils.checks import check_positive_int
 
@@ -57,6 +59,7 @@ class ConvertReport:
     resumed_from: int = 0  # source files already done by the interrupted run
     classes: list[str] = field(default_factory=list)
     manifest: dict | None = None  # a sharded set's manifest, once every shard is complete
+    finished_shards: list[int] = field(default_factory=list)  # found finished, checked, kept
 
     def summary(self) -> str:
         return f"stored {self.stored} + skipped {self.skipped} = seen {self.seen}"
@@ -146,6 +149,8 @@ def convert_folder(
     check_convert_options(workers=workers, max_side=max_side, quality=quality,
                           commit_every=commit_every, check=check, shards=shards,
                           shard_index=shard_index)
+    refuse_url(src, "source")
+    refuse_url(dst, "destination")
     start = time.perf_counter()
     src_path = Path(os.path.abspath(src))
     dst_path = Path(os.path.abspath(dst))
@@ -171,6 +176,8 @@ def convert_folder(
     if shards is None:
         report = _convert_one(source.samples, dst_path, identity, total_bytes, overwrite, run)
     else:
+        from fastload.data.convert_shards import convert_shards
+
         report = convert_shards(source.samples, dst_path, identity, total_bytes, overwrite,
                                 run, shards, shard_index)
     report.seconds = time.perf_counter() - start
@@ -179,11 +186,17 @@ def convert_folder(
 
 
 def _convert_one(samples, dst_path: Path, identity: dict, total_bytes: int, overwrite: bool,
-                 run: tuple) -> ConvertReport:
-    """Convert ``samples`` into the one LMDB directory ``dst_path`` (resuming a partial)."""
-    progress_state = prepare_destination(dst_path, identity, overwrite=overwrite)
-    writer = LMDBWriter(dst_path, identity, progress_state,
-                        map_size=_initial_map_size(total_bytes, len(samples)))
+                 run: tuple, progress_state: dict | None = None) -> ConvertReport:
+    """Convert ``samples`` into the one LMDB directory ``dst_path`` (resuming a partial);
+    ``progress_state`` is :func:`prepare_destination`'s answer when the caller took it."""
+    if progress_state is None:
+        progress_state = prepare_destination(dst_path, identity, overwrite=overwrite)
+    try:
+        writer = LMDBWriter(dst_path, identity, progress_state,
+                            map_size=_initial_map_size(total_bytes, len(samples)))
+    except BaseException:
+        unlock_destination(dst_path)
+        raise
     try:
         _run(samples, writer, *run)
     except BaseException:
@@ -196,81 +209,6 @@ def _convert_one(samples, dst_path: Path, identity: dict, total_bytes: int, over
         errors=writer.skipped, kept=kept, reencoded=writer.stored - kept,
         resumed=writer.resumed, resumed_from=writer.resumed_from,
     )
-
-
-def convert_shards(samples, dst_path: Path, identity: dict, total_bytes: int, overwrite: bool,
-                   run: tuple, shards: int, shard_index: int | None) -> ConvertReport:
-    """Convert the shards of a set (all, or ``shard_index`` only), then complete the manifest
-    if every shard is done. The report sums the shards converted by this call."""
-    from fastload.data.manifest import (
-        MANIFEST_FILE,
-        SET_LABELS_FILE,
-        complete_manifest,
-        existing_shard_counts,
-        shard_bounds,
-        shard_folders,
-        shard_name,
-    )
-
-    if shards > max(1, len(samples)):
-        raise ValueError(f"shards={shards} exceeds the {len(samples)} source files; pass at "
-                         "most one shard per file")
-    if (dst_path / META_FILE).exists():
-        raise FileExistsError(f"destination {str(dst_path)!r} is an unsharded fastload "
-                              "database; write the sharded set to a new folder")
-    if dst_path.is_dir():
-        foreign = sorted(e.name for e in os.scandir(dst_path) if not e.name.startswith(
-            (".", "shard-")) and e.name not in (MANIFEST_FILE, SET_LABELS_FILE))
-        if foreign:
-            raise FileExistsError(
-                f"destination {str(dst_path)!r} holds files that are not part of a sharded "
-                f"fastload set ({', '.join(foreign[:3])}); choose a new or empty folder")
-    others = existing_shard_counts(dst_path) - {shards}
-    if others and not overwrite:
-        raise FileExistsError(
-            f"destination {str(dst_path)!r} holds shards of a {min(others)}-shard set; pass "
-            f"shards={min(others)}, or overwrite=True to replace it")
-    dst_path.mkdir(parents=True, exist_ok=True)
-    if overwrite:
-        (dst_path / MANIFEST_FILE).unlink(missing_ok=True)  # the set is no longer complete
-        for name, count in shard_folders(dst_path).items():
-            if count != shards:  # a set of another shard count is replaced, not mixed in
-                _remove_shard(dst_path / name)
-    bounds = shard_bounds(len(samples), shards)
-    todo = range(shards) if shard_index is None else [shard_index]
-    total = ConvertReport(path=dst_path, stored=0, skipped=0, seen=0)
-    for k in todo:
-        begin, stop = bounds[k]
-        shard_identity = {**identity, "shard": {"index": k, "count": shards,
-                                                "source_start": begin, "source_stop": stop}}
-        part = samples[begin:stop]
-        share = total_bytes * len(part) // max(1, len(samples))
-        report = _convert_one(part, dst_path / shard_name(k, shards), shard_identity, share,
-                              overwrite, run)
-        total.stored += report.stored
-        total.skipped += report.skipped
-        total.seen += report.seen
-        total.kept += report.kept
-        total.reencoded += report.reencoded
-        total.errors += [{**e, "index": e["index"] + begin} for e in report.errors]
-        total.resumed = total.resumed or report.resumed
-        total.resumed_from += report.resumed_from
-    total.manifest = complete_manifest(dst_path, shards)
-    return total
-
-
-def _remove_shard(folder: Path) -> None:
-    """Delete a shard folder of fastload files; one holding anything else is refused."""
-    from fastload.data.format import OWNED_FILES
-
-    foreign = [e.name for e in os.scandir(folder) if e.name not in OWNED_FILES]
-    if foreign:
-        raise FileExistsError(f"shard folder {str(folder)!r} holds files that are not part of "
-                              f"a fastload database ({', '.join(sorted(foreign)[:3])}); remove "
-                              "them first")
-    for name in sorted(OWNED_FILES, key=lambda n: n != META_FILE):  # not complete, first
-        (folder / name).unlink(missing_ok=True)
-    folder.rmdir()
 
 
 def _initial_map_size(total_bytes: int, count: int) -> int:

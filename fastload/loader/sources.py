@@ -400,6 +400,9 @@ def resolve_dataset(dataset: Any, transform: Any, target_transform: Any) -> Any:
                 f"set them on the {type(dataset).__name__} itself"
             )
         return dataset
+    from fastload.data.untrusted import refuse_url
+
+    refuse_url(dataset, "dataset path")
     root = pathlib.Path(dataset)
     from fastload.data.manifest import is_sharded_set
 
