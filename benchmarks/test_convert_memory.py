@@ -10,7 +10,10 @@ Run (prints every figure it measured, in one run)::
   small generated photos) in keep-bytes mode; its peak private (anonymous) memory and
   peak RSS are measured. Private growth per file is the state the converter keeps per
   file (the file list), not image data; RSS also counts page-cache pages of the LMDB map
-  the process touched, which the kernel reclaims at will.
+  the process touched, which the kernel reclaims at will. The same for 10,000 and 100,000
+  records of each container source (WebDataset tars, parquet files, a ``datasets``
+  folder; ``source_kinds.py`` writes them), each record a distinct JPEG (the small photos
+  with a numbered comment segment), so parquet cannot deduplicate them.
 * **Rates**: ImageNet-like generated photos (about 450x380, 60-120 KB), in keep-bytes mode
   with 1 process and with 2 shard processes converting in parallel (``shards=2`` with
   ``shard_index`` 0 and 1: keep-bytes work is done by the main process, so processes, not
@@ -32,6 +35,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+import pytest
 
 IMAGENET_IMAGES = 1_281_167  # ILSVRC-2012 train
 IMAGENET_BYTES = 140e9  # about 140 GB of JPEGs
@@ -133,6 +138,43 @@ def test_conversion_memory_is_flat_in_the_number_of_files(request, tmp_path, cap
               f"{peaks[small]['peak_rss'] / 2**20:.1f} -> {peaks[large]['peak_rss'] / 2**20:.1f} "
               f"MiB ({per_file['peak_rss']:.0f} bytes per file)")
     assert per_file["peak_private"] < 1024  # image data held would be ~3 KB per file here
+
+
+def _numbered(photo: bytes, i: int) -> bytes:
+    """``photo`` made unique by a JPEG comment segment (COM) holding ``i``, still kept as is."""
+    body = b"fastload record %08d" % i
+    return photo[:2] + b"\xff\xfe" + (len(body) + 2).to_bytes(2, "big") + body + photo[2:]
+
+
+@pytest.mark.parametrize("kind", ["webdataset", "parquet", "datasets"])
+def test_container_conversion_memory_is_flat_in_the_number_of_records(request, tmp_path, capsys,
+                                                                      kind):
+    pytest.importorskip({"webdataset": "tarfile", "parquet": "pyarrow"}.get(kind, kind))
+    from source_kinds import write_source
+
+    sizes = (500, 5_000) if _smoke(request) else (10_000, 100_000)
+    photos = [p.read_bytes() for p in _photos(tmp_path / "photos", 16, min_side=48, max_side=96)]
+    peaks = {}
+    for count in sizes:
+        items = [(i % 10, _numbered(photos[i % len(photos)], i)) for i in range(count)]
+        src = write_source(kind, items, tmp_path / f"{kind}{count}")
+        del items
+        _, (report,) = _convert_in_children([{"src": str(src), "dst": str(tmp_path / f"db{count}"),
+                                              "workers": 1, "sample_memory": True}])
+        assert report["stored"] == count
+        peaks[count] = report
+    small, large = sizes
+    per_record = {key: (peaks[large][key] - peaks[small][key]) / (large - small)
+                  for key in ("peak_private", "peak_rss")}
+    with capsys.disabled():
+        print(f"\nconvert memory ({kind}, keep-bytes, workers=1), {small:,} -> {large:,} records: "
+              f"peak private {peaks[small]['peak_private'] / 2**20:.1f} -> "
+              f"{peaks[large]['peak_private'] / 2**20:.1f} MiB ({per_record['peak_private']:.0f} "
+              f"bytes per extra record); peak RSS {peaks[small]['peak_rss'] / 2**20:.1f} -> "
+              f"{peaks[large]['peak_rss'] / 2**20:.1f} MiB ({per_record['peak_rss']:.0f} bytes "
+              "per record)")
+    if not _smoke(request):  # at smoke sizes the readers' fixed costs (pyarrow's pool) dominate
+        assert per_record["peak_private"] < 1024  # image data held would be ~2 KB per record
 
 
 def _rate_rows(request, tmp_path) -> dict[str, dict]:

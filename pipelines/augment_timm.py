@@ -1,13 +1,14 @@
 """timm's auto-augmentations and RandomErasing, with their draws private to a thread.
 
 timm's ``RandAugment``, ``AutoAugment`` and ``AugMixAugment`` (``timm.data.auto_augment``)
-draw from Python's ``random`` module and NumPy's global generator. ``timm.data.auto_augment``'s
-module names ``random`` and ``np`` are replaced (once, by :func:`install`) with the stand-ins
-of :mod:`~fastload.pipelines.thread_rng`, which forward to the thread's own generators inside
-``python_rng(seed)`` and to the real modules everywhere else, so other callers see no change.
-Seeding those per sample is exactly what the suffix's seeded-global path does, so a sample
-gets the same draws, and the same image, in any thread (Pillow's operations release the GIL,
-so samples run in parallel).
+draw from that module's globals ``random`` and ``np``. fastload leaves timm's module as it is
+installed: it runs a *twin* of each such transform, bound to a private copy of the module (the
+same source file, executed under another name and kept out of ``sys.modules``) whose ``random``
+and ``np`` are the stand-ins of :mod:`~fastload.pipelines.thread_rng`. Inside
+``python_rng(seed)`` those are the thread's own generators seeded as the suffix's
+seeded-global path seeds the real ones, so a sample gets the same draws, and the same image,
+in any thread (Pillow's operations release the GIL, so samples run in parallel). Any other
+caller of timm, in any thread, sees timm's own module and the global generators.
 
 timm's ``RandomErasing`` also draws its noise from torch's default generator; its replay
 makes the same calls with the thread's ``random.Random`` and the sample's explicit
@@ -16,10 +17,13 @@ generator.
 
 from __future__ import annotations
 
+import copy
+import functools
+import importlib.util
 import math
 import random
-import threading
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -29,28 +33,70 @@ from .ops import family
 from .thread_rng import NUMPY, RANDOM, thread_random
 from .torch_seams import timm_auto_augment
 
-__all__ = ["install", "replay"]
+__all__ = ["replay"]
 
 _AUTO_AUGMENT = frozenset({"RandAugment", "AutoAugment", "AugMixAugment"})
 
-_INSTALL = threading.Lock()
+# The twins rely on timm's auto_augment structure as checked in torch_seams (timm 1.0): ops
+# are AugmentOp objects whose aug_fn/level_fn come from NAME_TO_OP/LEVEL_TO_ARG by op name,
+# held in RandAugment.ops, AugMixAugment.ops and AutoAugment.policy (sub-policy lists).
 
 
-def install() -> bool:
-    """Point ``timm.data.auto_augment``'s ``random`` and ``np`` at the stand-ins (idempotent);
-    False where that module does not use them as expected (the caller then leaves its
-    transforms on the seeded global generators)."""
-    # Seam (torch_seams): timm's module globals, read at call time by its op and level
-    # functions. Outside python_rng the stand-ins forward to the real modules.
-    module = timm_auto_augment()
-    if module is None:  # a timm release the seam was not checked on (warned)
-        return False
-    with _INSTALL:
-        if getattr(module, "random", None) is random:
-            module.random = RANDOM
-        if getattr(module, "np", None) is np:
-            module.np = NUMPY
-        return module.random is RANDOM and module.np is NUMPY
+class _NoTwin(Exception):
+    """The transform is not built as the checked timm versions build it."""
+
+
+@functools.lru_cache(maxsize=1)
+def _private_module() -> ModuleType | None:
+    """A private copy of ``timm.data.auto_augment`` drawing through the stand-ins, or None
+    (with one warning) for a timm release the twins were not checked on."""
+    real = timm_auto_augment()  # the version-checked seam: None (warned) for other releases
+    if real is None:
+        return None
+    spec = importlib.util.spec_from_file_location("_fastload_timm_auto_augment", real.__file__)
+    if spec is None or spec.loader is None:
+        return None
+    module = importlib.util.module_from_spec(spec)
+    module.__package__ = real.__package__  # its relative imports, if any, resolve to timm's
+    spec.loader.exec_module(module)
+    if module.random is not random or module.np is not np:
+        return None
+    module.random, module.np = RANDOM, NUMPY
+    return module
+
+
+def _twin(obj: Any, real: ModuleType, private: ModuleType) -> Any:
+    """``obj`` (a timm auto-augment object) re-bound to ``private``'s classes and functions."""
+    name = type(obj).__name__
+    if type(obj) is not getattr(real, name, None):  # a subclass, or not timm's
+        raise _NoTwin(name)
+    twin = copy.copy(obj)
+    twin.__class__ = getattr(private, name)
+    if name == "AugmentOp":
+        for attr, table in (("aug_fn", "NAME_TO_OP"), ("level_fn", "LEVEL_TO_ARG")):
+            if getattr(obj, attr) is not getattr(real, table).get(obj.name, _NoTwin):
+                raise _NoTwin(f"{name}.{attr}")  # a function timm's table does not hold
+            setattr(twin, attr, getattr(private, table)[obj.name])
+    elif name in ("RandAugment", "AugMixAugment"):
+        twin.ops = [_twin(op, real, private) for op in obj.ops]
+    elif name == "AutoAugment":
+        twin.policy = [[_twin(op, real, private) for op in sub] for sub in obj.policy]
+    else:
+        raise _NoTwin(name)
+    return twin
+
+
+def _thread_twin(t: Any) -> Any:
+    """``t``'s twin drawing through the thread's generators, or None where it has none."""
+    private = _private_module()
+    if private is None:
+        return None
+    import timm.data.auto_augment as real
+
+    try:
+        return _twin(t, real, private)
+    except (_NoTwin, AttributeError, TypeError):
+        return None
 
 
 def replay(t: Any) -> Callable[[Any, torch.Generator], Any] | None:
@@ -58,11 +104,12 @@ def replay(t: Any) -> Callable[[Any, torch.Generator], Any] | None:
     :func:`~fastload.pipelines.thread_rng.python_rng`), or None."""
     kind, name = family(t), type(t).__name__
     if kind == "timm.auto_augment" and name in _AUTO_AUGMENT:
-        if not install():
+        own = _thread_twin(t)
+        if own is None:
             return None
 
         def run(x: Any, gen: torch.Generator) -> Any:
-            return t(x)
+            return own(x)
     elif kind == "timm.random_erasing" and name == "RandomErasing":
         def run(x: Any, gen: torch.Generator) -> Any:
             if not isinstance(x, torch.Tensor) or x.ndim != 3:

@@ -57,12 +57,14 @@ class BatchDecodeError(RuntimeError):
     """DALI failed on a batch; ``.message`` holds DALI's text. The decoder stays usable.
 
     ``sample_indices``: positions in the batch that Pillow cannot decode either (a best-effort
-    hint for naming the bad file; empty when none could be singled out).
+    hint for naming the bad file; empty when none could be singled out), or, ``exact``, the
+    samples the scaled path's decoder failed on (``message`` is the first one's reason).
     """
 
-    def __init__(self, message: str, sample_indices: Sequence[int] = ()):
+    def __init__(self, message: str, sample_indices: Sequence[int] = (), exact: bool = False):
         self.message = message
         self.sample_indices = list(sample_indices)
+        self.exact = exact
         hint = (
             f" (samples {self.sample_indices} of the batch are unreadable)"
             if self.sample_indices
@@ -193,13 +195,26 @@ class BatchDecoder:
         _track(self)
 
     # ------------------------------------------------------------------ public
+    def strict_capable(self, encoded: Sequence[bytes | memoryview | np.ndarray]) -> bool:
+        """Whether :meth:`submit` can decode these images with ``strict=True``: each a
+        sequential JPEG and the plan one the scaled path finishes (CPU, torch resample)."""
+        return self.scaled_decode == "auto" and all(
+            scaled_decode.jpeg_is_sequential(_as_array(e)) for e in encoded)
+
     def submit(
         self,
         encoded: Sequence[bytes | memoryview | np.ndarray],
         sizes: Sequence[tuple[int, int]],
         generator: torch.Generator,
-    ) -> None:
-        """Draw the batch's parameters from ``generator`` (in sample order) and enqueue it."""
+        strict: bool = False,
+    ) -> bool:
+        """Draw the batch's parameters from ``generator`` (in sample order) and enqueue it.
+
+        ``strict`` (where :meth:`strict_capable`): decode with simplejpeg in strict mode,
+        at full size below ``scaled_decode.MIN_PIXELS`` (the pixels DALI's decode gives),
+        so that damaged JPEG data fails the batch (:meth:`fetch` raises a
+        :class:`BatchDecodeError` naming the samples, ``exact``) instead of decoding with a
+        warning on stderr. Returns whether the batch is decoded that way."""
         self._check_open()
         n = len(encoded)
         if n == 0 or n > self.max_batch_size:
@@ -218,14 +233,21 @@ class BatchDecoder:
         params = [
             geometry.draw_sample(self.plan.steps, int(h), int(w), generator) for h, w in sizes
         ]
-        if self.scaled_decode == "auto" and scaled_decode.worth_it(True, arrays, sizes, params):
-            batch = scaled_decode.ScaledBatch(self.plan, arrays, params, self._pool, self._buffers)
+        strict = (strict and self.scaled_decode == "auto"
+                  and all(p.resize == params[0].resize for p in params)  # else DALI names it
+                  and all(scaled_decode.jpeg_is_sequential(a) for a in arrays))
+        if strict or (self.scaled_decode == "auto"
+                      and scaled_decode.worth_it(True, arrays, sizes, params)):
+            full_below = scaled_decode.MIN_PIXELS if strict else 0
+            batch = scaled_decode.ScaledBatch(self.plan, arrays, params, self._pool,
+                                              self._buffers, full_below)
             self._pending.append((batch, arrays, params))
             self.scaled_batches += 1
-            return
+            return True
         feeds = self._feeds(arrays, params)
         self._pending.append((feeds, arrays, params))
         self._run(feeds)
+        return False
 
     def fetch(self) -> torch.Tensor:
         """The oldest submitted batch as an N x C x H x W tensor (fresh memory)."""
@@ -237,7 +259,7 @@ class BatchDecoder:
             try:
                 return batch.result()
             except scaled_decode.ScaledDecodeError as err:
-                raise BatchDecodeError(err.message, err.sample_indices) from None
+                raise BatchDecodeError(err.message, err.sample_indices, exact=True) from None
         try:
             (out,) = dali_backend.outputs(self._pipe)
         except RuntimeError as exc:

@@ -118,22 +118,27 @@ def _scratch(nbytes: int) -> np.ndarray:
     return buf
 
 
-def decode_sample(data: np.ndarray, params: g.SampleParams,
+def decode_sample(data: np.ndarray, params: g.SampleParams, full_below: int = 0,
                   ) -> tuple[np.ndarray, g.SampleParams]:
-    """Decode ``data`` at the scale :func:`eighths` picks; return the HWC uint8 region the
-    resample reads (a view into this thread's scratch buffer, valid until its next call)
-    and ``params`` restated for that region (the same output size and crop)."""
+    """Decode ``data`` at the scale :func:`eighths` picks (full size for an image of fewer
+    than ``full_below`` pixels); return the HWC uint8 region the resample reads (a view
+    into this thread's scratch buffer, valid until its next call) and ``params`` restated
+    for that region (the same output size and crop). The decode is strict: damaged
+    entropy-coded data raises ``ValueError`` with libjpeg's report."""
     import simplejpeg
 
     height, width, _, _ = simplejpeg.decode_jpeg_header(data)
-    m = eighths(params)
+    top, left, dh, dw = params.decode
+    if top + dh > height or left + dw > width:  # drawn for another size: as DALI's slice says
+        raise ValueError(f"the cropping window (anchor [{top}, {left}], shape [{dh}, {dw}]) "
+                         f"is not valid for image dimensions [{height} x {width}]")
+    m = 8 if height * width < full_below else eighths(params)
     sh, sw = -(-height * m // 8), -(-width * m // 8)
     image = simplejpeg.decode_jpeg(data, colorspace="RGB", min_height=sh, min_width=sw,
                                    buffer=_scratch(sh * sw * 3))
     if image.shape[:2] != (sh, sw):  # libjpeg-turbo picked another scale: state it plainly
         raise ValueError(f"expected a {sh}x{sw} decode at scale {m}/8 of {height}x{width}, "
                          f"got {image.shape[0]}x{image.shape[1]}")
-    top, left, dh, dw = params.decode
     # The region's edges on the scaled grid, rounded to whole pixels.
     y0, x0 = min(sh - 1, round(top * m / 8)), min(sw - 1, round(left * m / 8))
     y1 = max(y0 + 1, min(sh, round((top + dh) * m / 8)))
@@ -148,13 +153,13 @@ def decode_sample(data: np.ndarray, params: g.SampleParams,
 
 def decode_batch(plan: TransformPlan, encoded: Sequence[np.ndarray],
                  params: Sequence[g.SampleParams], out: torch.Tensor,
-                 indices: Sequence[int]) -> None:
+                 indices: Sequence[int], full_below: int = 0) -> None:
     """Decode, resample, flip and normalise samples ``indices`` of the batch into ``out``
     (N x C x H x W of ``plan.output_dtype``); ``ValueError`` names a sample that fails."""
     writer = torch_resample.SampleWriter(plan, out)
     for i in indices:
         try:
-            region, scaled = decode_sample(encoded[i], params[i])
+            region, scaled = decode_sample(encoded[i], params[i], full_below)
         except Exception as err:  # any failure names the sample
             raise ScaledDecodeError(str(err), [i]) from None
         writer.write(i, region, scaled)
@@ -174,14 +179,14 @@ class ScaledBatch:
     at construction; :meth:`result` waits and returns the N x C x H x W batch."""
 
     def __init__(self, plan: TransformPlan, encoded: Sequence[np.ndarray],
-                 params: Sequence[g.SampleParams], pool, buffers=None):
+                 params: Sequence[g.SampleParams], pool, buffers=None, full_below: int = 0):
         n = len(params)
         h, w = torch_resample.check_sizes(params)
         shape = (n, 3, h, w)
         out = (torch.empty(shape, dtype=plan.output_dtype) if buffers is None
                else buffers.empty(shape, plan.output_dtype))
         self._out = out
-        self._futures = [pool.submit(decode_batch, plan, encoded, params, out, share)
+        self._futures = [pool.submit(decode_batch, plan, encoded, params, out, share, full_below)
                          for share in torch_resample.thread_shares(pool, n)]
 
     def result(self) -> torch.Tensor:

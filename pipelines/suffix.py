@@ -11,9 +11,13 @@ auto-augmentations, a ``Lambda``) receives a PIL image made from it.
 Random draws: each sample runs with torch's default generator, Python's ``random`` and
 NumPy's global generator seeded from that sample's seed, so a sample's augmentation depends
 only on its seed. Samples of transforms :mod:`~fastload.pipelines.augment` replays with an
-explicit generator run in parallel threads (torch ops release the GIL); the rest run in
-forked worker processes (:func:`process_pool`), or, without one, one at a time in the
-calling thread, the global generators' states restored after each batch.
+explicit generator run in parallel threads (torch ops release the GIL), each drawing from
+generators of its own; the rest run in worker processes (:func:`process_pool`, started by
+``forkserver``), or, without one, one at a time in the calling thread, the global generators'
+states restored after the batch. That calling thread must be the one whose code owns those
+generators, while that code waits (the loader's ``next()``): never a background thread while
+the caller's code runs, which would see its draws mixed with the samples' and rolled back.
+Threads whose names start with ``fastload`` are refused that path.
 
 The suffix's last per-channel steps (dtype conversion, ``Normalize``; :mod:`.tail`) run as one
 table lookup per channel that writes each sample into the batch tensor (their exact values),
@@ -153,7 +157,7 @@ class Suffix:
         their outputs are not written into ``out``)."""
         n = len(seeds)
         slots = [None] * n if out is None else list(out.unbind(0))
-        if pool is not None and n > 1:
+        if pool is not None and (n > 1 or not self.threaded):
             if self.threaded:
                 done = list(pool.map(lambda j: self._sample(images[j], seeds[j], slots[j], True),
                                      range(n)))
@@ -164,6 +168,11 @@ class Suffix:
         elif self.threaded:
             done = [self._sample(images[j], seeds[j], slots[j], True) for j in range(n)]
         else:
+            if threading.current_thread().name.startswith("fastload"):
+                raise RuntimeError(
+                    "fastload bug: a suffix on the seeded global generators was run in the "
+                    f"background thread {threading.current_thread().name!r}; it must run on "
+                    "the caller's thread, in next(), or in worker processes")
             with _GLOBAL_RNG:
                 saved = (torch.default_generator.get_state(), random.getstate(),
                          np.random.get_state())
@@ -245,8 +254,11 @@ def _post_step(t) -> bool:
 _WORKER: list[Suffix] = []
 
 
-def _init_worker(suffix: Suffix) -> None:
-    _WORKER.append(suffix)
+def _init_worker(payload: bytes) -> None:
+    import pickle
+
+    transforms, state = pickle.loads(payload)
+    _WORKER.append(Suffix(transforms, state))
     torch.set_num_threads(1)  # one process per core, as torch's DataLoader workers
 
 
@@ -255,14 +267,24 @@ def _in_worker(x: Any, seed: int) -> tuple[Any, bool]:
 
 
 def process_pool(suffix: Suffix, processes: int) -> Any:
-    """``processes`` forked worker processes that run ``suffix`` one sample per task, each
-    with its own global generators (seeded per sample), for a suffix whose draws are not
-    replayed. The suffix is inherited through fork, not pickled; inputs and outputs are."""
+    """``processes`` worker processes that run ``suffix`` one sample per task, each with its
+    own global generators (seeded per sample), for a suffix whose draws are not replayed;
+    None when its transforms cannot be pickled (a lambda, say: run them in this process).
+
+    The workers are started by multiprocessing's ``forkserver``, never by forking this
+    process: it runs fastload's and DALI's threads, whose locks a fork would copy mid-use.
+    So the transforms are pickled to them (and, as under ``spawn``, the main script is
+    imported there: its work belongs under ``if __name__ == "__main__":``)."""
     import multiprocessing
+    import pickle
     from concurrent.futures import ProcessPoolExecutor
 
-    return ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("fork"),
-                               initializer=_init_worker, initargs=(suffix,))
+    try:
+        payload = pickle.dumps((suffix.transforms, suffix.state))
+    except Exception:  # noqa: BLE001 - any pickling failure: the suffix stays here
+        return None
+    return ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("forkserver"),
+                               initializer=_init_worker, initargs=(payload,))
 
 
 def _enter(t, x: Any, pil: bool) -> tuple[Any, bool, bool]:

@@ -250,7 +250,8 @@ def v2_apply_autoaugment_op(img: Any, op_name: str, magnitude: float, interpolat
 @functools.cache
 def timm_auto_augment() -> Any:
     """``timm.data.auto_augment`` once its release is checked (its module globals ``random``
-    and ``np`` are what :mod:`~fastload.pipelines.augment_timm` points at its stand-ins), or
+    and ``np`` are what :mod:`~fastload.pipelines.augment_timm`'s private copy of the module
+    rebinds to its stand-ins; timm's own module is never changed), or
     None with a warning for another release: timm's augmentations then run on the seeded
     global generators, one sample at a time (the same images, slower)."""
     try:

@@ -98,7 +98,7 @@ def test_python_rng_leaves_the_global_generators_alone():
 
 def test_timm_outside_python_rng_still_draws_from_the_global_generators():
     augmentation = rand_augment_transform("rand-m9-mstd0.5", HPARAMS)
-    replay(augmentation)  # installs the stand-ins
+    replay(augmentation)  # makes its thread-private twin
     image = T.ToPILImage()(IMAGES[1])
     outs = []
     for _ in range(2):
@@ -106,3 +106,50 @@ def test_timm_outside_python_rng_still_draws_from_the_global_generators():
         np.random.seed(3)
         outs.append(np.asarray(augmentation(image)))
     assert np.array_equal(outs[0], outs[1])
+
+
+def test_another_thread_sees_timms_own_module_while_a_loader_runs_timms_augmentation(synth_root):
+    import gc
+
+    import timm.data.auto_augment as module
+    from torchvision.datasets import ImageFolder
+
+    import fastload
+
+    augmentation = rand_augment_transform("rand-m9-mstd0.5", HPARAMS)
+    image = T.ToPILImage()(IMAGES[1])
+
+    def outside():  # someone else's timm call: timm's own module, the global generators
+        random.seed(3)
+        np.random.seed(3)
+        return module.random is random and module.np is np, np.asarray(augmentation(image))
+
+    reference = outside()[1]
+    dataset = ImageFolder(synth_root / "train",
+                          T.Compose([T.RandomResizedCrop(32), augmentation, MaybeToTensor()]))
+    loader = fastload.DataLoader(dataset, batch_size=8, seed=1, num_workers=2)
+    assert "[replayed draws]" in str(loader.plan)  # timm's augmentation still runs in threads
+    seen = []
+    with ThreadPoolExecutor(1) as other:
+        for _ in loader:
+            seen.append(other.submit(outside).result())
+    assert len(seen) == 6
+    assert all(untouched and np.array_equal(out, reference) for untouched, out in seen)
+    del loader
+    gc.collect()
+    assert module.random is random and module.np is np
+
+
+def test_an_unchecked_timm_release_runs_on_the_seeded_generators_with_a_warning(monkeypatch):
+    import timm
+
+    from fastload.pipelines import augment_timm
+
+    monkeypatch.setattr(timm, "__version__", "9.1.0")
+    augment_timm._private_module.cache_clear()
+    try:
+        with pytest.warns(RuntimeWarning, match="timm 9.1.0 is installed"):
+            suffix = _suffix(rand_augment_transform("rand-m9-mstd0.5", HPARAMS))
+        assert not suffix.threaded and "seeded global RNG" in suffix.describe()
+    finally:
+        augment_timm._private_module.cache_clear()

@@ -23,8 +23,12 @@ from fastload.loader.sources import SampleError
 SMALL = T.Compose([T.Resize(16), T.CenterCrop(16), T.ToTensor()])
 # Upscales the 64-160 px images: decoded by DALI, not at reduced DCT scale.
 LARGE = T.Compose([T.Resize(176), T.CenterCrop(176), T.ToTensor()])
-# Both decode paths: simplejpeg at reduced scale (strict) and DALI's libjpeg-turbo.
-BOTH = pytest.mark.parametrize("transform", [SMALL, LARGE], ids=["scaled", "dali"])
+# Padding after the resize: DALI resizes, so files are checked before DALI decodes them.
+PADDED = T.Compose([T.Resize(16), T.RandomCrop(16, padding=2), T.ToTensor()])
+# Every path: a first epoch decodes SMALL's and LARGE's files strictly (at reduced scale
+# for SMALL, full size for LARGE; DALI from the second epoch on); PADDED's get the check.
+BOTH = pytest.mark.parametrize("transform", [SMALL, LARGE, PADDED],
+                               ids=["scaled", "dali", "dali-resize"])
 
 
 @pytest.fixture()
@@ -79,6 +83,23 @@ def test_raise_names_the_first_bad_sample_in_order(folder, transform):
     with pytest.raises(SampleError) as err:
         next(iter(loader))
     assert err.value.names[0] == f"file '{dataset.samples[1][0]}'"
+
+
+def test_damaged_jpegs_checked_in_threads_before_dali_raise_in_order_and_stay_quiet(
+        folder, capfd):
+    dataset = ImageFolder(folder, PADDED)
+    for index in (5, 6, 13):
+        _scramble_file(folder / dataset.samples[index][0])
+    loader = fastload.DataLoader(dataset, batch_size=8, num_workers=2)
+    assert loader._decoder_for(8).resampler == "dali"  # DALI resizes: no strict decode
+    it = iter(loader)
+    with pytest.raises(SampleError, match="Corrupt JPEG data") as err:
+        next(it)
+    assert err.value.names == [f"file '{dataset.samples[5][0]}'"]
+    with pytest.raises(SampleError, match="Corrupt JPEG data") as err:
+        next(it)
+    assert err.value.names == [f"file '{dataset.samples[13][0]}'"]
+    assert "Corrupt JPEG" not in capfd.readouterr().err
 
 
 def test_other_stderr_output_still_reaches_stderr_while_iterating(folder, capfd):

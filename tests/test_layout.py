@@ -60,7 +60,8 @@ def test_library_errors_name_fields_and_the_cli_maps_them_to_flags():
 # `pip install fastload`: the loader, convert and verify work; `fastload finetune` names its extra.
 _CORE_ONLY = r'''
 import json, sys
-BLOCKED = {"timm", "safetensors", "matplotlib", "psutil", "pytest_benchmark", "torchao"}
+BLOCKED = {"timm", "safetensors", "matplotlib", "psutil", "pytest_benchmark", "torchao",
+           "pyarrow", "datasets", "webdataset", "braceexpand"}
 
 class BlockExtras:
     def find_spec(self, name, path=None, target=None):

@@ -43,6 +43,17 @@ def test_dataset_applies_transform_and_target_transform(synth_lmdb):
     assert image.shape[0] == 3 and label == dataset.targets[3] + 100
 
 
+def test_dataset_takes_the_integer_indices_a_list_takes(synth_lmdb):
+    dataset = fastload.LMDBDataset(synth_lmdb)
+    expected = np.asarray(dataset[3][0])
+    for index in (np.int64(3), torch.tensor(3), 3 - len(dataset)):
+        assert np.array_equal(np.asarray(dataset[index][0]), expected)
+    for index, error in ((3.0, TypeError), (torch.tensor(3.0), TypeError), (True, TypeError),
+                         (len(dataset), IndexError)):
+        with pytest.raises(error, match="record index"):
+            dataset[index]
+
+
 def test_dataset_pickles_without_the_lmdb_handle(synth_lmdb):
     dataset = fastload.LMDBDataset(synth_lmdb, transform=_small())
     before = dataset[0]

@@ -14,7 +14,8 @@ from PIL import Image
 from fastload.data.convert import convert_folder
 from fastload.data.dataset import LMDBDataset
 from fastload.data.manifest import MANIFEST_FILE, shard_name
-from fastload.data.shards import ShardedReader, verify_set
+from fastload.data.set_verify import verify_set
+from fastload.data.shards import ShardedReader
 from fastload.tools.cli import main as cli
 
 N = 23  # source files: 21 JPEGs, 1 PNG (re-encoded), 1 unreadable (skipped)

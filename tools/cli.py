@@ -64,10 +64,25 @@ def parser_flags(parser: argparse.ArgumentParser) -> dict[str, str]:
     return flags
 
 
+def printable(name: object) -> str:
+    """``name`` (a path or text, any bytes a file system allows) as text any terminal can
+    print: bytes that are not UTF-8 appear as ``\\xff`` escapes instead of crashing print()."""
+    import os
+
+    if isinstance(name, bytes | os.PathLike):
+        name = os.fsdecode(name)
+    text = str(name)
+    try:
+        raw = text.encode("utf-8", "surrogateescape")  # os.fsdecode's escapes: the bytes back
+    except UnicodeEncodeError:  # another lone surrogate
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return raw.decode("utf-8", "backslashreplace")
+
+
 def report_error(command: str, error: BaseException, flags: Mapping[str, str] | None = None,
                  code: int = EXIT_FAILURE) -> int:
     """Print ``fastload COMMAND: error: ...`` (fields as flags) on stderr; return ``code``."""
-    message = shell_words(str(error), flags or {})
+    message = printable(shell_words(str(error), flags or {}))
     print(f"fastload {command}: error: {message}", file=sys.stderr)
     return code
 

@@ -1,4 +1,4 @@
-"""``fastload convert SRC DST``: an ImageFolder tree or ``path,label`` CSV into an LMDB."""
+"""``fastload convert SRC DST``: an image folder, list, tar shards or parquet/datasets into an LMDB."""
 
 from __future__ import annotations
 
@@ -9,15 +9,20 @@ import sys
 def add_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "convert",
-        help="convert an image folder or CSV into a fastload LMDB (resumable)",
+        help="convert images (a folder, a list, WebDataset tars, parquet) into a fastload LMDB",
         description=(
-            "Convert SRC (an ImageFolder tree SRC/<class>/<images>, or a CSV of `path,label` "
-            "rows) into the LMDB directory DST. JPEGs are stored byte for byte; other formats "
+            "Convert SRC into the LMDB directory DST. SRC is an ImageFolder tree "
+            "SRC/<class>/<images>; a CSV of `path,label` rows or a JSONL of {\"path\", \"label\"} "
+            "objects; WebDataset .tar shards (a file, a folder of them or a quoted glob such "
+            "as 'shards/*.tar'); .parquet files (likewise); or a Hugging Face datasets "
+            "folder made by save_to_disk. JPEGs are stored byte for byte; other formats "
             "become 8-bit RGB JPEGs. Unreadable files are skipped and listed in DST/errors.json. "
             "An interrupted run is resumed by rerunning the same command."
         ),
     )
-    parser.add_argument("src", metavar="SRC", help="ImageFolder directory or .csv of path,label")
+    parser.add_argument("src", metavar="SRC",
+                        help="ImageFolder directory, .csv/.jsonl list, .tar shards, .parquet "
+                             "files (file, folder or glob) or a datasets save_to_disk folder")
     parser.add_argument("dst", metavar="DST", help="LMDB directory to write")
     parser.add_argument("--workers", type=int, default=None,
                         help="processes that decode the images needing conversion (default: "
@@ -45,6 +50,14 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--shard-index", type=int, default=None, metavar="I",
                         help="with --shards: convert shard I only, so N processes or machines "
                              "convert in parallel; the last to finish writes the manifest")
+    parser.add_argument("--image-column", default=None, metavar="NAME",
+                        help="parquet/datasets: the image column, {bytes, path} or binary "
+                             "(default: image)")
+    parser.add_argument("--label-column", default=None, metavar="NAME",
+                        help="parquet/datasets: the label column (default: label)")
+    parser.add_argument("--label-field", default=None, metavar="NAME",
+                        help="WebDataset: read each sample's label from this field of its "
+                             ".json member (default: its .cls member)")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     parser.set_defaults(run=run)
     return parser
@@ -53,7 +66,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 # convert_folder's arguments -> the flags that set them, for messages shown to a shell user.
 _FLAGS = {"workers": "--workers", "max_side": "--max-side", "quality": "--quality",
           "strict": "--strict", "overwrite": "--overwrite", "check": "--check",
-          "commit_every": "--commit-every", "shards": "--shards", "shard_index": "--shard-index"}
+          "commit_every": "--commit-every", "shards": "--shards", "shard_index": "--shard-index",
+          "image_column": "--image-column", "label_column": "--label-column",
+          "label_field": "--label-field"}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -65,13 +80,16 @@ def run(args: argparse.Namespace) -> int:
         check_convert_options,
         convert_folder,
     )
-    from fastload.tools.cli import EXIT_FAILURE, EXIT_USAGE, report_error
+    from fastload.data.untrusted import refuse_url
+    from fastload.tools.cli import EXIT_FAILURE, EXIT_USAGE, printable, report_error
 
     if args.commit_every is not None and args.commit_every <= 0:
         print(f"fastload convert: error: --commit-every should be a positive number of files, "
               f"but got {args.commit_every}", file=sys.stderr)
         return 2
     try:
+        refuse_url(args.src, "SRC")
+        refuse_url(args.dst, "DST")
         check_convert_options(
             workers=args.workers, max_side=args.max_side, quality=args.quality,
             check=args.check, shards=args.shards, shard_index=args.shard_index)
@@ -83,27 +101,35 @@ def run(args: argparse.Namespace) -> int:
             quality=args.quality, strict=args.strict, overwrite=args.overwrite,
             progress=not args.no_progress, check=args.check, composite=args.composite,
             commit_every=DEFAULT_COMMIT_EVERY if args.commit_every is None else args.commit_every,
-            shards=args.shards, shard_index=args.shard_index,
+            shards=args.shards, shard_index=args.shard_index, image_column=args.image_column,
+            label_column=args.label_column, label_field=args.label_field,
         )
+    except ImportError as exc:  # a source kind whose optional extra is not installed
+        return report_error("convert", exc, _FLAGS, EXIT_USAGE)
     except (ConvertError, OSError, ValueError) as exc:
         return report_error("convert", exc, _FLAGS, EXIT_FAILURE)
     except KeyboardInterrupt:
-        print(f"fastload convert: interrupted; rerun the same command to resume into {args.dst}",
-              file=sys.stderr)
+        print(f"fastload convert: interrupted; rerun the same command to resume into "
+              f"{printable(args.dst)}", file=sys.stderr)
         return 130
     resumed = (f" (resumed a partial conversion at file {report.resumed_from})"
                if report.resumed else "")
     print(f"{report.summary()} in {report.seconds:.1f} s{resumed}; "
-          f"{report.kept} kept as they were, {report.reencoded} re-encoded -> {report.path}")
+          f"{report.kept} kept as they were, {report.reencoded} re-encoded -> "
+          f"{printable(report.path)}")
     if args.shards is not None:
-        print(f"sharded set {report.path}: " + (
+        if report.finished_shards:
+            print(f"finished shard(s) {', '.join(map(str, report.finished_shards))} found "
+                  "from an earlier run: checked and kept")
+        print(f"sharded set {printable(report.path)}: " + (
             f"manifest written ({report.manifest['count']} records in {args.shards} shards)"
             if report.manifest else "manifest pending until every shard is converted"))
     if report.skipped:
-        where = "errors.json in each shard" if args.shards else report.path / "errors.json"
+        where = ("errors.json in each shard" if args.shards
+                 else printable(report.path / "errors.json"))
         print(f"skipped files and reasons: {where}")
         for error in report.errors[:5]:
-            print(f"  {error['path']}: {error['reason']}")
+            print(f"  {printable(error['path'])}: {printable(error['reason'])}")
         if report.skipped > 5:
             print(f"  ... and {report.skipped - 5} more")
     return 0

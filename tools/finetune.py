@@ -107,10 +107,19 @@ def config_from_args(args: argparse.Namespace):
 def _print_epochs(result) -> None:
     print("| epoch | time (s) | images/s | data stall | peak mem (MiB) | train loss | val top-1 |")
     print("|---:|---:|---:|---:|---:|---:|---:|")
+    notes = []
     for e in result.epochs:
         top1 = "n/a (no val/ folder in DATA)" if e.val_top1 is None else f"{100 * e.val_top1:.1f}%"
-        print(f"| {e.epoch + 1} | {e.epoch_time_s:.2f} | {e.images_per_s:.1f} | "
+        label = f"{e.epoch + 1}"
+        if getattr(e, "resumed_at", 0):
+            label += f" (resumed at batch {e.resumed_at}/{e.epoch_batches})"
+            notes.append(f"epoch {e.epoch + 1} was resumed from a checkpoint: its time, images/s, "
+                         f"data stall and train loss cover only batches {e.resumed_at + 1}-"
+                         f"{e.epoch_batches} of {e.epoch_batches}, run after the resume")
+        print(f"| {label} | {e.epoch_time_s:.2f} | {e.images_per_s:.1f} | "
               f"{100 * e.data_stall_share:.0f}% | {e.peak_mem_mb:.0f} | {e.train_loss:.4f} | {top1} |")
+    for note in notes:
+        print(note)
     print(f"trainable parameters: {result.trainable_params:,} of {result.total_params:,}; "
           f"steps: {result.steps}; skipped: {result.skipped_steps}")
 

@@ -1,4 +1,5 @@
-"""``fastload verify DST``: record count, every checksum, decode of a sample (or all)."""
+"""``fastload verify DST``: record count, every checksum, decode of a sample (or all);
+``--repair`` rebuilds a sharded set's manifest from its shards."""
 
 from __future__ import annotations
 
@@ -8,38 +9,59 @@ import argparse
 def add_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "verify",
-        help="check a fastload LMDB: count, checksums, decodes",
+        help="check a fastload LMDB or sharded set: count, checksums, decodes",
         description=(
             "Check DST: the record count against its metadata, every record's CRC-32 and "
             "label, and that a seeded sample of records (all with --full) decodes to the "
-            "size the record states. Exits non-zero and lists the bad keys on any problem."
+            "size the record states. A sharded set: first what opening it checks (the "
+            "manifest, paths inside the set, ranges, labels), then each shard's sidecar "
+            "against the manifest and every record of the shard folder it reads; the summary "
+            "says what was checked. Exits non-zero and lists the bad keys on any problem."
         ),
     )
-    parser.add_argument("dst", metavar="DST", help="LMDB directory written by fastload convert")
+    parser.add_argument("dst", metavar="DST",
+                        help="LMDB directory or sharded set written by fastload convert")
     parser.add_argument("--full", action="store_true", help="decode every record")
     parser.add_argument("--sample", type=int, default=64, metavar="N",
                         help="records to decode without --full (default: 64)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the decode sample")
+    parser.add_argument("--repair", action="store_true",
+                        help="sharded set only: if its manifest or labels file fails the open "
+                             "checks, rebuild both from the shard folders (only when every "
+                             "shard verifies clean), then verify")
     parser.set_defaults(run=run)
     return parser
 
 
 def run(args: argparse.Namespace) -> int:
     from fastload.data.manifest import is_sharded_set
-    from fastload.data.shards import verify_set
+    from fastload.data.set_verify import verify_set
+    from fastload.data.untrusted import refuse_url
     from fastload.data.verify import verify_lmdb
+    from fastload.tools.cli import EXIT_FAILURE, EXIT_USAGE, printable, report_error
 
-    check = verify_set if is_sharded_set(args.dst) else verify_lmdb  # a set: every shard
+    flags = {"overwrite": "`fastload convert --overwrite`", "repair": "--repair"}
     try:
-        report = check(args.dst, full=args.full, sample=args.sample, seed=args.seed)
+        refuse_url(args.dst, "DST")
+    except ValueError as exc:  # not a local path: nothing was done
+        return report_error("verify", exc, flags, EXIT_USAGE)
+    try:
+        sharded = is_sharded_set(args.dst)
+        if args.repair and not sharded:
+            return report_error("verify", ValueError(
+                f"--repair rebuilds a sharded set's manifest, but {args.dst!r} is not a sharded "
+                "set; a single LMDB that does not verify is converted again "
+                "(`fastload convert SRC DST --overwrite`)"), flags, EXIT_USAGE)
+        if sharded:
+            report = verify_set(args.dst, full=args.full, sample=args.sample, seed=args.seed,
+                                repair=args.repair)
+        else:
+            report = verify_lmdb(args.dst, full=args.full, sample=args.sample, seed=args.seed)
     except (OSError, ValueError) as exc:
-        from fastload.tools.cli import EXIT_FAILURE, report_error
-
-        return report_error("verify", exc, {"overwrite": "`fastload convert --overwrite`"},
-                            EXIT_FAILURE)
-    print(f"{report.path}: {report.summary()}")
+        return report_error("verify", exc, flags, EXIT_FAILURE)
+    print(f"{printable(report.path)}: {report.summary()}")
     for key, reason in report.bad[:50]:
-        print(f"  bad {key}: {reason}")
+        print(f"  bad {printable(key)}: {printable(reason)}")
     if len(report.bad) > 50:
         print(f"  ... and {len(report.bad) - 50} more")
     return 0 if report.ok else 1

@@ -1,8 +1,8 @@
-"""``fastload convert``: an ImageFolder tree or ``path,label`` CSV into a fastload LMDB.
+"""``fastload convert``: an image source (see :mod:`fastload.data.convert_sources`) into an LMDB.
 
-The main process reads every file and keeps a JPEG whose markers pass the keep-bytes
-check itself (see :mod:`fastload.data.image_check`): that costs less than handing the bytes to
-another process. Files that need Pillow (other formats, ``max_side``, ``check="decode"``)
+The main process reads every file (or tar member, or parquet row) and keeps a JPEG whose
+markers pass the keep-bytes check itself (see :mod:`fastload.data.image_check`): that costs
+less than handing the bytes to another process. Files that need Pillow (other formats, ``max_side``, ``check="decode"``)
 go to ``workers`` worker processes. Results are consumed in source order and the main
 process alone writes, in committed batches (see :mod:`fastload.data.writer`). The order is
 fixed by the source, so a resumed or re-run conversion produces the same records whatever
@@ -21,6 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from fastload.data.convert_sources import list_source
+from fastload.data.dst_lock import unlock_destination
 from fastload.data.format import FORMAT_VERSION, META_FILE, STATE_COMPLETE
 from fastload.data.image_check import (
     CHECKS,
@@ -29,6 +30,8 @@ from fastload.data.image_check import (
     check_file,
     check_file_task_copy,
 )
+from fastload.data.sources.base import iter_records
+from fastload.data.untrusted import refuse_url
 from fastload.data.writer import LMDBWriter, MapFull, prepare_destination
 from fastload.utils.checks import check_positive_int
 
@@ -56,6 +59,7 @@ class ConvertReport:
     resumed_from: int = 0  # source files already done by the interrupted run
     classes: list[str] = field(default_factory=list)
     manifest: dict | None = None  # a sharded set's manifest, once every shard is complete
+    finished_shards: list[int] = field(default_factory=list)  # found finished, checked, kept
 
     def summary(self) -> str:
         return f"stored {self.stored} + skipped {self.skipped} = seen {self.seen}"
@@ -103,8 +107,17 @@ def convert_folder(
     composite: bool = False,
     shards: int | None = None,
     shard_index: int | None = None,
+    image_column: str | None = None,
+    label_column: str | None = None,
+    label_field: str | None = None,
 ) -> ConvertReport:
-    """Convert ``src`` (ImageFolder directory or ``.csv``) into the LMDB directory ``dst``.
+    """Convert ``src`` into the LMDB directory ``dst``.
+
+    ``src``: an ImageFolder directory, a ``.csv`` or ``.jsonl`` list, WebDataset ``.tar``
+    shards, ``.parquet`` files or a ``datasets`` ``save_to_disk`` folder (a file, a folder
+    or a glob; see :mod:`fastload.data.convert_sources`). A record of a container that has
+    no usable image or label (a tar cut short, a null image, a label outside the class
+    list) is skipped and reported as an unreadable file is.
 
     Args:
         workers: processes that read and validate files (default: all CPU cores; 1 = in-process).
@@ -124,6 +137,10 @@ def convert_folder(
             :mod:`fastload.data.manifest`); the set reads as one data set in source order.
         shard_index: with ``shards``, convert only this shard, so that ``shards`` processes
             can convert in parallel; the last one to finish writes the manifest.
+        image_column: the image column of a parquet or ``datasets`` source (``"image"``).
+        label_column: the label column of a parquet or ``datasets`` source (``"label"``).
+        label_field: read a WebDataset sample's label from this field of its ``.json``
+            member (default: the text of its ``.cls`` member).
 
     An interrupted conversion (even SIGKILL) is resumed by calling again with the same
     source and options; the result equals an uninterrupted run. Unreadable files are
@@ -132,6 +149,8 @@ def convert_folder(
     check_convert_options(workers=workers, max_side=max_side, quality=quality,
                           commit_every=commit_every, check=check, shards=shards,
                           shard_index=shard_index)
+    refuse_url(src, "source")
+    refuse_url(dst, "destination")
     start = time.perf_counter()
     src_path = Path(os.path.abspath(src))
     dst_path = Path(os.path.abspath(dst))
@@ -140,7 +159,8 @@ def convert_folder(
             f"destination {str(dst_path)!r} is inside the source folder {str(src_path)!r}; "
             "write the database outside the source tree"
         )
-    source = list_source(src_path)
+    source = list_source(src, image_column=image_column, label_column=label_column,
+                         label_field=label_field, workers=workers or os.cpu_count() or 1)
     digest, total_bytes = source.fingerprint()
     identity = {
         "format_version": FORMAT_VERSION,
@@ -149,13 +169,15 @@ def convert_folder(
         "source_fingerprint": digest,
         "classes": source.classes,
         "options": {"max_side": max_side, "quality": quality, "check": check,
-                    **({"composite": True} if composite else {})},
+                    **({"composite": True} if composite else {}), **source.options},
     }
     run = (workers or os.cpu_count() or 1, max_side, quality, check, composite, strict,
            progress, commit_every)
     if shards is None:
         report = _convert_one(source.samples, dst_path, identity, total_bytes, overwrite, run)
     else:
+        from fastload.data.convert_shards import convert_shards
+
         report = convert_shards(source.samples, dst_path, identity, total_bytes, overwrite,
                                 run, shards, shard_index)
     report.seconds = time.perf_counter() - start
@@ -164,11 +186,17 @@ def convert_folder(
 
 
 def _convert_one(samples, dst_path: Path, identity: dict, total_bytes: int, overwrite: bool,
-                 run: tuple) -> ConvertReport:
-    """Convert ``samples`` into the one LMDB directory ``dst_path`` (resuming a partial)."""
-    progress_state = prepare_destination(dst_path, identity, overwrite=overwrite)
-    writer = LMDBWriter(dst_path, identity, progress_state,
-                        map_size=_initial_map_size(total_bytes, len(samples)))
+                 run: tuple, progress_state: dict | None = None) -> ConvertReport:
+    """Convert ``samples`` into the one LMDB directory ``dst_path`` (resuming a partial);
+    ``progress_state`` is :func:`prepare_destination`'s answer when the caller took it."""
+    if progress_state is None:
+        progress_state = prepare_destination(dst_path, identity, overwrite=overwrite)
+    try:
+        writer = LMDBWriter(dst_path, identity, progress_state,
+                            map_size=_initial_map_size(total_bytes, len(samples)))
+    except BaseException:
+        unlock_destination(dst_path)
+        raise
     try:
         _run(samples, writer, *run)
     except BaseException:
@@ -181,81 +209,6 @@ def _convert_one(samples, dst_path: Path, identity: dict, total_bytes: int, over
         errors=writer.skipped, kept=kept, reencoded=writer.stored - kept,
         resumed=writer.resumed, resumed_from=writer.resumed_from,
     )
-
-
-def convert_shards(samples, dst_path: Path, identity: dict, total_bytes: int, overwrite: bool,
-                   run: tuple, shards: int, shard_index: int | None) -> ConvertReport:
-    """Convert the shards of a set (all, or ``shard_index`` only), then complete the manifest
-    if every shard is done. The report sums the shards converted by this call."""
-    from fastload.data.manifest import (
-        MANIFEST_FILE,
-        SET_LABELS_FILE,
-        complete_manifest,
-        existing_shard_counts,
-        shard_bounds,
-        shard_folders,
-        shard_name,
-    )
-
-    if shards > max(1, len(samples)):
-        raise ValueError(f"shards={shards} exceeds the {len(samples)} source files; pass at "
-                         "most one shard per file")
-    if (dst_path / META_FILE).exists():
-        raise FileExistsError(f"destination {str(dst_path)!r} is an unsharded fastload "
-                              "database; write the sharded set to a new folder")
-    if dst_path.is_dir():
-        foreign = sorted(e.name for e in os.scandir(dst_path) if not e.name.startswith(
-            (".", "shard-")) and e.name not in (MANIFEST_FILE, SET_LABELS_FILE))
-        if foreign:
-            raise FileExistsError(
-                f"destination {str(dst_path)!r} holds files that are not part of a sharded "
-                f"fastload set ({', '.join(foreign[:3])}); choose a new or empty folder")
-    others = existing_shard_counts(dst_path) - {shards}
-    if others and not overwrite:
-        raise FileExistsError(
-            f"destination {str(dst_path)!r} holds shards of a {min(others)}-shard set; pass "
-            f"shards={min(others)}, or overwrite=True to replace it")
-    dst_path.mkdir(parents=True, exist_ok=True)
-    if overwrite:
-        (dst_path / MANIFEST_FILE).unlink(missing_ok=True)  # the set is no longer complete
-        for name, count in shard_folders(dst_path).items():
-            if count != shards:  # a set of another shard count is replaced, not mixed in
-                _remove_shard(dst_path / name)
-    bounds = shard_bounds(len(samples), shards)
-    todo = range(shards) if shard_index is None else [shard_index]
-    total = ConvertReport(path=dst_path, stored=0, skipped=0, seen=0)
-    for k in todo:
-        begin, stop = bounds[k]
-        shard_identity = {**identity, "shard": {"index": k, "count": shards,
-                                                "source_start": begin, "source_stop": stop}}
-        part = samples[begin:stop]
-        share = total_bytes * len(part) // max(1, len(samples))
-        report = _convert_one(part, dst_path / shard_name(k, shards), shard_identity, share,
-                              overwrite, run)
-        total.stored += report.stored
-        total.skipped += report.skipped
-        total.seen += report.seen
-        total.kept += report.kept
-        total.reencoded += report.reencoded
-        total.errors += [{**e, "index": e["index"] + begin} for e in report.errors]
-        total.resumed = total.resumed or report.resumed
-        total.resumed_from += report.resumed_from
-    total.manifest = complete_manifest(dst_path, shards)
-    return total
-
-
-def _remove_shard(folder: Path) -> None:
-    """Delete a shard folder of fastload files; one holding anything else is refused."""
-    from fastload.data.format import OWNED_FILES
-
-    foreign = [e.name for e in os.scandir(folder) if e.name not in OWNED_FILES]
-    if foreign:
-        raise FileExistsError(f"shard folder {str(folder)!r} holds files that are not part of "
-                              f"a fastload database ({', '.join(sorted(foreign)[:3])}); remove "
-                              "them first")
-    for name in sorted(OWNED_FILES, key=lambda n: n != META_FILE):  # not complete, first
-        (folder / name).unlink(missing_ok=True)
-    folder.rmdir()
 
 
 def _initial_map_size(total_bytes: int, count: int) -> int:
@@ -283,7 +236,7 @@ def _run(samples, writer: LMDBWriter, workers: int, max_side, quality, check, co
 
 
 def _run_from(start, samples, writer, workers, options, strict, bar, commit_every) -> None:
-    """Convert ``samples[start:]``; the main process reads every file and keeps the JPEGs
+    """Convert ``samples[start:]``; the main process reads every record and keeps the JPEGs
     that pass the marker check itself, and only files that need Pillow (re-encoding or a
     decode check) go to the worker pool, started on the first such file. Results are taken
     in source order from a bounded window, so the output never depends on timing."""
@@ -292,9 +245,8 @@ def _run_from(start, samples, writer, workers, options, strict, bar, commit_ever
     pending: deque = deque()
     last_commit = start
 
-    def settle(index: int, result) -> None:
+    def settle(index: int, path: str, label: int, result) -> None:
         nonlocal last_commit
-        path, label = samples[index]
         if not isinstance(result, tuple):
             try:
                 result = result.get(timeout=WORKER_TIMEOUT_S)
@@ -321,19 +273,23 @@ def _run_from(start, samples, writer, workers, options, strict, bar, commit_ever
 
     scratch = ScratchBuffer()  # every kept record is put before the next file is read
     try:
-        for index in range(start, len(samples)):
-            path, label = samples[index]
+        for index, record in enumerate(iter_records(samples, start), start):
+            name, label, path, span, data, problem = record
             task = (path, label, *options)
-            if workers == 1:
-                result = check_file(*task, scratch=scratch)
+            if problem is not None:  # a container's record without a usable image or label
+                result = ("skip", problem)
+            elif workers == 1:
+                result = check_file(*task, scratch=scratch, span=span, data=data)
             else:  # a kept record waits in the window behind a worker's: own buffer then
-                result = check_file(*task, keep_only=True, scratch=None if pending else scratch)
+                result = check_file(*task, keep_only=True, scratch=None if pending else scratch,
+                                    span=span, data=data)
                 if result is None:
                     if pool is None:
                         pool = multiprocessing.get_context().Pool(workers, initializer=_worker_init)
-                    result = pool.apply_async(check_file_task_copy, (task,))
-            pending.append((index, result))
-            while pending and (len(pending) > window or _ready(pending[0][1])):
+                    result = pool.apply_async(check_file_task_copy, (task, span, None if data
+                                                                     is None else bytes(data)))
+            pending.append((index, name, label, result))
+            while pending and (len(pending) > window or _ready(pending[0][3])):
                 settle(*pending.popleft())
         while pending:
             settle(*pending.popleft())

@@ -1,67 +1,44 @@
-"""What ``fastload convert`` reads: the ordered list of ``(path, label)`` from a folder or CSV.
+"""What ``fastload convert`` reads: the ordered records of ``SRC`` and its class names.
 
-Two kinds of source:
+``SRC`` is one of (the kind is decided from the path, in this order):
 
-* **ImageFolder tree** ``SRC/<class>/**/<file>``: classes are the sorted sub-folder names
-  and files are ordered exactly as torchvision's ``ImageFolder`` orders them (classes
-  sorted, then ``os.walk`` of each class folder with directories and file names sorted,
-  symlinks followed, only ImageFolder's extensions, case-insensitive). So record ``i`` of
-  the database is sample ``i`` of ``ImageFolder(SRC)`` whenever no file was skipped.
-* **CSV file** of ``path,label`` rows (an optional first row ``path,label`` is a header).
-  Relative paths are relative to the CSV file's folder. A CSV is a list of files its author
-  names, so paths may leave that folder (``..`` or absolute), but never silently: rows whose
-  path resolves outside the CSV's folder are reported in one ``UserWarning`` (their count
-  and the first line). The file is UTF-8 (a BOM is allowed). If every label is a non-negative
-  integer, labels are used as given and ``classes`` is ``["0", "1", ..., str(max)]``;
-  otherwise labels are class names, ``classes`` is their sorted set (as ImageFolder sorts
-  folder names) and each label maps to its position in it. Rows keep the CSV's order.
+* **Hugging Face ``datasets`` folder** made by ``save_to_disk`` (it holds ``state.json``
+  and ``dataset_info.json``): rows in dataset order, see :mod:`fastload.data.sources.hf_datasets`.
+* **ImageFolder tree** ``SRC/<class>/**/<file>`` (a folder with sub-folders): classes are
+  the sorted sub-folder names and files are ordered exactly as torchvision's ``ImageFolder``
+  orders them (classes sorted, then ``os.walk`` of each class folder with directories and
+  file names sorted, symlinks followed, only ImageFolder's extensions, case-insensitive).
+  So record ``i`` of the database is sample ``i`` of ``ImageFolder(SRC)`` whenever no file
+  was skipped.
+* **WebDataset tar shards**: a ``.tar`` file, a folder of them (no sub-folders) or a glob
+  (``'shards/*.tar'``, or ``{000..009}`` braces): see :mod:`fastload.data.sources.webdataset`.
+* **Parquet files**: a ``.parquet`` file, a folder of them or a glob: see
+  :mod:`fastload.data.sources.parquet`.
+* **CSV file** of ``path,label`` rows (an optional first row ``path,label`` is a header),
+  UTF-8 (a BOM is allowed), or a **JSONL file** of ``{"path", "label"}`` objects (see
+  :mod:`fastload.data.sources.jsonl`). Paths are relative to the list's folder (see
+  :mod:`fastload.data.sources.filelist`); rows keep the list's order.
+
+Labels and class names follow :mod:`fastload.data.sources.labels`: a ``ClassLabel``
+feature's names when the source has one; otherwise integer labels are class indices
+(classes ``"0"`` .. ``str(max)``) and any other labels are class names (classes = their
+sorted set, as ImageFolder sorts folder names).
 """
 
 from __future__ import annotations
 
 import csv
-import hashlib
+import glob
 import io
 import os
-import warnings
-from dataclasses import dataclass
 from pathlib import Path
 
-# torchvision.datasets.folder.IMG_EXTENSIONS, repeated here so conversion never imports torch.
-IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
+from fastload.data.sources.base import IMG_EXTENSIONS, SourceList
+from fastload.data.sources.filelist import file_list_source
 
+__all__ = ["IMG_EXTENSIONS", "SourceList", "list_source", "read_csv_list", "scan_image_folder"]
 
-@dataclass(frozen=True)
-class SourceList:
-    """The ordered samples of a conversion source."""
-
-    root: Path
-    kind: str  # "folder" or "csv"
-    classes: list[str]
-    samples: list[tuple[str, int]]  # (absolute path, label) in record order
-
-    def fingerprint(self) -> tuple[str, int]:
-        """``(SHA-256 over every relative path, label, size and mtime in order, total bytes)``.
-
-        Resuming a partial conversion requires the same fingerprint, so a source that
-        changed since the partial was written is refused instead of mixed in.
-        """
-        total = 0
-        prefix = os.path.join(str(self.root), "")
-        digest = hashlib.sha256()
-        digest.update(f"{self.kind}\n{len(self.classes)}\n".encode())
-        for name in self.classes:
-            digest.update(name.encode("utf-8", "surrogateescape") + b"\0")
-        for path, label in self.samples:
-            try:
-                st = os.stat(path)
-                size, mtime = st.st_size, st.st_mtime_ns
-                total += size
-            except OSError:
-                size, mtime = -1, -1
-            rel = path[len(prefix):] if path.startswith(prefix) else os.path.relpath(path, self.root)
-            digest.update(f"{rel}\0{label}\0{size}\0{mtime}\n".encode("utf-8", "surrogateescape"))
-        return digest.hexdigest(), total
+_GLOB_CHARS = "*?[{"
 
 
 def _is_image_name(name: str) -> bool:
@@ -103,9 +80,7 @@ def scan_image_folder(root: Path) -> SourceList:
 
 def read_csv_list(csv_path: Path) -> SourceList:
     """Read a ``path,label`` CSV (see the module docstring for the label rule)."""
-    base = csv_path.parent
-    rows: list[tuple[str, str]] = []
-    outside: list[tuple[int, str]] = []
+    rows: list[tuple[int, str, str]] = []
     raw = csv_path.read_bytes()
     try:
         text = raw.decode("utf-8-sig")
@@ -128,45 +103,117 @@ def read_csv_list(csv_path: Path) -> SourceList:
             continue
         if not path or not label:
             raise ValueError(f"{str(csv_path)!r} line {line_no} has an empty path or label")
-        resolved = os.path.normpath(os.path.join(base, path))
-        if os.path.commonpath([resolved, str(base)]) != str(base):
-            outside.append((line_no, path))
-        rows.append((path, label))
+        rows.append((line_no, path, label))
     if not rows:
         raise ValueError(f"{str(csv_path)!r} lists no images; add rows of `path,label`")
-    if outside:
-        warnings.warn(
-            f"{str(csv_path)!r}: {len(outside)} row(s) name files outside the CSV's folder "
-            f"{str(base)!r}, the first on line {outside[0][0]} ({outside[0][1]!r}); they are "
-            "converted as listed", UserWarning, stacklevel=3)
-    labels = [label for _, label in rows]
-    if all(label.isdigit() for label in labels):
-        indices = [int(label) for label in labels]
-        classes = [str(i) for i in range(max(indices) + 1)]
-    else:
-        classes = sorted(set(labels))
-        class_to_idx = {name: i for i, name in enumerate(classes)}
-        indices = [class_to_idx[label] for label in labels]
-    samples = [
-        (os.path.normpath(os.path.join(base, path)), label)
-        for (path, _), label in zip(rows, indices, strict=True)
-    ]
-    return SourceList(root=base, kind="csv", classes=classes, samples=samples)
+    return file_list_source(csv_path, "csv", rows)
 
 
-def list_source(src: str | os.PathLike) -> SourceList:
-    """The samples of ``src``: an ImageFolder tree (a directory) or a ``.csv`` file."""
-    path = Path(os.path.abspath(src))
+# Data files a folder or glob source may hold (compressed tars only to refuse them by name).
+_DATA_SUFFIXES = (".tar", ".parquet", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".tar.zst")
+_KINDS_HELP = ("an ImageFolder directory, a CSV (path,label) or JSONL ({\"path\", \"label\"}) "
+               "list, WebDataset .tar shards, .parquet files or a datasets save_to_disk folder")
+
+
+def list_source(src: str | os.PathLike, *, image_column: str | None = None,
+                label_column: str | None = None, label_field: str | None = None,
+                workers: int = 1) -> SourceList:
+    """The records of ``src`` (see the module docstring for the kinds and their order).
+
+    ``image_column``/``label_column`` name the columns of a parquet or ``datasets`` source
+    (default ``"image"``/``"label"``); ``label_field`` reads WebDataset labels from that
+    field of each sample's ``.json`` member instead of its ``.cls``. An option that does
+    not apply to the kind of ``src`` is refused. ``workers`` processes list several tar
+    shards at once (the order is the same).
+    """
+    from fastload.data.sources.hf_datasets import is_datasets_folder, list_datasets_folder
+    from fastload.data.sources.jsonl import JSONL_SUFFIXES, read_jsonl_list
+
+    text = os.fspath(src)
+    path = Path(os.path.abspath(text))
+    files_only = {"image_column": image_column, "label_column": label_column,
+                  "label_field": label_field}
+    if not path.exists() and any(c in os.path.basename(text) for c in _GLOB_CHARS):
+        return _list_files(_expand(text), path.parent, text, image_column, label_column,
+                           label_field, workers)
     if path.is_dir():
+        if is_datasets_folder(path):
+            _only("datasets", label_field=label_field)
+            return list_datasets_folder(path, image_column, label_column)
+        if not any(e.is_dir() and not e.name.startswith(".") for e in os.scandir(path)):
+            files = sorted(Path(e.path) for e in os.scandir(path)
+                           if e.is_file() and e.name.lower().endswith(_DATA_SUFFIXES))
+            if files:
+                return _list_files(files, path, text, image_column, label_column, label_field,
+                                   workers)
+        _only("folder", **files_only)
         return scan_image_folder(path)
     if path.is_file():
-        if path.suffix.lower() != ".csv":
-            raise ValueError(
-                f"source {str(path)!r} is a file but not a .csv; pass an ImageFolder "
-                "directory or a CSV of `path,label` rows"
-            )
-        return read_csv_list(path)
-    raise FileNotFoundError(
-        f"source {str(path)!r} does not exist; pass an ImageFolder directory or a CSV of "
-        "`path,label` rows"
-    )
+        name = path.name.lower()
+        if name.endswith(".csv"):
+            _only("csv", **files_only)
+            return read_csv_list(path)
+        if name.endswith(JSONL_SUFFIXES):
+            _only("jsonl", **files_only)
+            return read_jsonl_list(path)
+        if name.endswith(_DATA_SUFFIXES):
+            return _list_files([path], path.parent, text, image_column, label_column,
+                               label_field)
+        raise ValueError(
+            f"source {str(path)!r} is a file but not a .csv, .jsonl, .tar or .parquet; pass "
+            f"{_KINDS_HELP}")
+    raise FileNotFoundError(f"source {str(path)!r} does not exist; pass {_KINDS_HELP}")
+
+
+def _list_files(files: list[Path], root: Path, text: str, image_column, label_column,
+                label_field, workers: int = 1) -> SourceList:
+    """A source of data files all of one kind: tar shards or parquet files."""
+    from fastload.data.sources.parquet import PARQUET_SUFFIXES, list_parquet
+    from fastload.data.sources.webdataset import list_tar_shards
+
+    parquets = [p for p in files if p.name.lower().endswith(PARQUET_SUFFIXES)]
+    tars = [p for p in files if p.name.lower().endswith(_DATA_SUFFIXES) and p not in parquets]
+    if tars and parquets:
+        raise ValueError(f"source {text!r} holds both .tar and .parquet files; convert each kind "
+                         "on its own (pass a glob such as 'SRC/*.tar')")
+    if len(tars) + len(parquets) != len(files):
+        other = next(p for p in files if p not in tars and p not in parquets)
+        raise ValueError(f"source {text!r} matches {str(other)!r}, which is neither a .tar "
+                         "shard nor a .parquet file; narrow the glob (e.g. 'SRC/*.tar')")
+    if tars:
+        _only("webdataset", image_column=image_column, label_column=label_column)
+        return list_tar_shards(tars, root, label_field, workers)
+    _only("parquet", label_field=label_field)
+    return list_parquet(parquets, root, image_column, label_column)
+
+
+def _expand(pattern: str) -> list[Path]:
+    """The files a glob (with ``{a,b}`` / ``{000..009}`` braces) names, sorted."""
+    patterns = [pattern]
+    if "{" in pattern:
+        try:
+            from braceexpand import braceexpand
+        except ImportError:
+            raise ValueError(f"source {pattern!r} uses {{...}} braces, which need the "
+                             "braceexpand package (installed with webdataset); or pass a "
+                             "glob such as 'shards/*.tar'") from None
+        patterns = list(braceexpand(pattern))
+    found = {os.path.abspath(p) for q in patterns for p in glob.glob(q) if os.path.isfile(p)}
+    if not found:
+        raise FileNotFoundError(f"source {pattern!r} matches no files; pass {_KINDS_HELP}")
+    return sorted(Path(p) for p in found)
+
+
+def _only(kind: str, **options) -> None:
+    """Refuse a reading option given for a source kind it does not apply to."""
+    applies = {"image_column": "parquet or datasets", "label_column": "parquet or datasets",
+               "label_field": "WebDataset"}
+    for option, value in options.items():
+        if value is not None:
+            raise ValueError(f"{option}={value!r} applies to {applies[option]} sources only, "
+                             f"but the source is a {_KIND_WORDS[kind]}")
+
+
+_KIND_WORDS = {"folder": "ImageFolder directory", "csv": "CSV list", "jsonl": "JSONL list",
+               "webdataset": "WebDataset tar source", "parquet": "parquet source",
+               "datasets": "datasets folder"}

@@ -3,11 +3,14 @@
 The lock is taken on the folder itself (no extra file in the database) before anything in
 it is read or removed, and held until ``fastload.json`` is written or the writer closes.
 A killed process's lock goes with it, so a resume is never blocked by a dead converter.
+A sharded set also has one lock file (:func:`set_lock`) for the steps that decide what the
+whole set is: which shard count it has, and when its manifest is written.
 """
 
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from pathlib import Path
 
 # Folders this process converts into -> the descriptor holding their exclusive flock.
@@ -55,3 +58,19 @@ def _forget_in_child() -> None:
         except OSError:
             pass
     _DST_LOCKS.clear()
+
+
+@contextmanager
+def set_lock(root: Path, lock_name: str):
+    """Hold an exclusive ``flock`` on the lock file ``root/lock_name`` of a sharded set for
+    the ``with`` block, waiting for another holder: it serialises the short steps that decide
+    what the set is (claiming shards of one shard count, completing the manifest). Not
+    reentrant: a process must not nest two blocks on one set."""
+    import fcntl
+
+    fd = os.open(Path(root) / lock_name, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock

@@ -49,7 +49,10 @@ def ensure_lmdb(src: str | os.PathLike, dst: str | os.PathLike, *, max_side: int
     """Make ``dst`` a fresh conversion of ``src`` (see module docstring); ``True`` when it
     converted, ``False`` when ``dst`` was already fresh. ``log`` gets one line per conversion."""
     from fastload.data.convert import convert_folder
+    from fastload.data.untrusted import refuse_url
 
+    refuse_url(src, "source")
+    refuse_url(dst, "destination")
     reason = lmdb_staleness(src, dst, max_side)
     if reason is None:
         return False

@@ -222,6 +222,37 @@ def _read_with_room(path: str, scratch: ScratchBuffer | None = None) -> tuple[by
     return buffer, got
 
 
+def _read_span_with_room(path: str, offset: int, size: int,
+                         scratch: ScratchBuffer | None = None) -> tuple[bytearray, int]:
+    """Bytes ``[offset, offset + size)`` of ``path`` (a tar member) placed as
+    :func:`_read_with_room` places a whole file's."""
+    needed = _HEADROOM + size + _TAILROOM
+    buffer = scratch.get(needed) if scratch is not None else bytearray(needed)
+    view = memoryview(buffer)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        got = 0
+        while got < size:
+            n = os.preadv(fd, [view[_HEADROOM + got:_HEADROOM + size]], offset + got)
+            if n == 0:
+                raise OSError(f"the file ends {size - got} bytes before the end of this "
+                              "member (it changed since it was listed?)")
+            got += n
+    finally:
+        os.close(fd)
+    return buffer, size
+
+
+def _copy_with_room(data: bytes | memoryview,
+                    scratch: ScratchBuffer | None = None) -> tuple[bytearray, int]:
+    """In-memory image bytes (a parquet row's) placed as :func:`_read_with_room` places a file's."""
+    size = len(data)
+    needed = _HEADROOM + size + _TAILROOM
+    buffer = scratch.get(needed) if scratch is not None else bytearray(needed)
+    buffer[_HEADROOM:_HEADROOM + size] = data
+    return buffer, size
+
+
 def _read_rest(fd: int) -> bytes:
     chunks = []
     while chunk := os.read(fd, 1 << 20):
@@ -232,9 +263,13 @@ def _read_rest(fd: int) -> bytes:
 def check_file(
     path: str, label: int, max_side: int | None = None, quality: int = 90,
     check: str = "markers", composite: bool = False, *, keep_only: bool = False,
-    scratch: ScratchBuffer | None = None,
+    scratch: ScratchBuffer | None = None, span: tuple[int, int] | None = None,
+    data: bytes | memoryview | None = None,
 ) -> tuple | None:
     """``("ok", datum record, its CRC-32, how)`` or ``("skip", reason)``.
+
+    The image is the file ``path``, or with ``span = (offset, size)`` that byte range of it
+    (a tar member), or ``data`` (bytes already in memory; ``path`` is then only its name).
 
     A kept JPEG's record is assembled around the bytes as read (no copy); the record is
     then a ``memoryview`` (``bytes`` when ``check_file_task_copy`` runs it in a worker),
@@ -243,7 +278,12 @@ def check_file(
     the converter's main process runs before handing such files to worker processes).
     """
     try:
-        buffer, size = _read_with_room(path, scratch)
+        if data is not None:
+            buffer, size = _copy_with_room(data, scratch)
+        elif span is not None:
+            buffer, size = _read_span_with_room(path, *span, scratch)
+        else:
+            buffer, size = _read_with_room(path, scratch)
     except OSError as exc:
         return ("skip", f"cannot read file: {exc.strerror or exc}")
     view = memoryview(buffer)
@@ -269,10 +309,11 @@ def check_file(
     return ("ok", record, crc32(record), how)
 
 
-def check_file_task_copy(task: tuple) -> tuple:
-    """``check_file`` over one ``(path, label, max_side, quality, check[, composite])`` tuple, for a
-    worker process: the record as picklable ``bytes``."""
-    result = check_file(*task)
+def check_file_task_copy(task: tuple, span: tuple[int, int] | None = None,
+                         data: bytes | None = None) -> tuple:
+    """``check_file`` over one ``(path, label, max_side, quality, check[, composite])`` tuple
+    (and ``span`` or ``data``), for a worker process: the record as picklable ``bytes``."""
+    result = check_file(*task, span=span, data=data)
     if result[0] == "ok" and isinstance(result[1], memoryview):
         result = ("ok", result[1].tobytes(), *result[2:])
     return result

@@ -8,7 +8,8 @@ A sharded set is a directory::
       shard-00002-of-00003/
       fastload-set.json       the manifest, written last, atomically (temp file + rename)
       labels.i32              every record's label in global order (one read opens the set)
-      .fastload-set.lock      serialises the processes that try to complete the manifest
+      .fastload-set.lock      serialises the processes that claim shards or complete the
+                              manifest (see dst_lock.set_lock)
 
 Shard ``k`` holds source files ``[k * n // N, (k + 1) * n // N)`` of the ``n`` files of the
 source, in source order, so global index ``i`` is record ``i - start`` of the shard whose
@@ -16,31 +17,42 @@ source, in source order, so global index ``i`` is record ``i - start`` of the sh
 manifest lists, per shard, its directory, record count, range, checksum file and that
 file's CRC-32, plus the set's class names, source fingerprint and options. It exists only
 once every shard is complete; whichever process finds them all complete first writes it.
+What a manifest may hold, and what reading a set checks: :mod:`fastload.data.manifest_schema`
+and :mod:`fastload.data.shards`.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
 from fastload.data.format import (
     CHECKSUM_FILE,
     LABELS_DTYPE,
-    LABELS_FILE,
     META_FILE,
     PARTIAL_FILE,
     STATE_COMPLETE,
     crc32,
 )
+from fastload.data.manifest_schema import (
+    MANIFEST_FILE,
+    MANIFEST_FORMAT,
+    MANIFEST_VERSION,
+    SET_LABELS_FILE,
+    SUPPORTED_MANIFEST_VERSIONS,
+    parse_manifest,
+)
 
-MANIFEST_FILE = "fastload-set.json"
-MANIFEST_FORMAT = "fastload-lmdb-set"
-MANIFEST_VERSION = 1
-SUPPORTED_MANIFEST_VERSIONS = (1,)
-SET_LABELS_FILE = LABELS_FILE  # the set's labels, concatenated in global order
+__all__ = [
+    "LOCK_FILE", "MANIFEST_FILE", "MANIFEST_FORMAT", "MANIFEST_VERSION", "SET_LABELS_FILE",
+    "SUPPORTED_MANIFEST_VERSIONS", "build_manifest", "complete_manifest", "describe_shards",
+    "existing_shard_counts", "identity_differences", "is_sharded_set", "load_manifest", "manifest_path",
+    "pending_shards", "shard_bounds", "shard_folders", "shard_name",
+]
+
 LOCK_FILE = ".fastload-set.lock"
 SHARD_PREFIX = "shard-"
 _SHARD_DIR = re.compile(r"shard-(\d{5,})-of-(\d{5,})")
@@ -95,37 +107,37 @@ def existing_shard_counts(root: Path) -> set[int]:
 
 
 def load_manifest(path: str | os.PathLike) -> dict:
-    """The parsed manifest of the set at ``path``; one clear sentence when it is unusable."""
+    """The parsed manifest of the set at ``path``, its schema, paths and ranges checked (see
+    :mod:`fastload.data.manifest_schema`); one clear sentence when it is unusable."""
+    return open_manifest(path)[0]
+
+
+def open_manifest(path: str | os.PathLike):
+    """``(manifest, shard entries)`` of the set at ``path``, checked as :func:`load_manifest`."""
+    from fastload.data.untrusted import refuse_url
+
+    refuse_url(path, "sharded set")
     file = manifest_path(path)
     root = file.parent
     if not file.exists():
         if root.is_dir() and existing_shard_counts(root):
             raise ValueError(
                 f"sharded set {str(root)!r} has no {MANIFEST_FILE} yet: some shards are "
-                f"unfinished; finish the conversion of every shard_index, then run "
-                f"`fastload verify {root}`"
+                f"unfinished; finish the conversion of every shard_index (or, if every shard "
+                f"is finished, run `fastload verify {root}` to write the manifest)"
             )
         raise FileNotFoundError(f"{str(file)!r} does not exist; convert a sharded set "
                                 "(shards=N) there first")
-    try:
-        with open(file, encoding="utf-8") as handle:
-            manifest = json.load(handle)
-    except ValueError as exc:
-        raise ValueError(f"{str(file)!r} is not valid JSON ({exc}); run `fastload verify "
-                         f"{root}` to rewrite it") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT:
-        raise ValueError(f"{str(file)!r} does not describe a {MANIFEST_FORMAT} set")
-    if manifest.get("version") not in SUPPORTED_MANIFEST_VERSIONS:
-        raise ValueError(
-            f"{str(file)!r} uses manifest version {manifest.get('version')!r} but this fastload "
-            f"reads versions {SUPPORTED_MANIFEST_VERSIONS}; upgrade fastload")
-    return manifest
+    return parse_manifest(file)
 
 
 def _read_meta(shard_dir: Path) -> dict | None:
+    """A shard's ``fastload.json`` when it says complete, else None (lenient: for listing)."""
+    from fastload.data.reader import MAX_META_BYTES
+    from fastload.data.untrusted import read_json
+
     try:
-        with open(shard_dir / META_FILE, encoding="utf-8") as handle:
-            meta = json.load(handle)
+        meta = read_json(shard_dir / META_FILE, MAX_META_BYTES, "")
     except (OSError, ValueError):
         return None
     return meta if isinstance(meta, dict) and meta.get("state") == STATE_COMPLETE else None
@@ -137,35 +149,74 @@ def pending_shards(root: Path, count: int) -> list[str]:
             if _read_meta(root / shard_name(k, count)) is None]
 
 
-def build_manifest(root: Path, count: int) -> dict:
-    """The manifest of the ``count`` complete shards in ``root`` (all must be complete and
-    agree on source, classes and options; ValueError naming the shard otherwise)."""
-    shards, start, first = [], 0, None
+def describe_shards(root: Path) -> str:
+    """What shard folders ``root`` holds, for messages: ``2 shards of a 4-shard set (1
+    finished, 1 unfinished: shard-00000-of-00004, shard-00001-of-00004)``."""
+    groups: dict[int, list[str]] = {}
+    for name, count in sorted(shard_folders(root).items()):
+        groups.setdefault(count, []).append(name)
+    parts = []
+    for count, names in sorted(groups.items()):
+        done = sum(_read_meta(root / name) is not None for name in names)
+        listed = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+        parts.append(f"{len(names)} shard(s) of a {count}-shard set ({done} finished, "
+                     f"{len(names) - done} unfinished: {listed})")
+    return "; ".join(parts) or "no shard folders"
+
+
+def identity_differences(meta: dict, expected: dict) -> list[str]:
+    """The identity keys (source, fingerprint, classes, options, shard index and count) on
+    which ``meta``, a shard's sidecar, differs from ``expected``."""
+    differs = [key for key in SHARED_KEYS if meta.get(key) != expected.get(key)]
+    info, want = meta.get("shard"), expected.get("shard") or {}
+    if not isinstance(info, dict) or any(info.get(k) != want.get(k) for k in ("index", "count")):
+        differs.append("shard index/count")
+    return differs
+
+
+def _check_identity(meta: dict, expected: dict, where: str) -> None:
+    differs = identity_differences(meta, expected)
+    if differs:
+        raise ValueError(
+            f"shard {where!r} was converted from another source or with other options "
+            f"({', '.join(differs)} differ); reconvert it with the same source and options "
+            "and overwrite=True")
+
+
+def build_manifest(root: Path, count: int):
+    """``(manifest, labels)`` of the ``count`` complete shards in ``root``: every shard opens
+    (its own checks, see :class:`~fastload.data.reader.LMDBReader`), lies inside ``root`` and
+    agrees with shard 0 on source, classes and options; ValueError naming the shard otherwise."""
+    import numpy as np
+
+    from fastload.data.reader import LMDBReader
+    from fastload.data.untrusted import confined_path
+
+    shards, labels, start, first = [], [], 0, None
+    real_root = os.path.realpath(root)
     for k in range(count):
         name = shard_name(k, count)
-        meta = _read_meta(root / name)
-        if meta is None:
+        folder = Path(confined_path(real_root, name, f"shard folder {name!r}"))
+        if _read_meta(folder) is None:
             raise ValueError(f"shard {str(root / name)!r} is not complete; rerun its "
                              f"conversion with shard_index={k}")
+        reader = LMDBReader(folder)
+        meta = reader.meta
         if first is None:
             first = meta
-        differs = [key for key in SHARED_KEYS if meta.get(key) != first.get(key)]
-        info = meta.get("shard") or {}
-        if differs or info.get("index") != k or info.get("count") != count:
-            raise ValueError(
-                f"shard {str(root / name)!r} was converted from another source or with other "
-                f"options ({', '.join(differs) or 'shard index/count'} differ); reconvert it "
-                "with the same source and options and overwrite=True")
-        checksum_file = f"{name}/{meta.get('checksum_file', CHECKSUM_FILE)}"
+        _check_identity(meta, {**first, "shard": {"index": k, "count": count}},
+                        str(root / name))
+        info = meta["shard"]
         shards.append({
-            "path": name, "count": int(meta["count"]), "start": start,
-            "stop": start + int(meta["count"]), "skipped": int(meta.get("skipped", 0)),
+            "path": name, "count": len(reader), "start": start, "stop": start + len(reader),
+            "skipped": int(meta.get("skipped", 0)),
             "source_range": [info.get("source_start"), info.get("source_stop")],
-            "checksum_file": checksum_file,
-            "checksum_file_crc32": crc32((root / checksum_file).read_bytes()),
+            "checksum_file": f"{name}/{CHECKSUM_FILE}",
+            "checksum_file_crc32": crc32(reader.checksums.astype("<u4").tobytes()),
         })
-        start += int(meta["count"])
-    return {
+        labels.append(np.asarray(reader.targets, dtype=LABELS_DTYPE))
+        start += len(reader)
+    manifest = {
         "format": MANIFEST_FORMAT, "version": MANIFEST_VERSION, "state": STATE_COMPLETE,
         "count": start, "num_shards": count, "classes": first["classes"],
         "source": first["source"], "source_kind": first["source_kind"],
@@ -175,45 +226,47 @@ def build_manifest(root: Path, count: int) -> dict:
         "index_rule": "global index i is record i - start of the shard with start <= i < stop",
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
+    joined = np.concatenate(labels) if labels else np.zeros(0, dtype=LABELS_DTYPE)
+    return manifest, joined
 
 
-def complete_manifest(root: str | os.PathLike, count: int | None = None) -> dict | None:
+def complete_manifest(root: str | os.PathLike, count: int | None = None, *,
+                      rebuild: bool = False,
+                      vet: Callable[[Path], None] | None = None) -> dict | None:
     """Write the manifest when every shard is complete and return it (None while some are
-    not). Safe to call from many processes at once: a lock file serialises them, the set's
-    labels and the manifest are written to temporary files and renamed, manifest last."""
-    import fcntl
+    not). Safe to call from many processes at once: the set's lock file serialises them, the
+    set's labels and the manifest are written to temporary files and renamed, manifest last.
 
-    import numpy as np
-
+    A manifest already there is kept when it passes the open checks and has ``count``
+    shards, unless ``rebuild``. ``vet(folder)``, when given, runs on every shard folder
+    before anything is written and raises ValueError to stop the rebuild.
+    """
     from fastload.data.atomic import write_bytes_atomic, write_json_atomic
+    from fastload.data.dst_lock import set_lock
 
     root = Path(os.path.abspath(root))
     if count is None:
         counts = existing_shard_counts(root)
         if len(counts) != 1:
-            raise ValueError(f"{str(root)!r} holds shards of {len(counts)} different shard "
-                             "counts; pass count= or remove the stray shard folders")
+            raise ValueError(f"{str(root)!r} holds {describe_shards(root)}; pass count= or "
+                             "remove the stray shard folders")
         count = counts.pop()
-    fd = os.open(root / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o666)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)  # a second finisher waits, then finds it written
+    with set_lock(root, LOCK_FILE):  # a second finisher waits, then finds it written
         existing = root / MANIFEST_FILE
-        if existing.exists():
+        if existing.exists() and not rebuild:
             try:
                 manifest = load_manifest(root)
                 if manifest.get("num_shards") == count:
                     return manifest
-            except ValueError:
-                pass  # unreadable: rewrite it below
+            except (OSError, ValueError):
+                pass  # unusable: rewrite it below
         if pending_shards(root, count):
             return None
-        manifest = build_manifest(root, count)
-        labels = [np.fromfile(root / s["path"] / LABELS_FILE, dtype=LABELS_DTYPE)
-                  for s in manifest["shards"]]
-        joined = np.concatenate(labels) if labels else np.zeros(0, dtype=LABELS_DTYPE)
-        write_bytes_atomic(root / SET_LABELS_FILE, joined.astype(LABELS_DTYPE).tobytes(),
+        manifest, labels = build_manifest(root, count)
+        if vet is not None:
+            for entry in manifest["shards"]:
+                vet(root / entry["path"])
+        write_bytes_atomic(root / SET_LABELS_FILE, labels.astype(LABELS_DTYPE).tobytes(),
                            sync_dir=False)
         write_json_atomic(existing, manifest)
         return manifest
-    finally:
-        os.close(fd)  # releases the lock

@@ -8,9 +8,12 @@ reader pickled into a DataLoader worker reopens the file there. Labels come from
 
 from __future__ import annotations
 
-import json
+import operator
 import os
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 from fastload.data.datum import datum_fields
 from fastload.data.format import (
@@ -18,6 +21,7 @@ from fastload.data.format import (
     CHECKSUM_FILE,
     DATA_FILE,
     FORMAT_NAME,
+    KEY_DIGITS,
     LABELS_DTYPE,
     LABELS_FILE,
     META_FILE,
@@ -28,8 +32,30 @@ from fastload.data.format import (
     record_key,
 )
 from fastload.data.lmdb_meta import check_data_file
+from fastload.data.untrusted import read_json, refuse_url, regular_file_size, short_repr
 
 MAX_READERS = 1024
+MAX_META_BYTES = 16 << 20  # fastload.json holds identity and counts: kilobytes
+MAX_RECORDS = 10**KEY_DIGITS  # keys have KEY_DIGITS digits
+MAX_CLASSES = 1_000_000
+MAX_CLASS_NAME = 4096  # characters
+
+
+def record_index(index: Any, count: int, path: str | os.PathLike) -> int:
+    """``index`` as a record number in ``[0, count)``: an integer (``int``, a NumPy integer,
+    an integer tensor of one element; not a bool), negative counting from the end. TypeError
+    or IndexError, naming ``path``, otherwise."""
+    if isinstance(index, bool | np.bool_):
+        raise TypeError(f"record index must be an int, but got {type(index).__name__}")
+    try:
+        number = operator.index(index)
+    except TypeError:
+        raise TypeError(f"record index must be an int, but got {type(index).__name__} "
+                        f"{index!r}") from None
+    if not -count <= number < count:
+        raise IndexError(f"record index {number} is out of range for {str(path)!r} "
+                         f"({count} records)")
+    return number + count if number < 0 else number
 
 # py-lmdb refuses to open one environment twice in a process, and a forked child inherits
 # the parent's handle (unusable there by LMDB's rules). So read-only environments are
@@ -103,56 +129,102 @@ def load_meta(path: Path) -> dict:
             f"{str(path)!r} has no {META_FILE}, so it is not a fastload database; run "
             f"`fastload convert SRC {path}` first"
         )
-    try:
-        with open(meta_path, encoding="utf-8") as handle:
-            meta = json.load(handle)
-    except ValueError as exc:
-        raise ValueError(f"{str(meta_path)!r} is not valid JSON ({exc}); reconvert it with overwrite=True") from None
+    fix = "restore it or reconvert it with overwrite=True"
+    meta = read_json(meta_path, MAX_META_BYTES, fix)
     if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
         raise ValueError(f"{str(meta_path)!r} does not describe a {FORMAT_NAME} database")
     if meta.get("version") not in SUPPORTED_VERSIONS:
         raise ValueError(
-            f"{str(path)!r} uses format version {meta.get('version')!r} but this fastload reads "
-            f"versions {SUPPORTED_VERSIONS}; upgrade fastload or reconvert it with overwrite=True"
+            f"{str(path)!r} uses format version {short_repr(meta.get('version'))} but this "
+            f"fastload reads versions {SUPPORTED_VERSIONS}; upgrade fastload or reconvert it "
+            "with overwrite=True"
         )
     if meta.get("state") != STATE_COMPLETE:
         raise ValueError(
-            f"{str(path)!r} is a partial conversion (state {meta.get('state')!r}); rerun the "
-            "same `fastload convert` command to finish it"
+            f"{str(path)!r} is a partial conversion (state {short_repr(meta.get('state'))}); "
+            "rerun the same `fastload convert` command to finish it"
         )
     count = meta.get("count")
-    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+    if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= MAX_RECORDS:
         raise ValueError(
-            f"{str(meta_path)!r} states count={count!r}, not a record count; the sidecar is "
-            "damaged: restore it or reconvert it with overwrite=True"
+            f"{str(meta_path)!r} states count={short_repr(count)}, not a record count; the "
+            "sidecar is damaged: restore it or reconvert it with overwrite=True"
         )
+    _check_meta_fields(meta, meta_path, fix)
     return meta
+
+
+# Sidecar fields the format fixes: a fastload.json naming other files or dtypes is not ours
+# (a dtype of "O" would make numpy read objects; a path could point anywhere).
+_FIXED = {"labels_file": LABELS_FILE, "labels_dtype": LABELS_DTYPE,
+          "checksum_file": CHECKSUM_FILE, "checksum_dtype": CHECKSUM_DTYPE}
+
+
+def _check_meta_fields(meta: dict, meta_path: Path, fix: str) -> None:
+    for key, fixed in _FIXED.items():
+        if meta.get(key, fixed) != fixed:
+            raise ValueError(f"{str(meta_path)!r} states {key}={short_repr(meta[key])}, but "
+                             f"the format fixes it to {fixed!r}; {fix}")
+    problem = class_list_problem(meta.get("classes", []))
+    if problem:
+        raise ValueError(f"{str(meta_path)!r} states classes={short_repr(meta['classes'])}, "
+                         f"which {problem}; {fix}")
+
+
+def class_list_problem(classes: object) -> str | None:
+    """Why ``classes`` is not a list of distinct class names (one phrase), or None."""
+    if not isinstance(classes, list) or len(classes) > MAX_CLASSES:
+        return f"is not a list of at most {MAX_CLASSES} class names"
+    seen: set[str] = set()
+    for i, name in enumerate(classes):
+        if not isinstance(name, str) or not 0 < len(name) <= MAX_CLASS_NAME:
+            return (f"holds {short_repr(name)} at [{i}], not a class name (a string of 1 to "
+                    f"{MAX_CLASS_NAME} characters)")
+        if name in seen:
+            return f"names class {short_repr(name)} twice"
+        seen.add(name)
+    return None
 
 
 def load_sidecar_array(path: Path, meta: dict, kind: str, default_file: str,
                         default_dtype: str, fix: str):
     """The per-record ``kind`` array (labels, checksums) beside ``path``'s data.mdb, checked
-    against the record count; a missing or short file is one error naming it and ``fix``."""
+    against the record count before it is read; a missing or short file is one error naming
+    it and ``fix``."""
     import numpy as np
 
-    sidecar = path / meta.get(f"{kind}_file", default_file)
+    sidecar = path / default_file
+    dtype = np.dtype(default_dtype)
     try:
-        values = np.fromfile(sidecar, dtype=meta.get(f"{kind}_dtype", default_dtype))
+        size = regular_file_size(sidecar, "sidecar")
     except FileNotFoundError:
         raise FileNotFoundError(f"{str(sidecar)!r} is missing; {fix}") from None
-    if len(values) != meta["count"]:
+    if size != meta["count"] * dtype.itemsize:
         noun = "labels" if kind == "labels" else "checksums"
-        raise ValueError(f"{str(sidecar)!r} holds {len(values)} {noun} for {meta['count']} "
-                         f"records; {fix}")
-    return values
+        held = (f"{size // dtype.itemsize} {noun}" if size % dtype.itemsize == 0
+                else f"{size} bytes, not a whole number of {noun},")
+        raise ValueError(f"{str(sidecar)!r} holds {held} for {meta['count']} records; {fix}")
+    return np.fromfile(sidecar, dtype=dtype)
+
+
+def check_label_range(labels, num_classes: int, where: Path, fix: str) -> None:
+    """ValueError naming ``where`` unless every label is in ``[0, num_classes)``."""
+    import numpy as np
+
+    if len(labels) and (int(labels.min()) < 0 or int(labels.max()) >= num_classes):
+        bad = int(np.flatnonzero((labels < 0) | (labels >= num_classes))[0])
+        raise ValueError(f"{str(where)!r} holds label {int(labels[bad])} at record {bad}, "
+                         f"outside [0, {num_classes}) for the {num_classes} classes; {fix}")
 
 
 def load_labels(path: Path, meta: dict) -> list[int]:
-    """Per-record labels from the labels sidecar, checked against the record count."""
+    """Per-record labels from the labels sidecar, checked against the record count and the
+    class count."""
     import numpy as np
 
-    labels = load_sidecar_array(path, meta, "labels", LABELS_FILE, LABELS_DTYPE,
-                                 "reconvert it with overwrite=True")
+    fix = "reconvert it with overwrite=True"
+    labels = load_sidecar_array(path, meta, "labels", LABELS_FILE, LABELS_DTYPE, fix)
+    check_label_range(labels, len(meta.get("classes", [])), path / LABELS_FILE, fix)
     return labels.astype(np.int64).tolist()
 
 
@@ -181,6 +253,7 @@ class LMDBReader:
     """
 
     def __init__(self, path: str | os.PathLike, *, checksums: bool = True) -> None:
+        refuse_url(path, "LMDB directory")
         self.path = Path(os.path.abspath(path))
         self.meta: dict = load_meta(self.path)
         self.classes: list[str] = list(self.meta.get("classes", []))
@@ -229,15 +302,7 @@ class LMDBReader:
 
     def key(self, index: int) -> bytes:
         """The LMDB key of record ``index`` (negative indices count from the end)."""
-        if not isinstance(index, int) or isinstance(index, bool):
-            raise TypeError(f"record index must be an int, but got {type(index).__name__}")
-        if index < 0:
-            index += self._count
-        if not 0 <= index < self._count:
-            raise IndexError(
-                f"record index {index} is out of range for {str(self.path)!r} ({self._count} records)"
-            )
-        return record_key(index)
+        return record_key(record_index(index, self._count, self.path))
 
     def record(self, index: int) -> bytes:
         """The raw Datum value of record ``index``."""
@@ -269,4 +334,9 @@ class LMDBReader:
                 f"record {self.key(index).decode()} of {str(self.path)!r} is corrupt ({exc}); "
                 "run `fastload verify` and reconvert it with overwrite=True"
             ) from None
+        if label != self.targets[index]:  # targets (labels.i32) is what samplers and loaders use
+            raise CorruptRecord(
+                f"record {self.key(index).decode()} of {str(self.path)!r} holds label {label}, "
+                f"but its labels.i32 says {self.targets[index]}; run `fastload verify` and "
+                "reconvert it with overwrite=True")
         return data, label, (height, width)

@@ -1,32 +1,55 @@
-"""Reading and verifying a sharded fastload set (see :mod:`fastload.data.manifest`).
+"""Reading a sharded fastload set (see :mod:`fastload.data.manifest`) as one data set.
 
 :class:`ShardedReader` has :class:`~fastload.data.reader.LMDBReader`'s interface (``path``,
 ``meta``, ``classes``, ``class_to_idx``, ``targets``, ``len``, ``key``, ``record``,
-``image_bytes``, ``close``) over global indices. Opening it reads the manifest and the set's
-labels file only; a shard's LMDB environment is opened the first time one of its records is
-read, in the process that reads it, so a rank touches only the shards its samples live in.
+``image_bytes``, ``close``) over global indices. A set is a closed folder, read only as far
+as it is checked:
+
+* **At open** it reads the manifest and the set's labels file only: the manifest's schema,
+  paths and ranges (:mod:`fastload.data.manifest_schema`), and ``labels.i32`` holding
+  ``count`` labels, each in ``[0, len(classes))``.
+* **At a shard's first read**, in the process that reads it (so a rank touches only the
+  shards its samples live in), before any of its records is returned: its files lie in its
+  folder, its ``fastload.json`` opens (:class:`~fastload.data.reader.LMDBReader`'s checks)
+  and names this shard of this set (index, shard count, source, fingerprint, classes,
+  options), its record count and the CRC-32 of its ``checksums.crc32`` equal the
+  manifest's, and its labels equal the set's labels over its range. Each record's CRC-32
+  and label are then checked as it is read.
+
+What only ``fastload verify`` checks: every record of every shard (its CRC-32, its Datum,
+its label) and a decode of a sample (see :mod:`fastload.data.set_verify`).
 """
 
 from __future__ import annotations
 
 import bisect
 import os
-from dataclasses import dataclass
 
-from fastload.data.format import LABELS_DTYPE, LABELS_FILE
+from fastload.data.format import (
+    CHECKSUM_FILE,
+    DATA_FILE,
+    LABELS_DTYPE,
+    LABELS_FILE,
+    META_FILE,
+    crc32,
+)
 from fastload.data.manifest import (
     SET_LABELS_FILE,
-    complete_manifest,
-    existing_shard_counts,
+    identity_differences,
     is_sharded_set,
-    load_manifest,
     manifest_path,
-    pending_shards,
+    open_manifest,
 )
-from fastload.data.reader import LMDBReader, load_sidecar_array
-from fastload.data.verify import VerifyReport
+from fastload.data.manifest_schema import ShardEntry, repair_advice
+from fastload.data.reader import (
+    LMDBReader,
+    check_label_range,
+    load_sidecar_array,
+    record_index,
+)
+from fastload.data.untrusted import confined_path
 
-__all__ = ["SetVerifyReport", "ShardedReader", "open_reader", "verify_set"]
+__all__ = ["ShardedReader", "open_reader"]
 
 
 class ShardedReader:
@@ -37,21 +60,26 @@ class ShardedReader:
 
         file = manifest_path(path)
         self.path = file.parent
-        self.meta: dict = load_manifest(file)
-        self.classes: list[str] = list(self.meta.get("classes", []))
+        self.meta, self._entries = open_manifest(file)
+        self.classes: list[str] = list(self.meta["classes"])
         self.class_to_idx: dict[str, int] = {name: i for i, name in enumerate(self.classes)}
         self._count = int(self.meta["count"])
-        self._shards: list[dict] = list(self.meta["shards"])
-        self._starts = [int(s["start"]) for s in self._shards]
+        self._starts = [entry.start for entry in self._entries]
+        fix = repair_advice(self.path)
         labels = load_sidecar_array(self.path, self.meta, "labels", SET_LABELS_FILE,
-                                    LABELS_DTYPE, f"run `fastload verify {self.path}` to "
-                                    "rewrite the set's manifest")
+                                    LABELS_DTYPE, fix)
+        check_label_range(labels, len(self.classes), self.path / SET_LABELS_FILE, fix)
         self.targets: list[int] = labels.astype(np.int64).tolist()
         self._readers: dict[int, LMDBReader] = {}
 
     @property
     def num_shards(self) -> int:
-        return len(self._shards)
+        return len(self._entries)
+
+    @property
+    def entries(self) -> list[ShardEntry]:
+        """The manifest's shard entries, as checked at open (path, real folder, range)."""
+        return list(self._entries)
 
     @property
     def opened_shards(self) -> list[int]:
@@ -77,33 +105,52 @@ class ShardedReader:
 
     def locate(self, index: int) -> tuple[int, int]:
         """``(shard, record within it)`` of global ``index`` (negative counts from the end)."""
-        if not isinstance(index, int) or isinstance(index, bool):
-            raise TypeError(f"record index must be an int, but got {type(index).__name__}")
-        if index < 0:
-            index += self._count
-        if not 0 <= index < self._count:
-            raise IndexError(f"record index {index} is out of range for {str(self.path)!r} "
-                             f"({self._count} records)")
+        index = record_index(index, self._count, self.path)
         shard = bisect.bisect_right(self._starts, index) - 1
         return shard, index - self._starts[shard]
 
     def shard_reader(self, shard: int) -> LMDBReader:
-        """The reader of shard ``shard``, created on first use and checked against the manifest."""
+        """The reader of shard ``shard``, opened on first use here and checked against the
+        manifest (module docstring); ValueError/OSError naming the shard otherwise."""
         reader = self._readers.get(shard)
         if reader is None:
-            info = self._shards[shard]
-            reader = LMDBReader(self.path / info["path"])
-            if len(reader) != int(info["count"]):
-                raise ValueError(
-                    f"shard {str(reader.path)!r} holds {len(reader)} records but the manifest "
-                    f"says {info['count']}; run `fastload verify {self.path}`")
-            self._readers[shard] = reader
+            reader = self._readers[shard] = self._open_shard(self._entries[shard])
+        return reader
+
+    def _open_shard(self, entry: ShardEntry) -> LMDBReader:
+        where = f"shard {entry.index} ({entry.path!r}) of the set {str(self.path)!r}"
+        for name in (META_FILE, DATA_FILE, CHECKSUM_FILE, LABELS_FILE):  # no symlink out
+            confined_path(entry.folder, name, f"{where}: its {name}")
+        reader = LMDBReader(entry.folder)
+        fix = (f"run `fastload verify {self.path}` to check every record; copy the set again, "
+               "or, if its shards are the ones you want, rebuild the manifest from them with "
+               f"`fastload verify {self.path} --repair`")
+        differs = identity_differences(reader.meta, {
+            "format_version": self.meta["shard_format_version"],
+            **{key: self.meta[key] for key in ("source", "source_kind", "source_fingerprint",
+                                               "classes", "options")},
+            "shard": {"index": entry.index, "count": self.num_shards}})
+        problem = None
+        if differs:
+            problem = (f"its {META_FILE} differs from the manifest in {', '.join(differs)} "
+                       "(a shard of another set, or shards swapped)")
+        elif len(reader) != entry.count:
+            problem = f"holds {len(reader)} records but the manifest says {entry.count}"
+        elif crc32(reader.checksums.astype("<u4").tobytes()) != entry.checksum_crc32:
+            problem = (f"its {CHECKSUM_FILE} differs from the one the manifest was written "
+                       "for (CRC-32 mismatch)")
+        elif reader.targets != self.targets[entry.start:entry.stop]:
+            problem = (f"its {LABELS_FILE} differs from the set's {SET_LABELS_FILE} over "
+                       f"[{entry.start}, {entry.stop})")
+        if problem:
+            reader.close()
+            raise ValueError(f"{where} does not match the manifest: {problem}; {fix}")
         return reader
 
     def key(self, index: int) -> bytes:
         """``b"<shard folder>/<record key>"`` of global ``index``."""
         shard, local = self.locate(index)
-        return self._shards[shard]["path"].encode() + b"/" + self.shard_reader(shard).key(local)
+        return self._entries[shard].path.encode() + b"/" + self.shard_reader(shard).key(local)
 
     def record(self, index: int) -> bytes:
         shard, local = self.locate(index)
@@ -123,79 +170,3 @@ def open_reader(path: str | os.PathLike) -> LMDBReader | ShardedReader:
     return LMDBReader(path)
 
 
-@dataclass
-class SetVerifyReport(VerifyReport):
-    """:func:`verify_set`'s findings: a :class:`VerifyReport` summed over the shards."""
-
-    found: int = 0
-    shards: int = 0
-    manifest_written: bool = False
-
-    def summary(self) -> str:
-        verdict = "OK" if self.ok else f"FAILED: {len(self.bad)} problem(s)"
-        written = "; manifest completed" if self.manifest_written else ""
-        return (f"{verdict}: {self.found}/{self.expected} records in {self.shards} shards, "
-                f"{self.checksums_checked} checksums checked, {self.decoded} images decoded"
-                f"{written}")
-
-
-def verify_set(path: str | os.PathLike, full: bool = False, sample: int = 64,
-               seed: int = 0) -> SetVerifyReport:
-    """Verify a sharded set: complete its manifest if every shard is finished, then check the
-    manifest against each shard (count, checksum file CRC-32, labels) and verify each shard
-    as ``verify_lmdb`` does (``sample`` decodes spread over the shards by size)."""
-    import numpy as np
-
-    from fastload.data.format import crc32
-    from fastload.data.verify import verify_lmdb
-
-    if isinstance(sample, bool) or not isinstance(sample, int) or sample < 0:
-        raise ValueError(f"sample should be a non-negative integer, but got sample={sample!r}")
-    root = manifest_path(path).parent
-    counts = existing_shard_counts(root)
-    written = False
-    if not manifest_path(root).exists() and len(counts) == 1:
-        count = next(iter(counts))
-        missing = pending_shards(root, count)
-        if missing:
-            raise ValueError(
-                f"sharded set {str(root)!r} is unfinished: {', '.join(missing[:3])}"
-                f"{', ...' if len(missing) > 3 else ''} not complete; rerun their "
-                "conversions (the same shards and their shard_index)")
-        written = complete_manifest(root, count) is not None
-    manifest = load_manifest(root)
-    report = SetVerifyReport(path=root, expected=int(manifest["count"]),
-                             shards=len(manifest["shards"]), manifest_written=written)
-    labels = np.fromfile(root / manifest["labels_file"], dtype=manifest["labels_dtype"])
-    total = max(1, report.expected)
-    for k, info in enumerate(manifest["shards"]):
-        shard_dir = root / info["path"]
-        share = sample if full else -(-sample * int(info["count"]) // total)
-        try:
-            sub = verify_lmdb(shard_dir, full=full, sample=min(share, int(info["count"])),
-                              seed=seed + k)
-        except (OSError, ValueError) as exc:
-            report.bad.append((info["path"], str(exc)))
-            continue
-        report.found += sub.found
-        report.checksums_checked += sub.checksums_checked
-        report.decoded += sub.decoded
-        report.bad += [(f"{info['path']}/{key}", why) for key, why in sub.bad]
-        if sub.expected != int(info["count"]):
-            report.bad.append((info["path"], f"holds {sub.expected} records; the manifest "
-                               f"says {info['count']}"))
-        try:
-            pinned = crc32((root / info["checksum_file"]).read_bytes())
-        except OSError:
-            pinned = None  # verify_lmdb has reported the missing file
-        if pinned is not None and pinned != int(info["checksum_file_crc32"]):
-            report.bad.append((info["checksum_file"], "differs from the file the manifest "
-                               "was written for (CRC-32 mismatch)"))
-        shard_labels = np.fromfile(shard_dir / LABELS_FILE, dtype=manifest["labels_dtype"])
-        if not np.array_equal(shard_labels, labels[int(info["start"]):int(info["stop"])]):
-            report.bad.append((manifest["labels_file"], f"labels of {info['path']} differ "
-                               "from the set's labels file"))
-    if len(labels) != report.expected:
-        report.bad.append((manifest["labels_file"],
-                           f"holds {len(labels)} labels for {report.expected} records"))
-    return report

@@ -1,10 +1,11 @@
 """``fastload verify``: check a fastload LMDB directory against its sidecar files.
 
-Checks, in order: the metadata is complete and supported; the database holds exactly
-``count`` records under keys ``00000000`` ... in order; every record parses as a Datum
-whose CRC-32 matches ``checksums.crc32`` and whose label matches ``labels.i32``; and a
-seeded sample of records (all with ``full=True``) decodes with Pillow to a 3-channel
-image of the height and width the Datum states.
+Checks, in order: the metadata is complete and supported; ``labels.i32`` holds ``count``
+labels, each in ``[0, len(classes))``; the database holds exactly ``count`` records under
+keys ``00000000`` ... in order; every record parses as a Datum whose CRC-32 matches
+``checksums.crc32`` and whose label matches ``labels.i32``; and a seeded sample of records
+(all with ``full=True``) decodes with Pillow to a 3-channel image of the height and width
+the Datum states. A sharded set: :mod:`fastload.data.set_verify`.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 from fastload.data.datum import datum_fields
 from fastload.data.format import CHECKSUM_DTYPE, CHECKSUM_FILE, DATA_FILE, crc32, record_key
 from fastload.data.reader import acquire_env, load_labels, load_meta, release_env
+from fastload.data.untrusted import refuse_url
 
 
 @dataclass
@@ -64,6 +66,7 @@ def verify_lmdb(path: str | os.PathLike, full: bool = False, sample: int = 64,
 
     if isinstance(sample, bool) or not isinstance(sample, int) or sample < 0:
         raise ValueError(f"sample should be a non-negative integer, but got sample={sample!r}")
+    refuse_url(path, "LMDB directory")
     root = Path(os.path.abspath(path))
     meta = load_meta(root)
     expected = int(meta["count"])
@@ -78,7 +81,7 @@ def verify_lmdb(path: str | os.PathLike, full: bool = False, sample: int = 64,
         report.bad.append((checksum_path.name,
                            f"holds {len(checksums)} checksums for {expected} records"))
     try:
-        labels = load_labels(root, meta)
+        labels = load_labels(root, meta)  # also checks every label against the class count
     except (FileNotFoundError, ValueError) as exc:
         labels = []
         report.bad.append((meta.get("labels_file", "labels"), str(exc)))

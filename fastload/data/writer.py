@@ -67,6 +67,7 @@ DURABLE_EVERY_S = 30.0  # seconds between fsyncs of the database and its progres
 # copied back from RAM: the whole conversion took 1.3-1.6x as long (benchmarks/NOTES.md C3).
 RECORDS_PER_TXN = 32
 CRASH_ENV = "FASTLOAD_TEST_CRASH"  # test hook: "<point>:<n>" SIGKILLs at the n-th <point>
+_CRASH_SEEN = [0]  # <point>s this process has passed
 CRASH_POINTS = ("mid_txn", "after_commit", "after_progress")
 
 
@@ -179,7 +180,6 @@ class LMDBWriter:
         self._checksums = array("I")
         self._labels = array("i")
         self._crash_point, self._crash_at = _crash_hook()
-        self._crash_seen = 0
         existing = (dst / DATA_FILE).stat().st_size if (dst / DATA_FILE).exists() else 0
         if existing:  # a partial cut short (a half copy) must not SIGBUS the resume
             from fastload.data.lmdb_meta import DamagedDatabase, check_data_file
@@ -277,6 +277,7 @@ class LMDBWriter:
             raise MapFull from None
         except self._lmdb.Error as exc:  # a full disk shows as EIO or ENOSPC: the batch is lost,
             raise self._write_failed(exc) from None  # the last progress record still holds
+        start_writeback(self._data_fd)  # per transaction: the final fsync waits for ~2.5 MB
 
     def _write_failed(self, exc: Exception) -> OSError:
         """The error for an LMDB write the file system refused (a full disk, most often)."""
@@ -284,7 +285,6 @@ class LMDBWriter:
                        f"writing {str(self.dst / DATA_FILE)!r} failed ({exc}); the disk may be "
                        "full: free space there and rerun the same command to resume from the "
                        "last committed batch")
-        start_writeback(self._data_fd)  # per transaction: the final fsync waits for ~2.5 MB
 
     def skip(self, index: int, path: str, reason: str) -> None:
         """Record that source file ``index`` could not be used (kept by the next commit)."""
@@ -375,8 +375,8 @@ class LMDBWriter:
 
     def _maybe_crash(self, point: str) -> None:
         if point == self._crash_point:
-            self._crash_seen += 1
-            if self._crash_seen == self._crash_at:
+            _CRASH_SEEN[0] += 1  # per process: a sharded run's n-th point may be in shard 2
+            if _CRASH_SEEN[0] == self._crash_at:
                 os.kill(os.getpid(), signal.SIGKILL)
 
 

@@ -7,6 +7,7 @@ Whatever cannot run on that path falls back to a real ``torch.utils.data.DataLoa
 
 from __future__ import annotations
 
+import os
 import warnings
 import weakref
 from typing import Any
@@ -15,6 +16,7 @@ import torch
 from torch.utils.data import BatchSampler, Dataset
 from torch.utils.data import DataLoader as TorchDataLoader
 
+from fastload.loader.devices import resolve_device
 from fastload.loader.epoch import _EpochIterator
 from fastload.loader.plan import SampleStage, make_plan
 from fastload.loader.sampling import BatchOrder, EpochSampler, distributed_settings
@@ -32,25 +34,6 @@ class FallbackWarning(UserWarning):
     """fastload runs torch's DataLoader for this dataset; the message names the reason."""
 
 
-def _resolve_device(device: Any) -> torch.device:
-    if device is None:
-        if torch.cuda.is_available():
-            return torch.device("cuda", torch.cuda.current_device())
-        return torch.device("cpu")
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError):
-        dev = None
-    if dev is None or dev.type not in ("cpu", "cuda"):
-        raise ValueError(f"device should be None, 'cpu', 'cuda' or 'cuda:N', but got device={device!r}")
-    if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            raise ValueError(f"device={device!r} needs CUDA, but torch.cuda.is_available() is "
-                             "False; use device='cpu' or leave device=None")
-        return torch.device("cuda", torch.cuda.current_device() if dev.index is None else dev.index)
-    return dev
-
-
 def _name(obj: Any) -> str:
     return getattr(obj, "__qualname__", None) or type(obj).__name__
 
@@ -60,9 +43,11 @@ class DataLoader:
 
     Takes torch's arguments with torch's meaning and validation, plus:
 
-    * ``device``: where batches are made: None -> ``"cuda"`` when CUDA is available (nvJPEG
-      decode, batches on the GPU) else ``"cpu"`` (CPU-only DALI graph); or ``"cpu"``,
-      ``"cuda"``, ``"cuda:N"``, a ``torch.device``.
+    * ``device``: where batches are made: None -> the GPU this process trains on when CUDA
+      is available (nvJPEG decode, batches on the GPU: the current device if the script set
+      one, else ``LOCAL_RANK``'s under torchrun; ``fastload.loader.devices``) else ``"cpu"``
+      (CPU-only DALI graph); or ``"cpu"``, ``"cuda"`` (the current device), ``"cuda:N"``,
+      a ``torch.device``.
     * ``seed``: base seed of the shuffle order and the augmentation (instead of ``generator``).
     * ``strict``: raise instead of falling back to torch's DataLoader.
     * ``on_error``: ``"raise"`` (an unreadable sample raises naming its path or LMDB key) or
@@ -80,8 +65,10 @@ class DataLoader:
     and the images are on the CPU of a CUDA machine.
 
     Order: ``shuffle=True`` gives a full permutation per epoch drawn from ``(seed, epoch)``;
-    the seed is ``seed``, else one draw from ``generator``, else one from torch's default
-    generator at construction. Each ``iter()`` is the next epoch; ``set_epoch(e)`` picks one
+    the seed is ``seed``, else the base seed the first ``iter()`` draws from ``generator``
+    (torch's default generator when None). ``iter()`` takes from the global generators
+    exactly what torch's loader takes (``fastload.loader.iter_draws``); ``seed=`` stands for
+    a generator of the loader's own. Each ``iter()`` is the next epoch; ``set_epoch(e)`` picks one
     (and is forwarded to a sampler that has ``set_epoch``). ``sampler``/``batch_sampler`` are
     iterated exactly as torch does. Under ``torch.distributed`` with neither given, each rank
     reads its shard as with DistributedSampler: padded by wrapping to a multiple of the world
@@ -131,7 +118,7 @@ class DataLoader:
                 torch_generator, prefetch_factor=prefetch_factor,
                 persistent_workers=persistent_workers, pin_memory_device=pin_memory_device,
                 in_order=in_order)
-        self.device = _resolve_device(device)
+        self.device = resolve_device(device)
         if not 0.0 <= hw_decoder_load <= 1.0:
             raise ValueError(f"hw_decoder_load should be in [0, 1], but got {hw_decoder_load!r}")
         self.hw_decoder_load = hw_decoder_load
@@ -145,6 +132,7 @@ class DataLoader:
         self._decoder: Any = None
         self._decoder_size = 0
         self._live: weakref.ref | None = None
+        self._pid = os.getpid()  # a forked child starts afresh: see _after_fork
         reason, self._source, split = self._fast_path(dataset, worker_init_fn,
                                                       multiprocessing_context)
         self.fallback_reason = reason
@@ -194,10 +182,12 @@ class DataLoader:
 
     def _fast_init(self, shuffle: Any, sampler: Any, batch_sampler: Any,
                    generator: torch.Generator | None, seed: int | None) -> None:
-        from fastload.loader.sampling import shared_base_seed
-
-        base_seed = shared_base_seed(seed, generator)
+        # The base seed is seed=, else drawn at the first iter() (fastload.loader.iter_draws):
+        # the constructor takes nothing from the global generators, as torch's does not.
+        base_seed = seed
         self.generator = generator
+        self._seed_given = seed is not None
+        self._iterated = False
         own = None
         if sampler is None and batch_sampler is None:
             world_size, rank = distributed_settings()
@@ -223,6 +213,8 @@ class DataLoader:
     def __iter__(self) -> Any:
         if self._torch is not None:
             return iter(self._torch)
+        if self._pid != os.getpid():
+            self._after_fork()
         old = self._live() if self._live is not None else None
         if old is not None and old._active and not old._done:
             # An unfinished iterator holds the loader's graph: as torch does, both iterate
@@ -265,10 +257,21 @@ class DataLoader:
         if old is not None:
             old._active = False
             old._decoder = old._queue = None
+            old._damage.close()
         decoder, self._decoder, self._decoder_size = self._decoder, None, 0
         if decoder is not None:
             decoder.close()
         self._stage.close()
+
+    def _after_fork(self) -> None:
+        """In a forked child: the parent's decoder, threads and iterator are not usable here
+        (their threads did not come along), so the next iterator builds its own."""
+        self._pid = os.getpid()
+        decoder, self._decoder, self._decoder_size = self._decoder, None, 0
+        if decoder is not None:
+            decoder.close()  # in a child this only keeps DALI's pipeline alive, untouched
+        self._live = None
+        self._stage.after_fork()
 
     def _decoder_for(self, max_batch: int, shared: bool = True) -> Any:
         """The loader's decoder for batches up to ``max_batch`` (or, not ``shared``, a new
@@ -297,5 +300,9 @@ class DataLoader:
 
     def __del__(self) -> None:
         decoder = self.__dict__.get("_decoder")
-        if decoder is not None:
+        if decoder is None:
+            return
+        try:
             decoder.close()  # in a forked child this keeps DALI's pipeline (see BatchDecoder.close)
+        except Exception:  # noqa: BLE001 - at interpreter exit, modules are torn down first
+            pass

@@ -2,20 +2,32 @@
 
 The loader decides the batches (order, sampling, resume); this iterator reads their encoded
 samples, keeps ``prefetch_factor`` of them in the decoder and turns each into ``[images,
-labels]``. On the CPU, a batch's torch suffix and custom collate run in a stage thread one
-batch ahead, so they overlap the caller's training step; batches, errors and the position
-``state_dict`` records still come strictly in order.
+labels]``. On the CPU, a batch's torch suffix runs in a stage thread one batch ahead, so it
+overlaps the caller's training step, when it leaves the global generators alone
+(``SampleStage.beside_caller``); else it runs in ``next()``, on the caller's thread, as does
+a custom collate. Batches, errors and the position ``state_dict`` records still come
+strictly in order.
+
+An error belongs to its batch, as in torch's loader: whatever fails while a batch is made
+ahead (its sampler, an index, a read, the decode, ``target_transform``, the suffix or
+collate) is kept as that batch's outcome and raised at its turn, after every batch before
+it; the next ``next()`` goes on with the batch after it (after the sampler itself raised,
+the epoch ends there, as torch's single-process loader's does).
 """
 
 from __future__ import annotations
 
+import os
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
+from PIL.Image import DecompressionBombError
+from torch.utils.data import default_collate
 
+from fastload.loader.damage import DamageCheck, damage_reason
 from fastload.loader.sampling import mix_seed
 from fastload.loader.sources import SampleError
 
@@ -32,6 +44,10 @@ class _Batch:
     seed: int
     error: BaseException | None = None
     submitted: bool = False
+    strict: bool = False  # decoded strictly: damaged JPEG data fails it (see loader/damage)
+    unchecked: list[tuple[int, Any]] = field(default_factory=list)  # (index, stamp) to mark
+    empty: bool = False  # the sampler gave no index: collated as torch collates []
+    pulled: bool = True  # False for the error of a sampler that raised instead of a batch
 
 
 class _EpochIterator:
@@ -40,8 +56,12 @@ class _EpochIterator:
 
     def __init__(self, loader: DataLoader, private: bool = False) -> None:
         self._loader = loader
+        self._pid = os.getpid()
         self._source = loader._source
-        self._epoch = loader._order.start_epoch()
+        from fastload.loader.iter_draws import begin_epoch
+
+        # torch's iter() draws from the global generators; so does this, no more, no less
+        self._epoch, self._at_first_next = begin_epoch(loader)
         if loader._order.own is not None:
             max_batch = loader.batch_size
         elif loader.batch_size is not None:
@@ -51,9 +71,7 @@ class _EpochIterator:
         from fastload.pipelines.batch_decoder import BatchDecodeError
 
         self._decode_error = BatchDecodeError
-        from fastload.loader.decoder_log import watch
-
-        self._watch = watch()  # libjpeg's "Corrupt JPEG data" lines become errors
+        self._damage = DamageCheck(loader.num_workers)  # damaged JPEG data: a read error
         self._private = private  # a decoder of its own: another iterator holds the loader's
         if private:
             self._decoder = loader._decoder_for(max(1, max_batch), shared=False)
@@ -62,9 +80,11 @@ class _EpochIterator:
             self._decoder.reset()
         self._depth = max(1, loader.prefetch_factor or 2)
         self._queue: deque[_Batch] = deque()
-        # Outcomes not yet handed out, in order: ("batch", (batch, result or Future)),
-        # ("skip", None) for a batch whose samples were all skipped, ("error", exception).
-        self._out: deque[tuple[str, Any]] = deque()
+        # Outcomes not yet handed out, in order, each (kind, value, pulled): ("batch",
+        # (batch, result, Future or _Later)), ("skip", None) for a batch whose samples were all
+        # skipped, ("empty", None) for an empty batch, ("error", exception). ``pulled``:
+        # whether it stands for a batch of the epoch (False for a sampler's own error).
+        self._out: deque[tuple[str, Any, bool]] = deque()
         # On the CPU the sample stage of a batch runs in a thread of its own while the caller
         # works on the previous batch (one batch ahead); on a GPU it runs in __next__.
         self._ahead = 1 if loader.device.type == "cpu" else 0
@@ -82,9 +102,16 @@ class _EpochIterator:
     def __next__(self) -> list[Any]:
         if self._done:
             raise StopIteration
+        if self._pid != os.getpid():
+            raise RuntimeError("this DataLoader iterator was made before os.fork(): its "
+                               "decoder runs in the parent process; call iter(loader) in "
+                               "this process for an epoch of its own")
         if not self._active:
             raise RuntimeError("this DataLoader iterator was superseded by a newer iter() on "
                                "the same loader (one epoch runs at a time per loader)")
+        if self._at_first_next is not None:  # torch's RandomSampler draws at its first index
+            draw, self._at_first_next = self._at_first_next, None
+            draw()
         while True:
             out = self._out
             # Hand out the oldest outcome once `ahead` batches are being made behind it (or
@@ -106,54 +133,66 @@ class _EpochIterator:
                         images = self._decoder.fetch()
                     except self._decode_error as err:
                         images = self._recover(head, err)
-                    else:
-                        reports, _ = self._watch.fence()
-                        if reports:
-                            images = self._recover(head, None, images)
+                    if head.strict:
+                        self._damage.mark_intact(self._source, head.indices, head.unchecked)
                 except BaseException as err:
                     self._queue.popleft()  # the batch is consumed, as in torch
-                    out.append(("error", err))
+                    out.append(("error", err, True))
                     continue
             self._queue.popleft()
             if head.error is not None:
-                out.append(("error", head.error))
+                out.append(("error", head.error, head.pulled))
+            elif head.empty:
+                out.append(("empty", None, True))
             elif images is None:  # every sample of the batch was skipped
-                out.append(("skip", None))
+                out.append(("skip", None, True))
             else:
                 self._fill()
-                out.append(("batch", (head, self._stage_batch(head, images))))
+                try:
+                    made = self._stage_batch(head, images)
+                except Exception as err:  # e.g. target_transform: raised at the batch's turn
+                    out.append(("error", err, True))
+                else:
+                    out.append(("batch", (head, made), True))
 
     def _pop_outcome(self) -> Any:
-        """The oldest outcome, in order: a batch, or the error its reading raised."""
-        kind, value = self._out.popleft()
-        self._epoch.mark_yielded()
+        """The oldest outcome, in order: a batch, or the error its making raised."""
+        kind, value, pulled = self._out.popleft()
+        if pulled:
+            self._epoch.mark_yielded()
         if kind == "error":
             raise value
         if kind == "skip":
             return self.__next__()
+        if kind == "empty":  # torch calls collate_fn([]): default_collate raises IndexError
+            self._loader.last_batch_indices = []
+            return (self._loader.collate_fn or default_collate)([])
         head, made = value
         self._loader.last_batch_indices = list(head.indices)
-        return made.result() if isinstance(made, Future) else made
+        prepared = made.result() if isinstance(made, Future | _Later) else made
+        return self._loader._stage.finish(prepared)  # a custom collate: here, as torch's
 
     def _stage_batch(self, batch: _Batch, images: torch.Tensor) -> Any:
-        """The batch for ``images``, or a Future of it when the loader's sample stage (torch
-        suffix, custom collate) runs in this iterator's stage thread."""
+        """What the loader's sample stage prepares for ``images`` (see ``SampleStage``): a
+        Future of it when it runs in this iterator's stage thread, beside the caller's step;
+        a ``_Later`` when it must wait for ``next()`` to hand the batch out, on the caller's
+        thread (it would touch the global generators)."""
         stage = self._loader._stage
         if not (self._ahead and stage.active):
             return self._deliver(batch, images)
+        if not stage.beside_caller:
+            return _Later(self._deliver, batch, images)
         if self._stage_thread is None:
-            # two threads where a batch's collate may overlap the next batch's suffix
-            workers = 2 if stage.concurrent else 1
-            self._stage_thread = ThreadPoolExecutor(workers, thread_name_prefix="fastload-stage")
-        return self._stage_thread.submit(self._deliver, batch, images, stage.ticket())
+            self._stage_thread = ThreadPoolExecutor(1, thread_name_prefix="fastload-stage")
+        return self._stage_thread.submit(self._deliver, batch, images)
 
-    def _deliver(self, batch: _Batch, images: torch.Tensor, ticket: int | None = None) -> Any:
+    def _deliver(self, batch: _Batch, images: torch.Tensor) -> Any:
         loader = self._loader
         if loader._stage.active:  # a torch suffix or a custom collate_fn: see loader/plan.py
             from fastload.loader.plan import sample_labels
 
             labels = sample_labels(self._source, batch.indices)
-            return loader._stage(images, labels, batch.seed, ticket)
+            return loader._stage.prepare(images, labels, batch.seed)
         labels = self._source.labels(batch.indices)
         if images.device.type == "cuda" and isinstance(labels, torch.Tensor):
             labels = labels.to(images.device, non_blocking=True)
@@ -166,71 +205,113 @@ class _EpochIterator:
         """Submit batches that wait (after an error) and pull new ones up to the depth."""
         for batch in self._queue:
             if not batch.submitted and batch.indices:
-                self._submit(batch)
+                self._submit_ahead(batch)
         while len(self._queue) < self._depth and not self._exhausted:
-            pulled = self._epoch.next()
+            try:
+                pulled = self._epoch.next()
+            except Exception as err:  # the sampler raised: its error ends the epoch
+                self._exhausted = True
+                self._queue.append(_Batch(-1, [], [], [], 0, error=err, pulled=False))
+                break
             if pulled is None:
                 self._exhausted = True
                 break
             batch = self._read(*pulled)
             self._queue.append(batch)
             if batch.indices:
-                self._submit(batch)
+                self._submit_ahead(batch)
+
+    def _submit_ahead(self, batch: _Batch) -> None:
+        """Submit a batch made ahead; what its parameters' draw raises (a crop larger than
+        an image, say) becomes the batch's error, raised at its turn."""
+        try:
+            self._submit(batch)
+        except ValueError as err:
+            batch.error, batch.indices = err, []
 
     def _submit(self, batch: _Batch) -> None:
         gen = torch.Generator()
         gen.manual_seed(batch.seed)
-        self._decoder.submit(batch.encoded, batch.sizes, gen)
+        # strict refused only for samples of different output sizes, which DALI refuses too
+        batch.strict = self._decoder.submit(batch.encoded, batch.sizes, gen, strict=batch.strict)
         batch.submitted = True
 
     def _read(self, position: int, indices: list[int]) -> _Batch:
         loader = self._loader
         seed = mix_seed(loader._order.seed, self._epoch.epoch, loader._rank, position)
-        batch = _Batch(position, [], [], [], seed)
-        for i in indices:
+        batch = _Batch(position, [], [], [], seed, empty=not indices)
+        for raw in indices:
+            try:  # an index the dataset would refuse (2.5, 999) fails its batch in both modes
+                i = self._source.index(raw)
+            except (TypeError, IndexError) as err:
+                batch.error = err
+                return batch
             try:
                 data, size = self._source.read(i)
             except Exception as err:
-                if not isinstance(err, OSError | SampleError):
+                if not isinstance(err, OSError | SampleError | DecompressionBombError):
                     name = self._source.name(i)
                     err = SampleError(f"sample {i}: cannot read {name}: {err}", [name])
                 if loader.on_error == "raise":
                     batch.error = err  # raised after the samples before it are decoded
-                    return batch
+                    break
                 loader._note_skip([self._source.name(i)], str(err))
                 continue
             batch.indices.append(i)
             batch.encoded.append(data)
             batch.sizes.append(size)
+        self._drop_damaged(batch)
         return batch
 
-    def _recover(self, head: _Batch, err: BaseException | None,
-                 images: torch.Tensor | None = None) -> torch.Tensor | None:
-        """The decoder failed on ``head`` (``err``), or reported corrupt data while ``head``
-        was in flight (``err`` None, ``images`` its output): find the culprit samples by
-        decoding each alone, then raise naming them (the first in order first) or
-        (on_error="skip") decode the batch without them."""
+    def _drop_damaged(self, batch: _Batch) -> None:
+        """Samples not yet found intact are decoded strictly where the decoder can (see
+        loader/damage), else checked now: a damaged one is an error of its read (in raise
+        mode the batch ends before the first one, else each is skipped)."""
+        pending = self._damage.pending(self._source, batch.indices)
+        if not pending:
+            return
+        if self._decoder.strict_capable(batch.encoded):
+            batch.strict = True
+            batch.unchecked = [(i, stamp) for _, i, stamp in pending]
+            return
+        damaged = self._damage.find(self._source, batch.encoded, pending)
+        if not damaged:
+            return
+        for j in sorted(damaged):
+            i = batch.indices[j]
+            name = self._source.name(i)
+            reason = damage_reason(damaged[j])
+            if self._loader.on_error == "raise":
+                batch.error = SampleError(f"sample {i}: cannot decode {name}: {reason}", [name])
+                del batch.indices[j:], batch.encoded[j:], batch.sizes[j:]
+                return
+            self._loader._note_skip([name], reason)
+        keep = [j for j in range(len(batch.indices)) if j not in damaged]
+        batch.indices = [batch.indices[j] for j in keep]
+        batch.encoded = [batch.encoded[j] for j in keep]
+        batch.sizes = [batch.sizes[j] for j in keep]
+
+    def _recover(self, head: _Batch, err: BaseException) -> torch.Tensor | None:
+        """The decoder failed on ``head`` (``err``): find the culprit samples by decoding
+        each alone, then raise naming them (the first in order first) or (on_error="skip")
+        decode the batch without them."""
         self._decoder.reset()
-        self._watch.fence()  # reports of the batches just dropped come again when redone
         for batch in self._queue:
             batch.submitted = False
         bad, reasons = [], []
-        for j in range(len(head.indices)):
-            single = _Batch(-1, [head.indices[j]], [head.encoded[j]], [head.sizes[j]], head.seed)
+        if getattr(err, "exact", False):  # the scaled path's decoder names its samples
+            bad = list(err.sample_indices)
+            reasons = [damage_reason(err.message)] * len(bad)
+        for j in range(len(head.indices)) if not bad else ():
+            single = _Batch(-1, [head.indices[j]], [head.encoded[j]], [head.sizes[j]], head.seed,
+                            strict=head.strict)
             try:
                 self._submit(single)
                 self._decoder.fetch()
             except self._decode_error as single_err:
                 bad.append(j)
-                errors = self._watch.fence()[1]
-                reasons.append(errors[-1] if errors else _last_line(single_err))
-                continue
-            reports, _ = self._watch.fence()
-            if reports:
-                bad.append(j)
-                reasons.append(f"corrupt JPEG data, the decoder reports {reports[0]!r}")
-        if not bad and err is None:
-            return images  # the report was for a later batch: it comes again when redone
+                reasons.append(damage_reason(single_err.message) if single_err.exact
+                               else _last_line(single_err))
         names = [self._source.name(head.indices[j]) for j in bad]
         message = getattr(err, "message", str(err))
         if not bad or self._loader.on_error == "raise":
@@ -257,7 +338,7 @@ class _EpochIterator:
     def _finish(self) -> None:
         self._active = False
         self._done = True
-        self._watch.close()
+        self._damage.close()
         if self._stage_thread is not None:
             self._stage_thread.shutdown(wait=False)
         if self._private and self._decoder is not None:
@@ -265,6 +346,16 @@ class _EpochIterator:
         order = self._loader._order
         if order.current is self._epoch:
             order.finish_epoch()
+
+
+class _Later:
+    """A call made when its batch is handed out (``result()``, in ``next()``)."""
+
+    def __init__(self, fn: Any, *args: Any) -> None:
+        self._fn, self._args = fn, args
+
+    def result(self) -> Any:
+        return self._fn(*self._args)
 
 
 def _last_line(err: BaseException) -> str:

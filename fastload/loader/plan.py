@@ -8,8 +8,11 @@ suffix (if any) runs on each sample, in ``num_workers`` threads when its draws a
 custom ``collate_fn``, the batch tensor is returned as ``default_collate`` would make it. A
 suffix ending in per-channel steps (``ToDtype``, ``Normalize`` ...) writes each sample's
 output straight into the batch through one lookup table (``fastload.pipelines.tail``). On
-the CPU the suffix and collate of batch k+1 run in the epoch's stage thread while the caller
-works on batch k (``fastload.loader.epoch``).
+the CPU the suffix of batch k+1 runs in the epoch's stage thread while the caller works on
+batch k (``fastload.loader.epoch``), when nothing it runs touches the global generators of
+this process: a suffix whose draws are replayed, or one run in worker processes. A suffix
+run on the seeded global generators here, and a custom ``collate_fn`` (your code, which may
+draw from them), run in ``__next__``, on the caller's thread, when the batch is handed out.
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ class LoaderPlan:
         stage = f"\n{self.stage.describe()}" if self.stage is not None and self.split.suffix else ""
         ahead = ""
         if self.stage is not None and self.stage.active and self.device == "cpu":
-            ahead = "\nsuffix and collate run one batch ahead, in a stage thread (beside your step)"
+            ahead = f"\n{self.stage.describe_ahead()}"
         return (f"DALI on {self.device}, {self.threads} thread(s)\n{self.split.describe()}{stage}\n"
                 f"{describe_decode(self.split.prefix, self.device)}\ncollate: {self.collate}{ahead}")
 
@@ -82,8 +85,6 @@ class SampleStage:
         self._pool: Any = None
         self._buffers: Any = None  # BatchBuffers for the batches a lookup tail writes
         self._lock = threading.Lock()
-        self._turns = threading.Condition()  # collate order: tickets issued and finished
-        self._issued = self._finished = 0
         # A suffix whose draws are not replayed runs in worker processes only where they
         # are measured faster than this thread: batches 1 and 3 run here, 2 and 4 in the
         # processes (2 includes their start), then the faster per-sample time decides.
@@ -97,13 +98,16 @@ class SampleStage:
         if self.suffix.threaded:
             return f"torch suffix runs: {self._threads} thread(s)"
         if self._threads <= 1:
-            return "torch suffix runs: in the loader's thread (num_workers <= 1)"
+            return "torch suffix runs: on your thread, in next() (num_workers <= 1)"
         if self.choice is None:
-            return (f"torch suffix runs: measuring (in the loader's thread vs "
+            return (f"torch suffix runs: measuring (on your thread, in next(), vs "
                     f"{self._threads} processes, the faster after 4 batches)")
+        if not self._times["processes"]:
+            return ("torch suffix runs: in the loader's thread (its transforms cannot be "
+                    "pickled to worker processes)")
         here, procs = (min(self._times[k]) * 1e3 for k in ("here", "processes"))
         where = f"{self._threads} processes" if self.choice == "processes" else \
-            "the loader's thread"
+            "on your thread, in next()"
         return (f"torch suffix runs: {where} (measured {here:.2f} ms/sample here, "
                 f"{procs:.2f} in processes)")
 
@@ -113,41 +117,45 @@ class SampleStage:
         return bool(self.suffix) or self.collate_fn is not None
 
     @property
-    def concurrent(self) -> bool:
-        """Whether a batch's custom collate may run while the next batch's suffix does: only
-        when the suffix leaves torch's, Python's and NumPy's global generators alone (the
-        collates themselves still run one at a time, in batch order)."""
-        return self.collate_fn is not None and (not self.suffix or self.suffix.threaded)
+    def beside_caller(self) -> bool:
+        """Whether :meth:`prepare` may run in a fastload thread while the caller's code runs:
+        yes unless the suffix would run on this process's global generators (seeded per
+        sample, then restored), which only the caller's thread may do, while it waits in
+        ``next()``: a suffix whose draws are not replayed, unless measured faster in worker
+        processes (each with generators of its own)."""
+        return not self.suffix or self.suffix.threaded or self.choice == "processes"
 
-    def ticket(self) -> int:
-        """The next batch's place in the collate order (taken when the batch is submitted)."""
-        with self._turns:
-            self._issued += 1
-            return self._issued - 1
+    def describe_ahead(self) -> str:
+        """Where the stages run relative to the caller's step, for ``loader.plan``."""
+        if self.suffix and not self.suffix.threaded:
+            where = ("runs one batch ahead, in a stage thread, sending samples to worker "
+                     "processes" if self.choice == "processes" else
+                     "runs in next(), on your thread (the global generators seeded per sample "
+                     "and restored while your code waits)")
+            ahead = f"suffix {where}"
+        elif self.suffix:
+            ahead = "suffix runs one batch ahead, in a stage thread (beside your step)"
+        else:
+            ahead = ""
+        if self.collate_fn is not None:
+            collate = "collate_fn runs in next(), on your thread, as torch's loader runs it"
+            ahead = f"{ahead}; {collate}" if ahead else collate
+        return ahead
 
-    def __call__(self, images: torch.Tensor, labels: list[Any], seed: int,
-                 ticket: int | None = None) -> Any:
-        """The batch for decoded ``images`` (one per sample) and per-sample ``labels``;
-        ``ticket`` (from :meth:`ticket`): its collate waits for those of earlier tickets."""
-        try:
-            with self._lock:  # one suffix at a time (iterators of one loader, stage threads)
-                samples, written, out = self._run_suffix(images, labels, seed)
-            if self.collate_fn is None:
-                return self._default_batch(samples, written, out, labels)
-            pairs = list(zip(samples, labels, strict=True))
-            self._wait_turn(ticket)
-            return self.collate_fn(pairs)  # returned as it comes, as torch does
-        finally:
-            if ticket is not None:
-                with self._turns:  # a batch that failed must not hold up the later ones
-                    self._finished = max(self._finished, ticket + 1)
-                    self._turns.notify_all()
+    def prepare(self, images: torch.Tensor, labels: list[Any], seed: int) -> Any:
+        """All but a custom collate for decoded ``images`` (one per sample) and per-sample
+        ``labels``: the batch, or with ``collate_fn`` the ``(sample, label)`` pairs for it."""
+        with self._lock:  # one suffix at a time (iterators of one loader, stage threads)
+            samples, written, out = self._run_suffix(images, labels, seed)
+        if self.collate_fn is None:
+            return self._default_batch(samples, written, out, labels)
+        return list(zip(samples, labels, strict=True))
 
-    def _wait_turn(self, ticket: int | None) -> None:
-        """Return once every ticket before ``ticket`` is finished (its collate done)."""
-        if ticket is not None:
-            with self._turns:
-                self._turns.wait_for(lambda: self._finished >= ticket)
+    def finish(self, prepared: Any) -> Any:
+        """The batch from what :meth:`prepare` made, on the caller's thread as the batch is
+        handed out: ``collate_fn`` (the caller's code, drawing from the caller's generators
+        where torch's loader would call it) on the pairs, its result returned as it comes."""
+        return prepared if self.collate_fn is None else self.collate_fn(prepared)
 
     def _run_suffix(self, images: torch.Tensor, labels: list[Any],
                     seed: int) -> tuple[list[Any], list[bool], torch.Tensor | None]:
@@ -162,6 +170,7 @@ class SampleStage:
                 measured = len(self._times["here"]) + len(self._times["processes"])
                 where = "here" if measured % 2 == 0 else "processes"
                 pool = self._pool_for(images) if where == "processes" else None
+                where = "processes" if pool is not None else "here"
                 start = time.perf_counter()
                 samples, written = self.suffix.run(images, seeds, pool, out)
                 self._times[where].append((time.perf_counter() - start) / len(seeds))
@@ -170,7 +179,10 @@ class SampleStage:
                     if self.choice == "here":
                         self.close()  # the processes lost: stop them
             else:
-                pool = self._pool_for(images) if len(labels) > 1 else None
+                # a suffix on the seeded global generators goes to its processes even for one
+                # sample, once they were measured faster (it then runs beside the caller)
+                many = len(labels) > 1 or self.choice == "processes"
+                pool = self._pool_for(images) if many else None
                 samples, written = self.suffix.run(images, seeds, pool, out)
             if kind is not torch.Tensor:  # e.g. a v2 tail that yields tv_tensors.Image
                 samples = [s.as_subclass(kind) if w else s
@@ -182,7 +194,8 @@ class SampleStage:
     def _default_batch(self, samples: list[Any], written: list[bool], out: torch.Tensor | None,
                        labels: list[Any]) -> Any:
         if out is not None and all(written):  # the batch is already in place: only labels
-            batch = [out, default_collate(labels)]
+            # a tuple, as default_collate sees the labels of its (image, label) pairs
+            batch = [out, default_collate(tuple(labels))]
         else:
             batch = default_collate(list(zip(samples, labels, strict=True)))
         if batch[0].device.type == "cuda":
@@ -221,7 +234,17 @@ class SampleStage:
                 from fastload.pipelines.suffix import process_pool
 
                 self._pool = process_pool(self.suffix, self._threads)
+                if self._pool is None:  # transforms that cannot be pickled: run them here
+                    self.choice = "here"
         return self._pool
+
+    def after_fork(self) -> None:
+        """In a forked child: forget the parent's pool (its threads or its processes' pipes
+        are not this process's) and locks (a parent thread may have held one at the fork)."""
+        self._pool = None
+        self._lock = threading.Lock()
+        self._turns = threading.Condition()
+        self._issued = self._finished = 0
 
     def close(self) -> None:
         """Stop the suffix's threads or processes (idempotent)."""

@@ -24,16 +24,17 @@ the same number of batches (as DDP's lock-step does).
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import numpy as np
 import torch
 from torch.utils.data import Sampler
 
-__all__ = ["BatchOrder", "EpochSampler", "mix_seed", "distributed_settings", "shared_base_seed"]
+__all__ = ["BatchOrder", "EpochSampler", "mix_seed", "distributed_settings", "rank_zero_seed"]
 
 _MASK64 = (1 << 64) - 1
 STATE_VERSION = 1
@@ -54,13 +55,9 @@ def distributed_settings() -> tuple[int, int]:
     return 1, 0
 
 
-def shared_base_seed(seed: int | None, generator: torch.Generator | None) -> int:
-    """The loader's base seed: ``seed`` when given, else one int64 drawn from ``generator``
-    (or from torch's default generator when that is None, as torch's DataLoader draws its
-    base seed). Under torch.distributed rank 0's value is broadcast, so all ranks agree."""
-    if seed is not None:
-        return int(seed)
-    value = int(torch.empty((), dtype=torch.int64).random_(generator=generator).item())
+def rank_zero_seed(value: int) -> int:
+    """``value`` as rank 0 of the default process group has it (broadcast), so that every
+    rank draws the same order; ``value`` itself without torch.distributed."""
     world_size, _ = distributed_settings()
     if world_size > 1:
         import torch.distributed as dist
@@ -77,7 +74,7 @@ class EpochSampler(Sampler[int]):
     like DistributedSampler when ``num_replicas > 1`` (padding rule in the module docstring).
     """
 
-    def __init__(self, num_items: int, *, shuffle: bool, seed: int, num_replicas: int = 1,
+    def __init__(self, num_items: int, *, shuffle: bool, seed: int | None, num_replicas: int = 1,
                  rank: int = 0, drop_last: bool = False) -> None:
         if not 0 <= rank < num_replicas:
             raise ValueError(f"rank should be in [0, {num_replicas}), but got rank={rank}")
@@ -98,8 +95,12 @@ class EpochSampler(Sampler[int]):
     def epoch_order(self) -> np.ndarray:
         """The current epoch's global order of all ``num_items`` indices (int64), unsharded."""
         if self.shuffle:
+            seed = self.seed
+            if seed is None:  # iterated before the loader's first iter() drew the base seed:
+                # a permutation of its own, its seed drawn as torch's RandomSampler draws one
+                seed = int(torch.empty((), dtype=torch.int64).random_().item())
             gen = torch.Generator()
-            gen.manual_seed(mix_seed(self.seed, self.epoch))
+            gen.manual_seed(mix_seed(seed, self.epoch))
             return torch.randperm(self.num_items, generator=gen).numpy()
         return np.arange(self.num_items, dtype=np.int64)
 
@@ -146,7 +147,7 @@ class _Epoch:
         batch = next(self._batches, None)
         if batch is None:
             return None
-        batch = [int(i) for i in batch]
+        batch = list(batch)  # as the sampler gave them: the loader checks each index
         self._pulled.append(batch)
         self.position += 1
         return self.position - 1, batch
@@ -155,6 +156,20 @@ class _Epoch:
         """The oldest pulled batch reached the caller (or was consumed by an error)."""
         self._pulled.popleft()
         self.yielded += 1
+
+    def pull_ahead(self, count: int) -> None:
+        """Take the next ``count`` batches from the sampler now (as torch's loader with workers
+        does at ``iter()``); ``next()`` still returns them in order."""
+        ahead = list(itertools.islice(self._batches, count))
+        self._batches = itertools.chain(ahead, self._batches)
+
+    def at_end(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` when a pull finds the batches run out."""
+        def batches(rest: Iterator[list[int]]) -> Iterator[list[int]]:
+            yield from rest
+            callback()
+
+        self._batches = batches(self._batches)
 
     def remaining(self) -> list[list[int]]:
         """Every batch not yet yielded, in order. Consumes the underlying sampler iterator."""
@@ -177,12 +192,13 @@ class BatchOrder:
     """
 
     def __init__(self, batch_sampler: Iterable[list[int]], own: EpochSampler | None,
-                 batch_size: int | None, drop_last: bool, seed: int, num_items: int) -> None:
+                 batch_size: int | None, drop_last: bool, seed: int | None,
+                 num_items: int) -> None:
         self.batch_sampler = batch_sampler
         self.own = own
         self.batch_size = batch_size
         self.drop_last = drop_last
-        self.seed = seed
+        self.seed = seed  # None until the first iter() draws it (fastload.loader.iter_draws)
         self.num_items = num_items
         self.next_epoch = 0
         self.current: _Epoch | None = None
@@ -196,8 +212,16 @@ class BatchOrder:
             self._resume = None
         self.next_epoch = epoch
 
-    def start_epoch(self) -> _Epoch:
-        """Begin the next epoch (or the resumed one) and return its batch stream."""
+    def set_seed(self, seed: int) -> None:
+        """Fix the base seed of the order and the augmentation (and the own sampler's)."""
+        self.seed = int(seed)
+        if self.own is not None:
+            self.own.seed = self.seed
+
+    def start_epoch(self, sampler_iters: int = 1) -> _Epoch:
+        """Begin the next epoch (or the resumed one) and return its batch stream;
+        ``sampler_iters``: how many times a user's batch sampler is ``iter()``-ed (the last
+        iterator is used), as torch's loader calls it twice when it has workers."""
         resume, self._resume = self._resume, None
         epoch = resume["epoch"] if resume else self.next_epoch
         self.next_epoch = epoch + 1
@@ -215,6 +239,8 @@ class BatchOrder:
             self.own.set_epoch(epoch)
             batches = self._own_batches(start, self._offset)
         else:
+            for _ in range(sampler_iters - 1):
+                iter(self.batch_sampler)
             batches = iter(self.batch_sampler)
             if start:  # a resume without stored batches: replay and skip
                 for _ in range(start):
@@ -258,7 +284,8 @@ class BatchOrder:
             else:
                 rest = cur.remaining()
                 state["remaining"] = {
-                    "indices": torch.tensor([i for b in rest for i in b], dtype=torch.int64),
+                    "indices": torch.tensor([int(i) for b in rest for i in b],
+                                            dtype=torch.int64),
                     "batch_sizes": torch.tensor([len(b) for b in rest], dtype=torch.int64),
                 }
         return state
@@ -268,6 +295,7 @@ class BatchOrder:
         if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
             raise ValueError("state is not a fastload DataLoader state_dict (version "
                              f"{STATE_VERSION}); pass what DataLoader.state_dict() returned")
+        state = dict(state)  # validation may normalise fields; the caller's dict is kept
         _check_state_fields(state)
         if state["num_items"] != self.num_items:
             raise ValueError(f"state was saved for a dataset of {state['num_items']} samples, "
@@ -294,9 +322,8 @@ class BatchOrder:
                     "which torch's sampler cannot re-shard; resume with world_size="
                     f"{state.get('world_size')}, or pass no sampler so that fastload shards "
                     "and resumes at any world size")
-        self.seed = int(state["seed"])
-        if self.own is not None:
-            self.own.seed = self.seed
+        if state["seed"] is not None:  # None: saved before the first iter() drew it
+            self.set_seed(state["seed"])
         self.current = None
         self.next_epoch = int(state["epoch"])
         resumable = (state["batches_yielded"] > 0 or state["remaining"] is not None
@@ -327,15 +354,80 @@ class BatchOrder:
 
 
 def _check_state_fields(state: dict[str, Any]) -> None:
-    """One sentence for a state_dict field of the wrong type or out of range."""
-    import numbers
-
+    """One sentence for a state_dict field of the wrong type (TypeError) or out of range
+    (ValueError), naming the field and its value; ``remaining`` lists become tensors."""
     for key in ("epoch", "batches_yielded", "seed", "num_items"):
         if key not in state:
             raise ValueError(f"state has no {key!r}; pass what DataLoader.state_dict() returned")
-        value = state[key]
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-            raise TypeError(f"state field {key} should be an integer, but got {key}={value!r}")
-        if key != "seed" and value < 0:
-            raise ValueError(f"state field {key} should be a non-negative integer, but got "
-                             f"{key}={value!r}")
+        if key == "seed" and state[key] is None:  # saved before the first iter()
+            continue
+        _integer(state, key, low=None if key == "seed" else 0)
+    num_items = state["num_items"]
+    if state.get("batch_size") is not None:
+        _integer(state, "batch_size", low=1)
+    if state.get("world_size") is not None:
+        _integer(state, "world_size", low=1)
+    for key, optional in (("drop_last", False), ("shuffle", True)):
+        value = state.get(key)
+        if key in state and not (isinstance(value, bool) or (optional and value is None)):
+            allowed = "True, False or None" if optional else "True or False"
+            raise TypeError(f"state field {key} should be {allowed}, but got {key}={value!r}")
+    for key in ("epoch_offset", "samples_consumed"):
+        if state.get(key) is not None:
+            _integer(state, key, low=0, high=num_items)
+    if state.get("remaining") is not None:
+        state["remaining"] = _check_remaining(state["remaining"], num_items)
+
+
+def _integer(state: dict[str, Any], key: str, low: int | None = 0,
+             high: int | None = None) -> None:
+    import numbers
+
+    value = state[key]
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"state field {key} should be an integer, but got {key}={value!r}")
+    if low is not None and value < low or high is not None and value > high:
+        span = ("a non-negative integer" if low == 0 and high is None
+                else f"an integer >= {low}" if high is None
+                else f"an integer in [{low}, {high}] (the dataset has {high} samples)")
+        raise ValueError(f"state field {key} should be {span}, but got {key}={value!r}")
+
+
+def _check_remaining(remaining: Any, num_items: int) -> dict[str, torch.Tensor]:
+    """``remaining`` as two int64 tensors, checked: batch sizes >= 0 summing to the number of
+    indices, every index in ``[0, num_items)``."""
+    shape = ("None or {'indices': a 1-D integer tensor, 'batch_sizes': a 1-D integer tensor "
+             "of the sizes of the remaining batches}")
+    if not isinstance(remaining, dict) or set(remaining) != {"indices", "batch_sizes"}:
+        raise TypeError(f"state field remaining should be {shape}, but got "
+                        f"remaining={_short(remaining)}")
+    tensors = {}
+    for key in ("indices", "batch_sizes"):
+        value = remaining[key]
+        if not isinstance(value, torch.Tensor):
+            try:
+                value = torch.as_tensor(value)
+            except (TypeError, ValueError, RuntimeError):
+                value = None
+        if (value is None or value.dim() != 1 or value.is_floating_point()
+                or value.is_complex() or value.dtype == torch.bool):
+            raise TypeError(f"state field remaining[{key!r}] should be a 1-D integer tensor, "
+                            f"but got {_short(remaining[key])}")
+        tensors[key] = value.to(torch.int64)
+    sizes, indices = tensors["batch_sizes"], tensors["indices"]
+    if len(sizes) and int(sizes.min()) < 0:
+        raise ValueError(f"state field remaining['batch_sizes'] holds a negative batch size "
+                         f"({int(sizes.min())})")
+    if int(sizes.sum()) != len(indices):
+        raise ValueError(f"state field remaining['batch_sizes'] sums to {int(sizes.sum())}, but "
+                         f"remaining['indices'] holds {len(indices)} indices")
+    if len(indices) and (int(indices.min()) < 0 or int(indices.max()) >= num_items):
+        bad = int(indices.min()) if int(indices.min()) < 0 else int(indices.max())
+        raise ValueError(f"state field remaining['indices'] holds index {bad}, outside the "
+                         f"dataset's [0, {num_items})")
+    return tensors
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."

@@ -6,13 +6,22 @@ Python. ``make_source`` accepts torchvision ``ImageFolder``/``DatasetFolder`` (i
 ``.samples``, ``.targets``, ``.transform``, ``.target_transform``), ``fastload.LMDBDataset``
 (its ``.reader``) and ``torch.utils.data.Subset`` of either. Anything else raises
 ``NotASource`` with the reason, which the loader turns into its torch fallback.
+
+What the dataset's own ``__getitem__`` would do, a source does too: ``len(source)`` is
+``len(dataset)`` (a subclass's ``__len__`` included), :meth:`index` takes and refuses
+sample indices as the dataset's indexing does, Pillow's ``Image.MAX_IMAGE_PIXELS`` is
+checked at each read as ``Image.open`` checks it, and a file DALI would not decode to
+Pillow's pixels (a GIF, a 16-bit PNG, ... whatever its name) is decoded by Pillow,
+``.convert("RGB")`` as torchvision's loader does, and handed on losslessly.
 """
 
 from __future__ import annotations
 
 import io
+import operator
 import os
 import pathlib
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -27,6 +36,7 @@ __all__ = [
     "LMDBSource",
     "NotASource",
     "SubsetSource",
+    "check_pixel_limit",
     "image_size",
     "jpeg_size",
     "make_source",
@@ -76,15 +86,57 @@ def image_size(data: bytes | memoryview | np.ndarray) -> tuple[int, int] | None:
     return (height, width)
 
 
+def check_pixel_limit(size: tuple[int, int], name: str) -> None:
+    """Pillow's decompression-bomb rule, as ``Image.open`` applies it, for an image of
+    ``size`` (height, width): over twice ``PIL.Image.MAX_IMAGE_PIXELS`` raise
+    ``DecompressionBombError`` naming ``name``, over it warn ``DecompressionBombWarning``. The limit is read
+    at each call, so the user's own setting applies from the next read on."""
+    from PIL import Image
+
+    limit = Image.MAX_IMAGE_PIXELS
+    pixels = size[0] * size[1]
+    if limit is None or pixels <= limit:
+        return
+    if pixels > 2 * limit:
+        raise Image.DecompressionBombError(
+            f"{name} is {size[1]}x{size[0]} = {pixels} pixels, more than twice "
+            f"PIL.Image.MAX_IMAGE_PIXELS ({limit}), Pillow's decompression-bomb limit; if the "
+            "file is trusted, raise PIL.Image.MAX_IMAGE_PIXELS or set it to None")
+    # Pillow's own words, so the warnings filter shows them as often as with torch's loader
+    warnings.warn(f"Image size ({pixels} pixels) exceeds limit of {limit} pixels, could be "
+                  "decompression bomb DOS attack.", Image.DecompressionBombWarning, stacklevel=2)
+
+
+def list_index(index: Any, count: int) -> int:
+    """``index`` as a Python list of ``count`` items takes it (an int, a bool, a NumPy integer,
+    an integer tensor of one element; negative counts from the end), in ``[0, count)``;
+    TypeError or IndexError, as the list would raise, with the value and the fix."""
+    try:
+        number = operator.index(index)
+    except TypeError:
+        raise TypeError(f"sample index should be an integer, but the sampler gave {index!r} "
+                        f"({type(index).__name__}); make the sampler or batch_sampler yield "
+                        "ints, as the dataset's indexing needs") from None
+    if not -count <= number < count:
+        raise IndexError(f"sample index {number} from the sampler is out of range for a "
+                         f"dataset of {count} samples")
+    return number + count if number < 0 else number
+
+
 class _Source:
-    """Common part: labels (after ``target_transform``) and the transform to translate."""
+    """Common part: length, labels (after ``target_transform``), the transform to translate."""
 
     transform: Any
     target_transform: Callable[[Any], Any] | None
     targets: np.ndarray
+    length: int | None = None  # len(dataset), set by make_source; None: one per target
 
     def __len__(self) -> int:
-        return len(self.targets)
+        return len(self.targets) if self.length is None else self.length
+
+    def index(self, index: Any) -> int:
+        """Sample ``index`` from a sampler as a plain int, checked as the dataset checks it."""
+        return list_index(index, len(self.targets))
 
     def labels(self, indices: Sequence[int]) -> Any:
         """The label batch torch's ``default_collate`` would build for these samples."""
@@ -93,15 +145,27 @@ class _Source:
             return torch.from_numpy(self.targets[idx])
         from torch.utils.data import default_collate
 
-        return default_collate([self.target_transform(int(t)) for t in self.targets[idx]])
+        # a tuple, as torch's default_collate sees the labels of its (image, label) pairs
+        return default_collate(tuple(self.target_transform(int(t)) for t in self.targets[idx]))
+
+
+# 8-bit PNGs in these modes DALI decodes to exactly Pillow's convert("RGB") (measured: RGB,
+# RGBA, L, P); every other format, mode or bit depth goes through Pillow (see FileSource.read).
+_DALI_PNG_MODES = frozenset({"RGB", "RGBA", "L", "P"})
+_PNG_BIT_DEPTH = 24  # offset of the IHDR bit depth: signature 8, length 4, type 4, w 4, h 4
 
 
 class FileSource(_Source):
     """Image files on disk (a torchvision ``DatasetFolder``'s ``samples``).
 
-    Image sizes are parsed from the file headers on first read and cached per source, with
-    the file's length: a file whose length changed since (replaced by another image) is
-    parsed again.
+    JPEGs, and 8-bit PNGs in a mode DALI decodes as Pillow does, go to DALI as they are;
+    any other file Pillow reads (GIF, 16-bit PNG, TIFF, WebP, ...) is decoded here with
+    Pillow, ``.convert("RGB")`` as torchvision's loader does, and passed on as an
+    uncompressed PPM. Image sizes (and that choice) are parsed from the file headers on first
+    read and cached per source, with the file's length: a file whose length changed since
+    (replaced by another image) is parsed again. Each file's JPEG data is checked for damage
+    (:func:`unchecked`) once per source, remembered with its length and modification time,
+    so later epochs pay a ``fstat`` per file.
     """
 
     def __init__(self, paths: Sequence[str], targets: Sequence[int], transform: Any,
@@ -112,20 +176,25 @@ class FileSource(_Source):
         self.target_transform = target_transform
         self._sizes = np.full((len(self.paths), 2), -1, dtype=np.int32)
         self._lengths = np.full(len(self.paths), -1, dtype=np.int64)
+        # (length, st_mtime_ns) of each file as last read, and as last found undamaged
+        self._stamps = np.full((len(self.paths), 2), -1, dtype=np.int64)
+        self._checked = np.full((len(self.paths), 2), -2, dtype=np.int64)
+        self._pillow = np.zeros(len(self.paths), dtype=bool)  # decoded here, not by DALI
 
     def name(self, i: int) -> str:
         """How error messages refer to sample ``i``."""
         return f"file '{self.paths[i]}'"
 
     def read(self, i: int) -> tuple[np.ndarray, tuple[int, int]]:
-        """The encoded bytes of sample ``i`` and its ``(height, width)``.
+        """The encoded bytes of sample ``i`` (DALI decodes them) and its ``(height, width)``.
 
-        Raises FileNotFoundError/OSError naming the path when the file cannot be read and
-        SampleError when it is not an image Pillow or the JPEG header parser recognises.
+        Raises FileNotFoundError/OSError naming the path when the file cannot be read,
+        SampleError when it is not an image Pillow or the JPEG header parser recognises, and
+        Pillow's DecompressionBombError over its pixel limit (see check_pixel_limit).
         """
         path = self.paths[i]
         try:
-            data = np.fromfile(path, dtype=np.uint8)
+            data, mtime_ns = _read_file(path)
         except FileNotFoundError:
             raise FileNotFoundError(
                 f"sample {i}: file '{path}' does not exist; rebuild the dataset's file list "
@@ -133,17 +202,59 @@ class FileSource(_Source):
             ) from None
         except OSError as err:
             raise OSError(f"sample {i}: cannot read file '{path}': {err}") from err
-        if self._sizes[i, 0] < 0 or self._lengths[i] != data.size:
-            size = image_size(data)
-            if size is None:
-                raise SampleError(
-                    f"sample {i}: file '{path}' is not a readable image (empty, truncated "
-                    "or unknown format); remove or replace it",
-                    [self.name(i)],
-                )
-            self._sizes[i] = size
-            self._lengths[i] = data.size
-        return data, (int(self._sizes[i, 0]), int(self._sizes[i, 1]))
+        self._stamps[i] = (data.size, mtime_ns)
+        if self._lengths[i] != data.size:  # first read, or the file was replaced
+            size = jpeg_size(data)
+            if size is None:  # not a JPEG: Pillow reads the header (and checks its limit)
+                return self._through_pillow(i, data)
+            self._remember(i, data.size, size, pillow=False)
+        if self._pillow[i]:
+            return self._through_pillow(i, data)
+        size = (int(self._sizes[i, 0]), int(self._sizes[i, 1]))
+        check_pixel_limit(size, f"sample {i}: {self.name(i)}")
+        return data, size
+
+    def _remember(self, i: int, length: int, size: tuple[int, int], pillow: bool) -> None:
+        self._sizes[i] = size
+        self._lengths[i] = length
+        self._pillow[i] = pillow
+
+    def _through_pillow(self, i: int, data: np.ndarray) -> tuple[np.ndarray, tuple[int, int]]:
+        """A file that is not a JPEG: as it is when DALI decodes it as Pillow does, else
+        Pillow's ``convert("RGB")`` of it as a PPM (exact, and DALI reads it)."""
+        from PIL import Image
+
+        where = f"sample {i}: {self.name(i)}"
+        try:
+            image = Image.open(io.BytesIO(data))  # Pillow's own pixel-limit check, as torch's
+        except Image.DecompressionBombError as err:
+            raise Image.DecompressionBombError(f"{where}: {err}") from None
+        except Exception:  # noqa: BLE001 - any parse failure means "unreadable"
+            raise SampleError(f"{where} is not a readable image (empty, truncated or unknown "
+                              "format); remove or replace it", [self.name(i)]) from None
+        with image:
+            size = (image.height, image.width)
+            as_is = (image.format == "PNG" and image.mode in _DALI_PNG_MODES
+                     and data.size > _PNG_BIT_DEPTH and data[_PNG_BIT_DEPTH] == 8)
+            self._remember(i, data.size, size, pillow=not as_is)
+            if as_is:
+                return data, size
+            try:
+                rgb = image.convert("RGB")
+            except Exception as err:  # noqa: BLE001 - Pillow's decode errors vary by format
+                raise SampleError(f"{where} cannot be decoded ({err}); remove or replace it",
+                                  [self.name(i)]) from None
+        header = f"P6\n{size[1]} {size[0]}\n255\n".encode()
+        return np.frombuffer(header + rgb.tobytes(), dtype=np.uint8), size
+
+    def unchecked(self, i: int) -> tuple[int, int] | None:
+        """The stamp to pass to :meth:`mark_checked` when sample ``i`` as last read has not
+        been checked for damaged JPEG data yet; None when it has."""
+        stamp = (int(self._stamps[i, 0]), int(self._stamps[i, 1]))
+        return None if stamp == tuple(self._checked[i]) else stamp
+
+    def mark_checked(self, i: int, stamp: tuple[int, int]) -> None:
+        self._checked[i] = stamp
 
 
 class LMDBSource(_Source):
@@ -162,16 +273,30 @@ class LMDBSource(_Source):
         where = getattr(self.reader, "path", None)
         return f"LMDB key '{key}'" + (f" in '{where}'" if where is not None else "")
 
+    def index(self, index: Any) -> int:
+        """Sample ``index`` as a record number, checked as ``LMDBDataset`` indexing checks it."""
+        from fastload.data.reader import record_index
+
+        return record_index(index, len(self.targets), getattr(self.reader, "path", ""))
+
     def read(self, i: int) -> tuple[Any, tuple[int, int]]:
         """The record's image bytes and size; SampleError naming the key when its checksum
-        or framing is wrong (checked before any decoder sees the bytes)."""
+        or framing is wrong (checked before any decoder sees the bytes), Pillow's
+        DecompressionBombError over its pixel limit (see check_pixel_limit)."""
         from fastload.data.reader import CorruptRecord
 
         try:
             data, _label, size = self.reader.image_bytes(i)
         except CorruptRecord as err:
             raise SampleError(f"sample {i}: {err}", [self.name(i)]) from err
-        return data, (int(size[0]), int(size[1]))
+        size = (int(size[0]), int(size[1]))
+        check_pixel_limit(size, f"sample {i}: {self.name(i)}")
+        return data, size
+
+    def unchecked(self, i: int) -> None:
+        """Records need no damage check here: :meth:`read` checks their CRC-32 (see
+        ``fastload.loader.damage``)."""
+        return None
 
 
 class SubsetSource(_Source):
@@ -184,21 +309,44 @@ class SubsetSource(_Source):
         self.transform = base.transform
         self.target_transform = base.target_transform
 
+    def index(self, index: Any) -> int:
+        """Sample ``index`` of the subset (a list index), its base index checked by the base."""
+        i = list_index(index, len(self.index_map))
+        self.base.index(int(self.index_map[i]))
+        return i
+
     def name(self, i: int) -> str:
         return self.base.name(int(self.index_map[i]))
 
     def read(self, i: int) -> tuple[Any, tuple[int, int]]:
         return self.base.read(int(self.index_map[i]))
 
+    def unchecked(self, i: int) -> Any:
+        return self.base.unchecked(int(self.index_map[i]))
+
+    def mark_checked(self, i: int, stamp: Any) -> None:
+        self.base.mark_checked(int(self.index_map[i]), stamp)
+
+
+def _read_file(path: str) -> tuple[np.ndarray, int]:
+    """A file's bytes and its ``st_mtime_ns``, from one open (so they belong together)."""
+    fd = os.open(path, os.O_RDONLY)  # not inherited by children (PEP 446)
+    try:
+        st = os.fstat(fd)
+        data = np.empty(st.st_size, dtype=np.uint8)
+        got = os.readv(fd, [data]) if st.st_size else 0
+    finally:
+        os.close(fd)
+    return (data if got == st.st_size else data[:got]), st.st_mtime_ns
+
 
 def _folder_source(dataset: Any) -> FileSource:
     from torchvision.datasets.folder import DatasetFolder, default_loader, pil_loader
 
     cls = type(dataset)
-    for method in ("__getitem__", "__len__"):
-        if getattr(cls, method) is not getattr(DatasetFolder, method):
-            raise NotASource(f"{cls.__name__} overrides {method}, so its samples are not the "
-                             "plain (loader(path), target) pairs fastload can read")
+    if cls.__getitem__ is not DatasetFolder.__getitem__:  # its own __len__ is honoured
+        raise NotASource(f"{cls.__name__} overrides __getitem__, so its samples are not the "
+                         "plain (loader(path), target) pairs fastload can read")
     if dataset.loader not in (default_loader, pil_loader):
         name = getattr(dataset.loader, "__name__", type(dataset.loader).__name__)
         raise NotASource(f"{cls.__name__} uses a custom loader={name}, not torchvision's "
@@ -216,7 +364,14 @@ def _folder_source(dataset: Any) -> FileSource:
 
 
 def make_source(dataset: Any) -> _Source:
-    """The source for ``dataset``, or NotASource naming why the torch path must read it."""
+    """The source for ``dataset``, or NotASource naming why the torch path must read it.
+    Its length is ``len(dataset)``, as torch's samplers take it."""
+    source = _make_source(dataset)
+    source.length = len(dataset)
+    return source
+
+
+def _make_source(dataset: Any) -> _Source:
     from torch.utils.data import Subset
     from torchvision.datasets import DatasetFolder
 
@@ -245,6 +400,9 @@ def resolve_dataset(dataset: Any, transform: Any, target_transform: Any) -> Any:
                 f"set them on the {type(dataset).__name__} itself"
             )
         return dataset
+    from fastload.data.untrusted import refuse_url
+
+    refuse_url(dataset, "dataset path")
     root = pathlib.Path(dataset)
     from fastload.data.manifest import is_sharded_set
 

@@ -120,12 +120,19 @@ def _prepare_model(config: FinetuneConfig, num_classes: int,
     return model, trainable, total
 
 
-def _restore(run: Run, train_loader, own_order: bool) -> tuple[int, int]:
-    """Load ``run.config.resume`` into the run; ``(epoch, micro-batches of it done)``."""
+def _restore(run: Run, train_loader, own_order: bool, classes: list[str],
+             data: os.PathLike) -> tuple[int, int]:
+    """Load ``run.config.resume`` into the run; ``(epoch, micro-batches of it done)``. A
+    checkpoint trained on other classes than ``classes`` (those of ``data``) is refused."""
     from fastload.train.checkpoint import read_checkpoint
 
     config = run.config
     state = read_checkpoint(config.resume)
+    if state.classes != list(classes):
+        raise ValueError(
+            f"checkpoint {config.resume!r} was trained on {_class_list(state.classes)}, but "
+            f"{str(data)!r} has {_class_list(classes)}; resume it on the data it was trained "
+            "on, or start a new run (without resume=) to train on this data")
     run.model.load_state_dict(state.model)
     run.optimizer.load_state_dict(state.optimizer)
     run.scaler.load_state_dict(state.scaler)
@@ -140,6 +147,13 @@ def _restore(run: Run, train_loader, own_order: bool) -> tuple[int, int]:
     run.guard.skipped_total = state.skipped_total
     torch.set_rng_state(state.rng)
     return state.epoch, state.micro_step
+
+
+def _class_list(classes: list[str], shown: int = 10) -> str:
+    """``4 classes ['a', 'b', 'c', 'd']``, cut after ``shown`` names."""
+    names = ", ".join(repr(c) for c in classes[:shown])
+    more = f", ... ({len(classes) - shown} more)" if len(classes) > shown else ""
+    return f"{len(classes)} classes [{names}{more}]"
 
 
 def _checkpointer(run: Run, train_loader, own_order: bool, classes: list[str],
@@ -210,7 +224,8 @@ def finetune(config: FinetuneConfig, *, loss_hook=None) -> FinetuneResult:
 
         start_epoch, micro_done = 0, 0
         if config.resume:
-            start_epoch, micro_done = _restore(run, train_loader, own_order=sampler is None)
+            start_epoch, micro_done = _restore(run, train_loader, sampler is None, classes,
+                                               train_path)
 
         if world > 1:
             from torch.nn.parallel import DistributedDataParallel

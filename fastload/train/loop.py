@@ -72,6 +72,7 @@ class EpochTotals:
     loss_sum: float = 0.0  # over the finite micro-batch losses, weighted by batch size
     loss_count: int = 0
     micro: int = 0  # micro-batches of the epoch done (resumed ones included)
+    resumed_at: int = 0  # micro-batches done before this run (a resume), not in these sums
     stopped: bool = False  # max_steps was reached
 
 
@@ -106,7 +107,7 @@ def train_one_epoch(run: Run, train_loader, epoch: int, first: int, bar, save) -
     ``accum_steps`` (DDP syncs gradients only then); ``save(epoch, micro)`` every
     ``checkpoint_every`` steps."""
     config, device = run.config, run.device
-    totals = EpochTotals(micro=first)
+    totals = EpochTotals(micro=first, resumed_at=first)
     inputs_ok = losses_ok = True  # over the micro-batches of the current window
     for images, labels in train_loader:
         images = images.to(device, non_blocking=True)
@@ -161,5 +162,6 @@ def epoch_stats(run: Run, epoch: int, totals: EpochTotals, val: tuple[int, int, 
         val_top1=sums[3] / sums[4] if sums[4] else None,
         val_loss=sums[5] / sums[4] if sums[4] else None,
         lr=run.optimizer.param_groups[0]["lr"], steps=steps,
-        skipped_steps=run.guard.skipped_total)
+        skipped_steps=run.guard.skipped_total, resumed_at=totals.resumed_at,
+        epoch_batches=run.micro_per_epoch)
 

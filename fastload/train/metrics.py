@@ -118,6 +118,8 @@ class EpochStats:
     lr: float
     steps: int
     skipped_steps: int
+    resumed_at: int = 0  # micro-batches done before a resume; the figures cover the rest
+    epoch_batches: int = 0  # micro-batches of a whole epoch on one rank
 
     @property
     def images_per_s(self) -> float:
