@@ -143,13 +143,15 @@ def test_another_thread_sees_timms_own_module_while_a_loader_runs_timms_augmenta
 def test_an_unchecked_timm_release_runs_on_the_seeded_generators_with_a_warning(monkeypatch):
     import timm
 
-    from fastload.pipelines import augment_timm
+    from fastload.pipelines import augment_timm, torch_seams
 
     monkeypatch.setattr(timm, "__version__", "9.1.0")
     augment_timm._private_module.cache_clear()
+    torch_seams.timm_auto_augment.cache_clear()
     try:
         with pytest.warns(RuntimeWarning, match="timm 9.1.0 is installed"):
             suffix = _suffix(rand_augment_transform("rand-m9-mstd0.5", HPARAMS))
         assert not suffix.threaded and "seeded global RNG" in suffix.describe()
     finally:
         augment_timm._private_module.cache_clear()
+        torch_seams.timm_auto_augment.cache_clear()

@@ -1,68 +1,28 @@
 """``fastload convert``: an image source (see :mod:`fastload.data.convert_sources`) into an LMDB.
 
-The main process reads every file (or tar member, or parquet row) and keeps a JPEG whose
-markers pass the keep-bytes check itself (see :mod:`fastload.data.image_check`): that costs
-less than handing the bytes to another process. Files that need Pillow (other formats, ``max_side``, ``check="decode"``)
-go to ``workers`` worker processes. Results are consumed in source order and the main
-process alone writes, in committed batches (see :mod:`fastload.data.writer`). The order is
-fixed by the source, so a resumed or re-run conversion produces the same records whatever
-``workers`` or ``commit_every``.
+Lists the source, checks the options and names the destination's identity; one database is
+written by :mod:`fastload.data.convert_database`, a sharded set by
+:mod:`fastload.data.convert_shards`. The order is fixed by the source, so a resumed or
+re-run conversion produces the same records whatever ``workers`` or ``commit_every``.
 """
 
 from __future__ import annotations
 
-import multiprocessing
 import os
-import sys
 import time
-from collections import deque
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 
+from fastload.data.convert_database import ConvertError, ConvertReport, convert_one, is_complete
 from fastload.data.convert_sources import list_source
-from fastload.data.dst_lock import unlock_destination
-from fastload.data.format import FORMAT_VERSION, META_FILE, STATE_COMPLETE
-from fastload.data.image_check import (
-    CHECKS,
-    KEPT,
-    ScratchBuffer,
-    check_file,
-    check_file_task_copy,
-)
-from fastload.data.sources.base import iter_records
+from fastload.data.format import FORMAT_VERSION
+from fastload.data.image_check import CHECKS
 from fastload.data.untrusted import refuse_url
-from fastload.data.writer import LMDBWriter, MapFull, prepare_destination
 from fastload.utils.checks import check_positive_int
 
+__all__ = ["ConvertError", "ConvertReport", "check_convert_options", "convert_folder",
+           "is_complete"]
+
 DEFAULT_COMMIT_EVERY = 256  # source files per LMDB write transaction
-WORKER_TIMEOUT_S = 600  # longest wait for one image from a worker process
-
-
-class ConvertError(RuntimeError):
-    """A conversion stopped early (``strict=True`` and an unreadable file)."""
-
-
-@dataclass
-class ConvertReport:
-    """What a conversion did. ``stored + skipped == seen``."""
-
-    path: Path
-    stored: int
-    skipped: int
-    seen: int
-    errors: list[dict] = field(default_factory=list)  # {"index", "path", "reason"}
-    seconds: float = 0.0
-    kept: int = 0  # records holding the source file's bytes untouched
-    reencoded: int = 0  # records converted or resized to a new JPEG
-    resumed: bool = False  # True when this call finished an interrupted conversion
-    resumed_from: int = 0  # source files already done by the interrupted run
-    classes: list[str] = field(default_factory=list)
-    manifest: dict | None = None  # a sharded set's manifest, once every shard is complete
-    finished_shards: list[int] = field(default_factory=list)  # found finished, checked, kept
-
-    def summary(self) -> str:
-        return f"stored {self.stored} + skipped {self.skipped} = seen {self.seen}"
 
 
 def _check_positive(name: str, value, allow_none: bool = True) -> None:
@@ -174,7 +134,7 @@ def convert_folder(
     run = (workers or os.cpu_count() or 1, max_side, quality, check, composite, strict,
            progress, commit_every)
     if shards is None:
-        report = _convert_one(source.samples, dst_path, identity, total_bytes, overwrite, run)
+        report = convert_one(source.samples, dst_path, identity, total_bytes, overwrite, run)
     else:
         from fastload.data.convert_shards import convert_shards
 
@@ -184,146 +144,3 @@ def convert_folder(
     report.classes = source.classes
     return report
 
-
-def _convert_one(samples, dst_path: Path, identity: dict, total_bytes: int, overwrite: bool,
-                 run: tuple, progress_state: dict | None = None) -> ConvertReport:
-    """Convert ``samples`` into the one LMDB directory ``dst_path`` (resuming a partial);
-    ``progress_state`` is :func:`prepare_destination`'s answer when the caller took it."""
-    if progress_state is None:
-        progress_state = prepare_destination(dst_path, identity, overwrite=overwrite)
-    try:
-        writer = LMDBWriter(dst_path, identity, progress_state,
-                            map_size=_initial_map_size(total_bytes, len(samples)))
-    except BaseException:
-        unlock_destination(dst_path)
-        raise
-    try:
-        _run(samples, writer, *run)
-    except BaseException:
-        writer.close()
-        raise
-    writer.finish({"created": datetime.now(timezone.utc).isoformat(timespec="seconds")})
-    kept = writer.counts.get(KEPT, 0)
-    return ConvertReport(
-        path=dst_path, stored=writer.stored, skipped=len(writer.skipped), seen=writer.seen,
-        errors=writer.skipped, kept=kept, reencoded=writer.stored - kept,
-        resumed=writer.resumed, resumed_from=writer.resumed_from,
-    )
-
-
-def _initial_map_size(total_bytes: int, count: int) -> int:
-    """Room for every source byte plus a quarter and page overhead (grown when exceeded)."""
-    return total_bytes + total_bytes // 4 + (count << 12)
-
-
-def _run(samples, writer: LMDBWriter, workers: int, max_side, quality, check, composite,
-         strict, progress, commit_every) -> None:
-    from tqdm import tqdm
-
-    bar = tqdm(total=len(samples), initial=writer.seen, unit="img", disable=not progress,
-               dynamic_ncols=True, desc="convert")
-    try:
-        while True:
-            try:
-                _run_from(writer.seen, samples, writer, workers,
-                          (max_side, quality, check, composite), strict, bar, commit_every)
-                return
-            except MapFull:  # the batch was rolled back and the map grown: redo it
-                bar.n = writer.seen
-                bar.refresh()
-    finally:
-        bar.close()
-
-
-def _run_from(start, samples, writer, workers, options, strict, bar, commit_every) -> None:
-    """Convert ``samples[start:]``; the main process reads every record and keeps the JPEGs
-    that pass the marker check itself, and only files that need Pillow (re-encoding or a
-    decode check) go to the worker pool, started on the first such file. Results are taken
-    in source order from a bounded window, so the output never depends on timing."""
-    pool = None
-    window = max(64, workers * 16)
-    pending: deque = deque()
-    last_commit = start
-
-    def settle(index: int, path: str, label: int, result) -> None:
-        nonlocal last_commit
-        if not isinstance(result, tuple):
-            try:
-                result = result.get(timeout=WORKER_TIMEOUT_S)
-            except multiprocessing.TimeoutError:
-                raise ConvertError(
-                    f"no answer from the worker reading {path!r} within {WORKER_TIMEOUT_S} s "
-                    "(did the image decoder crash?); rerun the same command to resume"
-                ) from None
-        if result[0] == "ok":
-            _, record, crc, how = result
-            writer.add(record, crc, label, how)
-        elif strict:
-            writer.commit(index)
-            raise ConvertError(
-                f"unreadable image {path!r}: {result[1]} (strict=True); fix or remove it and "
-                "rerun with overwrite=True, or without strict=True to skip such files"
-            )
-        else:
-            writer.skip(index, path, result[1])
-        if index + 1 - last_commit >= commit_every:
-            writer.commit(index + 1)
-            last_commit = index + 1
-        bar.update(1)
-
-    scratch = ScratchBuffer()  # every kept record is put before the next file is read
-    try:
-        for index, record in enumerate(iter_records(samples, start), start):
-            name, label, path, span, data, problem = record
-            task = (path, label, *options)
-            if problem is not None:  # a container's record without a usable image or label
-                result = ("skip", problem)
-            elif workers == 1:
-                result = check_file(*task, scratch=scratch, span=span, data=data)
-            else:  # a kept record waits in the window behind a worker's: own buffer then
-                result = check_file(*task, keep_only=True, scratch=None if pending else scratch,
-                                    span=span, data=data)
-                if result is None:
-                    if pool is None:
-                        pool = multiprocessing.get_context().Pool(workers, initializer=_worker_init)
-                    result = pool.apply_async(check_file_task_copy, (task, span, None if data
-                                                                     is None else bytes(data)))
-            pending.append((index, name, label, result))
-            while pending and (len(pending) > window or _ready(pending[0][3])):
-                settle(*pending.popleft())
-        while pending:
-            settle(*pending.popleft())
-        writer.commit(len(samples))
-    finally:
-        if pool is not None:
-            pool.terminate()
-            pool.join()
-
-
-def _ready(result) -> bool:
-    return isinstance(result, tuple) or result.ready()
-
-
-def _worker_init() -> None:
-    """Workers ignore Ctrl-C (the parent stops them) and die with the parent, even on SIGKILL."""
-    import signal
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        try:
-            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        except (OSError, AttributeError):
-            pass
-
-
-def is_complete(path: str | os.PathLike) -> bool:
-    """True when ``path`` holds a finished fastload database."""
-    import json
-
-    try:
-        with open(Path(path) / META_FILE, encoding="utf-8") as handle:
-            return json.load(handle).get("state") == STATE_COMPLETE
-    except (OSError, ValueError, AttributeError):
-        return False

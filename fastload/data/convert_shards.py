@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from fastload.data.convert import ConvertReport, _convert_one, is_complete
+from fastload.data.convert_database import ConvertReport, convert_one, is_complete
 from fastload.data.dst_lock import set_lock, unlock_destination
 from fastload.data.format import META_FILE
 from fastload.data.manifest import (
@@ -77,7 +77,7 @@ def convert_shards(samples, dst_path: Path, identity: dict, total_bytes: int, ov
             k, folder, shard_identity, progress_state = claimed[0]
             begin, stop = bounds[k]
             share = total_bytes * (stop - begin) // max(1, len(samples))
-            report = _convert_one(samples[begin:stop], folder, shard_identity, share, False,
+            report = convert_one(samples[begin:stop], folder, shard_identity, share, False,
                                   run, progress_state)
             claimed.pop(0)
             _add_shard(total, report, begin)
