@@ -21,7 +21,8 @@ from fastload.data.convert import ConvertError, convert_folder
 from fastload.data.convert_sources import list_source
 from fastload.data.format import ERRORS_FILE, PARTIAL_FILE
 from fastload.data.reader import LMDBReader
-from fastload.data.shards import open_reader, verify_set
+from fastload.data.set_verify import verify_set
+from fastload.data.shards import open_reader
 from fastload.data.verify import verify_lmdb
 
 wds = pytest.importorskip("webdataset")
