@@ -182,7 +182,7 @@ def test_every_kind_of_file_is_stored_or_reported(bad_tree, tmp_path, capsys):
         if name == "e_gray.jpg":
             assert np.abs(pixels[..., 0] - pixels[..., 2]).max() <= 3
         if outcome == "converted":  # the pixels ImageFolder's loader gives (alpha dropped,
-            # 16-bit clipped) as a quality-90 JPEG; composite=True: test_hardening_convert
+            # 16-bit clipped) as a quality-90 JPEG; composite=True: test_convert_input
             with Image.open(io.BytesIO(original)) as source:
                 expected = _jpeg(source.convert("RGB"), quality=90)
             with Image.open(io.BytesIO(expected)) as image:

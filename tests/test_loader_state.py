@@ -181,6 +181,19 @@ def test_close_releases_the_graph_and_a_later_epoch_rebuilds_it(train):
     assert len(run(loader)[0]) == 6
 
 
+def test_closing_an_iterator_ends_its_epoch_and_leaves_the_other_iterator_running(train):
+    loader = fastload.DataLoader(train, batch_size=8)
+    first = iter(loader)
+    next(first)
+    second = iter(loader)  # beside an unfinished one: a graph of its own
+    next(second)
+    second.close()
+    second.close()
+    with pytest.raises(RuntimeError, match="superseded"):
+        next(second)
+    assert len(run(loader, it=first)[0]) == 5
+
+
 def test_a_forked_child_that_collects_garbage_loaders_does_not_hang(train):
     """torch DataLoader workers are forked; a loader that is garbage in a reference cycle
     is finalized in the child, where destroying its DALI pipeline would wait forever."""

@@ -16,11 +16,14 @@ import torch
 from torch.utils.data import BatchSampler, Dataset
 from torch.utils.data import DataLoader as TorchDataLoader
 
+from fastload.loader.context import EpochContext
+from fastload.loader.damage import DamageCheck
 from fastload.loader.devices import resolve_device
 from fastload.loader.epoch import _EpochIterator
-from fastload.loader.plan import SampleStage, make_plan
+from fastload.loader.plan import make_plan
 from fastload.loader.sampling import BatchOrder, EpochSampler, distributed_settings
 from fastload.loader.sources import NotASource, SampleError, make_source, resolve_dataset
+from fastload.loader.stage import SampleStage
 
 __all__ = ["DataLoader", "FallbackWarning", "SampleError"]
 
@@ -216,13 +219,38 @@ class DataLoader:
         if self._pid != os.getpid():
             self._after_fork()
         old = self._live() if self._live is not None else None
-        if old is not None and old._active and not old._done:
+        if old is not None and old.running:
             # An unfinished iterator holds the loader's graph: as torch does, both iterate
             # (each its own epoch); this one gets a graph of its own, released when it ends.
-            return _EpochIterator(self, private=True)
-        iterator = _EpochIterator(self)
+            return _EpochIterator(self._epoch_context(private=True))
+        iterator = _EpochIterator(self._epoch_context(private=False))
         self._live = weakref.ref(iterator)
         return iterator
+
+    def _epoch_context(self, private: bool) -> EpochContext:
+        """Start the next epoch (with torch's draws from the global generators, no more, no
+        less) and gather what its iterator needs: a decoder of its own when ``private``."""
+        from fastload.loader.iter_draws import begin_epoch
+
+        epoch, at_first_next = begin_epoch(self)
+        if self.batch_size is not None:  # always so with the loader's own sampler
+            max_batch = self.batch_size
+        else:  # a user's batch_sampler: batch sizes are known only after running it
+            max_batch = max((len(b) for b in epoch.remaining()), default=1)
+        damage = DamageCheck(self.num_workers)
+        decoder = self._decoder_for(max(1, max_batch), shared=not private)
+        if not private:
+            decoder.reset()
+        return EpochContext(
+            source=self._source, order=self._order, epoch=epoch, at_first_next=at_first_next,
+            decoder=decoder, owns_decoder=private, stage=self._stage, damage=damage,
+            rank=self._rank, device=self.device, pin_memory=self.pin_memory,
+            on_error=self.on_error, collate_fn=self.collate_fn,
+            prefetch=self.prefetch_factor or 2, note_skip=self._note_skip,
+            show_indices=self._show_indices, length=self.__len__)
+
+    def _show_indices(self, indices: list[int]) -> None:
+        self.last_batch_indices = indices
 
     def set_epoch(self, epoch: int) -> None:
         """Make the next ``iter()`` epoch ``epoch`` (shuffle order and augmentation seeds),
@@ -255,9 +283,7 @@ class DataLoader:
         """Release the DALI graph now (idempotent); a later ``iter()`` builds it again."""
         old = self._live() if self._live is not None else None
         if old is not None:
-            old._active = False
-            old._decoder = old._queue = None
-            old._damage.close()
+            old.close()
         decoder, self._decoder, self._decoder_size = self._decoder, None, 0
         if decoder is not None:
             decoder.close()

@@ -13,6 +13,9 @@ ahead (its sampler, an index, a read, the decode, ``target_transform``, the suff
 collate) is kept as that batch's outcome and raised at its turn, after every batch before
 it; the next ``next()`` goes on with the batch after it (after the sampler itself raised,
 the epoch ends there, as torch's single-process loader's does).
+
+The loader hands the iterator what it needs in an ``EpochContext`` (``loader/context.py``)
+and ends it with :meth:`_EpochIterator.close`; neither reads the other's private state.
 """
 
 from __future__ import annotations
@@ -21,18 +24,16 @@ import os
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from PIL.Image import DecompressionBombError
 from torch.utils.data import default_collate
 
-from fastload.loader.damage import DamageCheck, damage_reason
+from fastload.loader.context import EpochContext
+from fastload.loader.damage import damage_reason
 from fastload.loader.sampling import mix_seed
 from fastload.loader.sources import SampleError
-
-if TYPE_CHECKING:
-    from fastload.loader.dataloader import DataLoader
 
 
 @dataclass
@@ -54,31 +55,27 @@ class _EpochIterator:
     """One epoch of a DataLoader on the DALI path, keeping ``prefetch_factor`` batches in
     the decoder while the caller works. A newer ``iter()`` on the loader supersedes it."""
 
-    def __init__(self, loader: DataLoader, private: bool = False) -> None:
-        self._loader = loader
+    def __init__(self, context: EpochContext) -> None:
+        # The context's fields, not the context: close() must drop the decoder's reference.
         self._pid = os.getpid()
-        self._source = loader._source
-        from fastload.loader.iter_draws import begin_epoch
-
-        # torch's iter() draws from the global generators; so does this, no more, no less
-        self._epoch, self._at_first_next = begin_epoch(loader)
-        if loader._order.own is not None:
-            max_batch = loader.batch_size
-        elif loader.batch_size is not None:
-            max_batch = loader.batch_size
-        else:  # a user's batch_sampler: batch sizes are known only after running it
-            max_batch = max((len(b) for b in self._epoch.remaining()), default=1)
+        self._source = context.source
+        self._order = context.order
+        self._epoch, self._at_first_next = context.epoch, context.at_first_next
+        self._stage = context.stage
+        self._rank = context.rank
+        self._pin_memory = context.pin_memory
+        self._on_error = context.on_error
+        self._collate_fn = context.collate_fn
+        self._note_skip = context.note_skip
+        self._show_indices = context.show_indices
+        self._length = context.length
         from fastload.pipelines.batch_decoder import BatchDecodeError
 
         self._decode_error = BatchDecodeError
-        self._damage = DamageCheck(loader.num_workers)  # damaged JPEG data: a read error
-        self._private = private  # a decoder of its own: another iterator holds the loader's
-        if private:
-            self._decoder = loader._decoder_for(max(1, max_batch), shared=False)
-        else:
-            self._decoder = loader._decoder_for(max(1, max_batch))
-            self._decoder.reset()
-        self._depth = max(1, loader.prefetch_factor or 2)
+        self._damage = context.damage  # damaged JPEG data: a read error
+        self._private = context.owns_decoder
+        self._decoder = context.decoder
+        self._depth = max(1, context.prefetch)
         self._queue: deque[_Batch] = deque()
         # Outcomes not yet handed out, in order, each (kind, value, pulled): ("batch",
         # (batch, result, Future or _Later)), ("skip", None) for a batch whose samples were all
@@ -87,7 +84,7 @@ class _EpochIterator:
         self._out: deque[tuple[str, Any, bool]] = deque()
         # On the CPU the sample stage of a batch runs in a thread of its own while the caller
         # works on the previous batch (one batch ahead); on a GPU it runs in __next__.
-        self._ahead = 1 if loader.device.type == "cpu" else 0
+        self._ahead = 1 if context.device.type == "cpu" else 0
         self._stage_thread: ThreadPoolExecutor | None = None
         self._exhausted = False
         self._active = True
@@ -97,7 +94,20 @@ class _EpochIterator:
         return self
 
     def __len__(self) -> int:
-        return len(self._loader)
+        return self._length()
+
+    @property
+    def running(self) -> bool:
+        """Whether this epoch may still yield (not ended, closed or superseded)."""
+        return self._active and not self._done
+
+    def close(self) -> None:
+        """End this epoch now (idempotent): the next ``next()`` raises; its decoder (closed
+        here when it is its own), its queued batches and its threads are let go."""
+        self._active = False
+        self._release()
+        self._decoder = None
+        self._queue.clear()
 
     def __next__(self) -> list[Any]:
         if self._done:
@@ -165,19 +175,19 @@ class _EpochIterator:
         if kind == "skip":
             return self.__next__()
         if kind == "empty":  # torch calls collate_fn([]): default_collate raises IndexError
-            self._loader.last_batch_indices = []
-            return (self._loader.collate_fn or default_collate)([])
+            self._show_indices([])
+            return (self._collate_fn or default_collate)([])
         head, made = value
-        self._loader.last_batch_indices = list(head.indices)
+        self._show_indices(list(head.indices))
         prepared = made.result() if isinstance(made, Future | _Later) else made
-        return self._loader._stage.finish(prepared)  # a custom collate: here, as torch's
+        return self._stage.finish(prepared)  # a custom collate: here, as torch's
 
     def _stage_batch(self, batch: _Batch, images: torch.Tensor) -> Any:
         """What the loader's sample stage prepares for ``images`` (see ``SampleStage``): a
         Future of it when it runs in this iterator's stage thread, beside the caller's step;
         a ``_Later`` when it must wait for ``next()`` to hand the batch out, on the caller's
         thread (it would touch the global generators)."""
-        stage = self._loader._stage
+        stage = self._stage
         if not (self._ahead and stage.active):
             return self._deliver(batch, images)
         if not stage.beside_caller:
@@ -187,16 +197,13 @@ class _EpochIterator:
         return self._stage_thread.submit(self._deliver, batch, images)
 
     def _deliver(self, batch: _Batch, images: torch.Tensor) -> Any:
-        loader = self._loader
-        if loader._stage.active:  # a torch suffix or a custom collate_fn: see loader/plan.py
-            from fastload.loader.plan import sample_labels
-
-            labels = sample_labels(self._source, batch.indices)
-            return loader._stage.prepare(images, labels, batch.seed)
+        if self._stage.active:  # a torch suffix or a custom collate_fn: see loader/stage.py
+            labels = self._source.sample_labels(batch.indices)
+            return self._stage.prepare(images, labels, batch.seed)
         labels = self._source.labels(batch.indices)
         if images.device.type == "cuda" and isinstance(labels, torch.Tensor):
             labels = labels.to(images.device, non_blocking=True)
-        elif loader.pin_memory and torch.cuda.is_available():
+        elif self._pin_memory and torch.cuda.is_available():
             images = images.pin_memory()
             labels = labels.pin_memory() if isinstance(labels, torch.Tensor) else labels
         return [images, labels]
@@ -237,8 +244,7 @@ class _EpochIterator:
         batch.submitted = True
 
     def _read(self, position: int, indices: list[int]) -> _Batch:
-        loader = self._loader
-        seed = mix_seed(loader._order.seed, self._epoch.epoch, loader._rank, position)
+        seed = mix_seed(self._order.seed, self._epoch.epoch, self._rank, position)
         batch = _Batch(position, [], [], [], seed, empty=not indices)
         for raw in indices:
             try:  # an index the dataset would refuse (2.5, 999) fails its batch in both modes
@@ -252,10 +258,10 @@ class _EpochIterator:
                 if not isinstance(err, OSError | SampleError | DecompressionBombError):
                     name = self._source.name(i)
                     err = SampleError(f"sample {i}: cannot read {name}: {err}", [name])
-                if loader.on_error == "raise":
+                if self._on_error == "raise":
                     batch.error = err  # raised after the samples before it are decoded
                     break
-                loader._note_skip([self._source.name(i)], str(err))
+                self._note_skip([self._source.name(i)], str(err))
                 continue
             batch.indices.append(i)
             batch.encoded.append(data)
@@ -281,11 +287,11 @@ class _EpochIterator:
             i = batch.indices[j]
             name = self._source.name(i)
             reason = damage_reason(damaged[j])
-            if self._loader.on_error == "raise":
+            if self._on_error == "raise":
                 batch.error = SampleError(f"sample {i}: cannot decode {name}: {reason}", [name])
                 del batch.indices[j:], batch.encoded[j:], batch.sizes[j:]
                 return
-            self._loader._note_skip([name], reason)
+            self._note_skip([name], reason)
         keep = [j for j in range(len(batch.indices)) if j not in damaged]
         batch.indices = [batch.indices[j] for j in keep]
         batch.encoded = [batch.encoded[j] for j in keep]
@@ -314,7 +320,7 @@ class _EpochIterator:
                                else _last_line(single_err))
         names = [self._source.name(head.indices[j]) for j in bad]
         message = getattr(err, "message", str(err))
-        if not bad or self._loader.on_error == "raise":
+        if not bad or self._on_error == "raise":
             if not bad:
                 names = [self._source.name(i) for i in head.indices]
                 raise SampleError(f"decoding failed for a batch of {', '.join(names)}, though "
@@ -322,7 +328,7 @@ class _EpochIterator:
             raise SampleError(f"cannot decode {names[0]}: {reasons[0]}"
                               + (f" (and {len(names) - 1} more: {', '.join(names[1:])})"
                                  if len(names) > 1 else ""), names) from err
-        self._loader._note_skip(names, reasons[0])
+        self._note_skip(names, reasons[0])
         keep = [j for j in range(len(head.indices)) if j not in set(bad)]
         head.indices = [head.indices[j] for j in keep]
         head.encoded = [head.encoded[j] for j in keep]
@@ -338,14 +344,16 @@ class _EpochIterator:
     def _finish(self) -> None:
         self._active = False
         self._done = True
+        self._release()
+        if self._order.current is self._epoch:
+            self._order.finish_epoch()
+
+    def _release(self) -> None:
         self._damage.close()
         if self._stage_thread is not None:
             self._stage_thread.shutdown(wait=False)
         if self._private and self._decoder is not None:
             self._decoder.close()
-        order = self._loader._order
-        if order.current is self._epoch:
-            order.finish_epoch()
 
 
 class _Later:

@@ -138,15 +138,21 @@ class _Source:
         """Sample ``index`` from a sampler as a plain int, checked as the dataset checks it."""
         return list_index(index, len(self.targets))
 
+    def sample_labels(self, indices: Sequence[int]) -> list[Any]:
+        """Each sample's label as the dataset yields it (after ``target_transform``)."""
+        targets = [int(t) for t in self.targets[np.asarray(indices, dtype=np.int64)]]
+        if self.target_transform is None:
+            return targets
+        return [self.target_transform(t) for t in targets]
+
     def labels(self, indices: Sequence[int]) -> Any:
         """The label batch torch's ``default_collate`` would build for these samples."""
-        idx = np.asarray(indices, dtype=np.int64)
         if self.target_transform is None:
-            return torch.from_numpy(self.targets[idx])
+            return torch.from_numpy(self.targets[np.asarray(indices, dtype=np.int64)])
         from torch.utils.data import default_collate
 
         # a tuple, as torch's default_collate sees the labels of its (image, label) pairs
-        return default_collate(tuple(self.target_transform(int(t)) for t in self.targets[idx]))
+        return default_collate(tuple(self.sample_labels(indices)))
 
 
 # 8-bit PNGs in these modes DALI decodes to exactly Pillow's convert("RGB") (measured: RGB,

@@ -1,4 +1,5 @@
-"""The package layout's promises: one seam per framework internal, the core install without extras."""
+"""Dependencies: the DALI seam accepts only the release pyproject allows, and the core install
+works without the extras."""
 
 from __future__ import annotations
 
@@ -21,39 +22,6 @@ def test_dali_seam_accepts_the_installed_release_and_pyproject_allows_only_its_m
 def test_dali_seam_refuses_an_untested_major_version_naming_it():
     with pytest.raises(RuntimeError, match=r"nvidia-dali 9\.0\.0 is installed.*dali_backend\.py"):
         check_dali_version("9.0.0")
-
-
-def test_cli_help_documents_the_exit_status_rule(capsys):
-    from fastload.tools.cli import main
-
-    with pytest.raises(SystemExit):
-        main(["--help"])
-    assert "exit status: 0 success; 1 the command ran and failed" in capsys.readouterr().out
-
-
-def test_cli_exits_2_for_a_wrong_option_value_and_names_the_flag(capsys):
-    from fastload.tools.cli import EXIT_USAGE, main
-
-    assert main(["finetune", "DATA", "--epochs", "0"]) == EXIT_USAGE
-    assert "epochs should be a positive integer, but got --epochs 0" in capsys.readouterr().err
-
-
-def test_cli_exits_1_when_a_valid_command_fails_on_its_input(tmp_path, capsys):
-    from fastload.tools.cli import EXIT_FAILURE, main
-
-    assert main(["finetune", str(tmp_path / "nowhere"), "--device", "cpu"]) == EXIT_FAILURE
-    assert "does not exist" in capsys.readouterr().err
-
-
-def test_library_errors_name_fields_and_the_cli_maps_them_to_flags():
-    from fastload.tools.cli import shell_words
-    from fastload.train.config import FinetuneConfig, validate_config
-
-    with pytest.raises(ValueError) as caught:
-        validate_config(FinetuneConfig(amp="x"))
-    assert "but got amp='x'" in str(caught.value) and "--" not in str(caught.value)
-    assert shell_words(str(caught.value), {"amp": "--amp"}).endswith("but got --amp 'x'")
-    assert shell_words("pass overwrite=True", {"overwrite": "--overwrite"}) == "pass --overwrite"
 
 
 # Runs in a fresh interpreter whose imports of the optional extras fail, as after a core-only
