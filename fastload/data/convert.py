@@ -2,11 +2,13 @@
 
 The main process reads every file (or tar member, or parquet row) and keeps a JPEG whose
 markers pass the keep-bytes check itself (see :mod:`fastload.data.image_check`): that costs
-less than handing the bytes to another process. Files that need Pillow (other formats, ``max_side``, ``check="decode"``)
-go to ``workers`` worker processes. Results are consumed in source order and the main
-process alone writes, in committed batches (see :mod:`fastload.data.writer`). The order is
-fixed by the source, so a resumed or re-run conversion produces the same records whatever
-``workers`` or ``commit_every``.
+less than handing the bytes to another process. With ``check="decode"`` (the default) such
+a JPEG is then decoded strictly in ``workers`` threads of the main process (the decoder
+releases the GIL; measured cheaper than sending the bytes to a process and back). Files
+that need Pillow (other formats, ``max_side``) go to ``workers`` worker processes. Results
+are consumed in source order and the main process alone writes, in committed batches (see
+:mod:`fastload.data.writer`). The order is fixed by the source, so a resumed or re-run
+conversion produces the same records whatever ``workers`` or ``commit_every``.
 """
 
 from __future__ import annotations
@@ -16,18 +18,26 @@ import os
 import sys
 import time
 from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
 from fastload.data.convert_sources import list_source
-from fastload.data.format import FORMAT_VERSION, META_FILE, STATE_COMPLETE
+from fastload.data.format import (
+    FORMAT_VERSION,
+    JPEG_CHECK_STRICT,
+    META_FILE,
+    META_JPEG_CHECK,
+    STATE_COMPLETE,
+)
 from fastload.data.image_check import (
     CHECKS,
     KEPT,
     ScratchBuffer,
     check_file,
     check_file_task_copy,
+    kept_record_problem,
 )
 from fastload.data.sources.base import iter_records
 from fastload.data.writer import LMDBWriter, MapFull, prepare_destination
@@ -68,7 +78,7 @@ def _check_positive(name: str, value, allow_none: bool = True) -> None:
 
 def check_convert_options(*, workers: int | None = None, max_side: int | None = None,
                           quality: int = 90, commit_every: int = DEFAULT_COMMIT_EVERY,
-                          check: str = "markers", shards: int | None = None,
+                          check: str = "decode", shards: int | None = None,
                           shard_index: int | None = None) -> None:
     """Raise ``ValueError`` naming the first of :func:`convert_folder`'s options that is out of
     range (the checks it runs before touching any file)."""
@@ -100,7 +110,7 @@ def convert_folder(
     overwrite: bool = False,
     progress: bool = True,
     commit_every: int = DEFAULT_COMMIT_EVERY,
-    check: str = "markers",
+    check: str = "decode",
     composite: bool = False,
     shards: int | None = None,
     shard_index: int | None = None,
@@ -117,15 +127,21 @@ def convert_folder(
     list) is skipped and reported as an unreadable file is.
 
     Args:
-        workers: processes that read and validate files (default: all CPU cores; 1 = in-process).
+        workers: processes that re-encode files, and threads that check kept JPEGs
+            strictly (default: all CPU cores; 1 = everything in the calling thread).
         max_side: re-encode images whose long side exceeds this, resized to it.
         quality: JPEG quality for every re-encoded image (1-100).
         strict: stop with :class:`ConvertError` at the first unreadable file.
         overwrite: replace a finished database (or a partial made with other options).
         progress: show a tqdm bar (images/s and ETA) on stderr.
         commit_every: source files per LMDB commit (the resume granularity).
-        check: ``"markers"`` keeps a JPEG after checking its markers and end-of-image;
-            ``"decode"`` also decodes it at reduced scale.
+        check: ``"decode"`` also decodes every JPEG strictly at 1/8 scale: one whose
+            entropy-coded data is damaged (which libjpeg, Pillow and DALI decode with only
+            a warning) is skipped and reported with the decoder's report, and the sidecar
+            says ``"jpeg_check": "strict"``, so the loader trusts the records without a
+            check of its own; ``"markers"`` keeps a JPEG after checking its markers and
+            end-of-image only (faster; the loader then decodes each record strictly at its
+            first read in a process, see :mod:`fastload.loader.damage`).
         composite: composite transparent pixels on white (and scale 16-bit images by
             1/257) when re-encoding; by default images convert exactly as torchvision's
             ImageFolder loader converts them (``Image.open(p).convert("RGB")``).
@@ -165,6 +181,9 @@ def convert_folder(
         "classes": source.classes,
         "options": {"max_side": max_side, "quality": quality, "check": check,
                     **({"composite": True} if composite else {}), **source.options},
+        # the check every JPEG passed, which the loader trusts; part of the identity, so a
+        # partial made by a fastload whose "decode" was Pillow's is never resumed as strict
+        **({META_JPEG_CHECK: JPEG_CHECK_STRICT} if check == "decode" else {}),
     }
     run = (workers or os.cpu_count() or 1, max_side, quality, check, composite, strict,
            progress, commit_every)
@@ -299,10 +318,17 @@ def _run(samples, writer: LMDBWriter, workers: int, max_side, quality, check, co
 
 def _run_from(start, samples, writer, workers, options, strict, bar, commit_every) -> None:
     """Convert ``samples[start:]``; the main process reads every record and keeps the JPEGs
-    that pass the marker check itself, and only files that need Pillow (re-encoding or a
-    decode check) go to the worker pool, started on the first such file. Results are taken
+    that pass the marker check itself (their strict decode, with ``check="decode"``, in
+    threads), and only files that need Pillow (re-encoding, or the strict decode when
+    ``_THREADED_STRICT`` is off) go to the worker pool, started on the first such file
+    (after those threads are drained: no fork beside them). Results are taken
     in source order from a bounded window, so the output never depends on timing."""
     pool = None
+    checks = None  # threads for the strict decode of kept JPEGs (check="decode")
+    max_side, quality, check, composite = options
+    threaded = check == "decode" and workers > 1 and _THREADED_STRICT
+    # with threads the main process keeps JPEGs by their markers, then checks them there
+    first = (max_side, quality, "markers", composite) if threaded else options
     window = max(64, workers * 16)
     pending: deque = deque()
     last_commit = start
@@ -343,13 +369,20 @@ def _run_from(start, samples, writer, workers, options, strict, bar, commit_ever
             elif workers == 1:
                 result = check_file(*task, scratch=scratch, span=span, data=data)
             else:  # a kept record waits in the window behind a worker's: own buffer then
-                result = check_file(*task, keep_only=True, scratch=None if pending else scratch,
-                                    span=span, data=data)
+                result = check_file(path, label, *first, keep_only=True, span=span, data=data,
+                                    scratch=None if pending or threaded else scratch)
                 if result is None:
                     if pool is None:
+                        if checks is not None:  # never fork beside our threads (a lock they
+                            checks.shutdown()  # hold, an import's, would stay held there)
+                            checks = None
                         pool = multiprocessing.get_context().Pool(workers, initializer=_worker_init)
                     result = pool.apply_async(check_file_task_copy, (task, span, None if data
                                                                      is None else bytes(data)))
+                elif threaded and result[0] == "ok":
+                    if checks is None:
+                        checks = ThreadPoolExecutor(workers, thread_name_prefix="fastload-check")
+                    result = _Checked(result, checks.submit(kept_record_problem, result[1]))
             pending.append((index, name, label, result))
             while pending and (len(pending) > window or _ready(pending[0][3])):
                 settle(*pending.popleft())
@@ -357,9 +390,31 @@ def _run_from(start, samples, writer, workers, options, strict, bar, commit_ever
             settle(*pending.popleft())
         writer.commit(len(samples))
     finally:
+        if checks is not None:
+            checks.shutdown(cancel_futures=True)
         if pool is not None:
             pool.terminate()
             pool.join()
+
+
+# The kept JPEGs' strict decode in threads of the main process (True) or in the worker
+# processes with everything that needs Pillow (False): see benchmarks/NOTES.md C10.
+_THREADED_STRICT = True
+
+
+class _Checked:
+    """A kept record whose strict decode runs in a thread: ``get()`` is its result tuple,
+    or ``("skip", reason)`` for damaged JPEG data (``ready``/``get`` as an AsyncResult)."""
+
+    def __init__(self, kept: tuple, problem: Future) -> None:
+        self._kept, self._problem = kept, problem
+
+    def ready(self) -> bool:
+        return self._problem.done()
+
+    def get(self, timeout: float | None = None) -> tuple:
+        problem = self._problem.result()  # a thread of this process: no crash to wait out
+        return self._kept if problem is None else ("skip", problem)
 
 
 def _ready(result) -> bool:

@@ -14,7 +14,8 @@ Shard ``k`` holds source files ``[k * n // N, (k + 1) * n // N)`` of the ``n`` f
 source, in source order, so global index ``i`` is record ``i - start`` of the shard whose
 ``[start, stop)`` range holds it and the global order equals an unsharded conversion's. The
 manifest lists, per shard, its directory, record count, range, checksum file and that
-file's CRC-32, plus the set's class names, source fingerprint and options. It exists only
+file's CRC-32, plus the set's class names, source fingerprint and options (and
+``"jpeg_check": "strict"`` when every shard's sidecar says it). It exists only
 once every shard is complete; whichever process finds them all complete first writes it.
 """
 
@@ -28,12 +29,15 @@ from pathlib import Path
 
 from fastload.data.format import (
     CHECKSUM_FILE,
+    JPEG_CHECK_STRICT,
     LABELS_DTYPE,
     LABELS_FILE,
     META_FILE,
+    META_JPEG_CHECK,
     PARTIAL_FILE,
     STATE_COMPLETE,
     crc32,
+    jpeg_checked,
 )
 
 MANIFEST_FILE = "fastload-set.json"
@@ -140,7 +144,7 @@ def pending_shards(root: Path, count: int) -> list[str]:
 def build_manifest(root: Path, count: int) -> dict:
     """The manifest of the ``count`` complete shards in ``root`` (all must be complete and
     agree on source, classes and options; ValueError naming the shard otherwise)."""
-    shards, start, first = [], 0, None
+    shards, start, first, strict = [], 0, None, True
     for k in range(count):
         name = shard_name(k, count)
         meta = _read_meta(root / name)
@@ -156,6 +160,7 @@ def build_manifest(root: Path, count: int) -> dict:
                 f"shard {str(root / name)!r} was converted from another source or with other "
                 f"options ({', '.join(differs) or 'shard index/count'} differ); reconvert it "
                 "with the same source and options and overwrite=True")
+        strict = strict and jpeg_checked(meta)
         checksum_file = f"{name}/{meta.get('checksum_file', CHECKSUM_FILE)}"
         shards.append({
             "path": name, "count": int(meta["count"]), "start": start,
@@ -171,6 +176,7 @@ def build_manifest(root: Path, count: int) -> dict:
         "source": first["source"], "source_kind": first["source_kind"],
         "source_fingerprint": first["source_fingerprint"], "options": first["options"],
         "shard_format_version": first["format_version"],
+        **({META_JPEG_CHECK: JPEG_CHECK_STRICT} if strict and shards else {}),
         "labels_file": SET_LABELS_FILE, "labels_dtype": LABELS_DTYPE, "shards": shards,
         "index_rule": "global index i is record i - start of the shard with start <= i < stop",
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
