@@ -12,7 +12,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         description=(
             "Check DST: the record count against its metadata, every record's CRC-32 and "
             "label, and that a seeded sample of records (all with --full) decodes to the "
-            "size the record states. Exits non-zero and lists the bad keys on any problem."
+            "size the record states, without damaged JPEG data (a strict decode). Exits "
+            "non-zero and lists the bad keys on any problem."
         ),
     )
     parser.add_argument("dst", metavar="DST", help="LMDB directory written by fastload convert")

@@ -4,7 +4,8 @@ Checks, in order: the metadata is complete and supported; the database holds exa
 ``count`` records under keys ``00000000`` ... in order; every record parses as a Datum
 whose CRC-32 matches ``checksums.crc32`` and whose label matches ``labels.i32``; and a
 seeded sample of records (all with ``full=True``) decodes with Pillow to a 3-channel
-image of the height and width the Datum states.
+image of the height and width the Datum states, and without damaged JPEG data (libjpeg-turbo's
+strict decode, :func:`fastload.data.jpeg_damage.jpeg_damage`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 
 from fastload.data.datum import datum_fields
 from fastload.data.format import CHECKSUM_DTYPE, CHECKSUM_FILE, DATA_FILE, crc32, record_key
+from fastload.data.jpeg_damage import damage_reason, jpeg_damage
 from fastload.data.reader import acquire_env, load_labels, load_meta, release_env
 
 
@@ -44,6 +46,9 @@ class VerifyReport:
 def _decode_problem(data: memoryview, height: int, width: int, channels: int) -> str | None:
     from PIL import Image
 
+    damage = jpeg_damage(data)  # Pillow decodes damaged JPEG data without an error
+    if damage is not None:
+        return damage_reason(damage)
     try:
         with Image.open(io.BytesIO(data)) as image:
             image.load()
