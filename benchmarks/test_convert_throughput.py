@@ -1,7 +1,9 @@
 """Conversion throughput: keep-bytes and ``--max-side 256``, 1 vs 2 workers, beside ``tar cf``.
 
 ``tar cf`` of the same folder is the I/O reference: it reads every file and writes one
-archive. Target: keep-bytes conversion takes at most 1.5x the time of ``tar cf``. The
+archive. Target: keep-bytes conversion with ``check="markers"`` takes at most 1.5x the time
+of ``tar cf``. ``test_strict_check_cost`` measures the default ``check="decode"`` (a strict
+1/8-scale decode of every JPEG) against it, in threads and in worker processes. The
 ratio is measured side by side (alternating runs) and printed at the end as the ratio of the
 best times and as the median (and range) of the ratios within each round, against plain
 ``tar cf`` and against ``tar cf`` plus an fsync of the archive (fastload flushes the
@@ -75,15 +77,16 @@ def test_tar_cf_reference(benchmark, convert_tree, tmp_path):
     assert out.stat().st_size >= _folder_bytes(convert_tree)
 
 
+@pytest.mark.parametrize("check", ["markers", "decode"])
 @pytest.mark.parametrize("workers", [1, 2])
 @pytest.mark.parametrize("max_side", [None, 256], ids=["keep-bytes", "max-side-256"])
 def test_convert_throughput(benchmark, convert_tree, bench_image_count, tmp_path, max_side,
-                            workers):
+                            workers, check):
     dst = tmp_path / "db"
     benchmark.extra_info.update(images=bench_image_count, bytes=_folder_bytes(convert_tree))
     benchmark.pedantic(
         convert_folder, args=(convert_tree, dst),
-        kwargs={"workers": workers, "max_side": max_side, "progress": False},
+        kwargs={"workers": workers, "max_side": max_side, "progress": False, "check": check},
         setup=lambda: shutil.rmtree(dst, ignore_errors=True),  # untimed
         rounds=ROUNDS if max_side is None else 2, iterations=1,
     )
@@ -98,8 +101,10 @@ def test_keep_bytes_vs_tar_ratio(benchmark, convert_tree, bench_image_count, tmp
     for round_index in range(rounds):
         runs["tar"].append(_tar(convert_tree, tmp_path / "a.tar"))
         runs["tar+fsync"].append(_tar_fsync(convert_tree, tmp_path / "b.tar"))
-        runs["keep w1"].append(_convert(convert_tree, tmp_path / "db1", workers=1))
-        runs["keep w2"].append(_convert(convert_tree, tmp_path / "db2", workers=2))
+        runs["keep w1"].append(_convert(convert_tree, tmp_path / "db1", workers=1,
+                                        check="markers"))
+        runs["keep w2"].append(_convert(convert_tree, tmp_path / "db2", workers=2,
+                                        check="markers"))
         if round_index < 2:  # a decode per image: slow, and two rounds show it
             runs["keep w1 decode-check"].append(
                 _convert(convert_tree, tmp_path / "db3", workers=1, check="decode"))
@@ -123,3 +128,50 @@ def test_keep_bytes_vs_tar_ratio(benchmark, convert_tree, bench_image_count, tmp
     request.config._fastload_convert_ratios = lines
     benchmark.pedantic(lambda: None, rounds=1, iterations=1)  # the numbers live in extra_info
     assert all(seconds > 0 for seconds in best.values())
+
+
+def _convert_cpu(tree, dst, **options) -> tuple[float, float]:
+    """``(wall seconds, CPU seconds of this process and its finished children)``."""
+    import resource
+
+    _quiesce(dst)
+    before = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
+    start = time.perf_counter()
+    convert_folder(tree, dst, progress=False, **options)
+    wall = time.perf_counter() - start
+    after = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
+    cpu = sum(a.ru_utime + a.ru_stime - b.ru_utime - b.ru_stime
+              for a, b in zip(after, before, strict=True))
+    return wall, cpu
+
+
+def test_strict_check_cost(benchmark, convert_tree, bench_image_count, tmp_path, request,
+                           monkeypatch):
+    """Keep-bytes conversion with ``check="markers"`` against the default strict check, the
+    latter in threads of the main process (the default) and in the worker processes (with
+    everything that needs Pillow), rounds alternating: img/s and CPU ms per image."""
+    import fastload.data.convert_database as convert
+
+    ways = {"markers w1": (1, "markers", True), "markers w2": (2, "markers", True),
+            "strict w1": (1, "decode", True), "strict w2 threads": (2, "decode", True),
+            "strict w2 processes": (2, "decode", False)}
+    runs: dict[str, list[tuple[float, float]]] = {name: [] for name in ways}
+    rounds = 1 if request.config.getoption("benchmark_disable") else ROUNDS + 2
+    for _ in range(rounds):
+        for name, (workers, check, threaded) in ways.items():
+            monkeypatch.setattr(convert, "_THREADED_STRICT", threaded)
+            runs[name].append(_convert_cpu(convert_tree, tmp_path / "db", workers=workers,
+                                           check=check))
+    lines = {}
+    for name, times in runs.items():
+        wall = statistics.median(w for w, _ in times)
+        cpu = statistics.median(c for _, c in times)
+        benchmark.extra_info[f"{name} img/s median"] = bench_image_count / wall
+        benchmark.extra_info[f"{name} cpu ms/img median"] = 1e3 * cpu / bench_image_count
+        lines[name] = (f"{bench_image_count / wall:.0f} img/s (best "
+                       f"{bench_image_count / min(w for w, _ in times):.0f}), "
+                       f"{1e3 * cpu / bench_image_count:.3f} CPU ms/img; medians of {rounds}")
+    request.config._fastload_convert_ratios = {
+        **getattr(request.config, "_fastload_convert_ratios", {}), **lines}
+    benchmark.pedantic(lambda: None, rounds=1, iterations=1)  # the numbers live in extra_info
+    assert all(w > 0 for times in runs.values() for w, _ in times)

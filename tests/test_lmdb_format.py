@@ -36,7 +36,8 @@ def test_sidecars_describe_the_records(synth_lmdb, synth_root):
     assert meta["version"] == 1 and meta["count"] == 48
     assert meta["classes"] == sorted(p.name for p in (synth_root / "train").iterdir())
     assert meta["checksum_file"] == CHECKSUM_FILE and meta["labels_file"] == LABELS_FILE
-    assert meta["options"] == {"max_side": None, "quality": 90, "check": "markers"}
+    assert meta["options"] == {"max_side": None, "quality": 90, "check": "decode"}
+    assert meta["jpeg_check"] == "strict"  # every JPEG passed the strict decode
     assert len(np.fromfile(synth_lmdb / CHECKSUM_FILE, dtype="<u4")) == 48
     assert len(np.fromfile(synth_lmdb / LABELS_FILE, dtype="<i4")) == 48
     assert not (synth_lmdb / PARTIAL_FILE).exists()

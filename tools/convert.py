@@ -25,15 +25,18 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                              "files (file, folder or glob) or a datasets save_to_disk folder")
     parser.add_argument("dst", metavar="DST", help="LMDB directory to write")
     parser.add_argument("--workers", type=int, default=None,
-                        help="processes that decode the images needing conversion (default: "
-                             "all cores); JPEGs kept as they are are checked in the main process")
+                        help="processes that decode the images needing conversion, and "
+                             "threads that decode the JPEGs kept as they are strictly (default: "
+                             "all cores)")
     parser.add_argument("--max-side", type=int, default=None, metavar="N",
                         help="re-encode images whose long side exceeds N pixels, resized to N")
     parser.add_argument("--quality", type=int, default=90,
                         help="JPEG quality of re-encoded images (default: 90)")
-    parser.add_argument("--check", choices=("markers", "decode"), default="markers",
-                        help="how JPEGs kept as they are get validated: their markers and "
-                             "end-of-image (default, fast) or also a reduced-scale decode")
+    parser.add_argument("--check", choices=("markers", "decode"), default="decode",
+                        help="how JPEGs get validated: a strict 1/8-scale decode that skips "
+                             "those with damaged data, which decoders read with only a "
+                             "warning (default), or their markers and end-of-image only "
+                             "(faster; the loader then checks each record at its first read)")
     parser.add_argument("--composite", action="store_true",
                         help="composite transparent pixels on white (and scale 16-bit images "
                              "by 1/257) when re-encoding; by default images are converted as "

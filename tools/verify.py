@@ -13,7 +13,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         description=(
             "Check DST: the record count against its metadata, every record's CRC-32 and "
             "label, and that a seeded sample of records (all with --full) decodes to the "
-            "size the record states. A sharded set: first what opening it checks (the "
+            "size the record states, without damaged JPEG data (a strict decode). A sharded set: first what opening it checks (the "
             "manifest, paths inside the set, ranges, labels), then each shard's sidecar "
             "against the manifest and every record of the shard folder it reads; the summary "
             "says what was checked. Exits non-zero and lists the bad keys on any problem."

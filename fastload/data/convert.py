@@ -14,7 +14,7 @@ from pathlib import Path
 
 from fastload.data.convert_database import ConvertError, ConvertReport, convert_one, is_complete
 from fastload.data.convert_sources import list_source
-from fastload.data.format import FORMAT_VERSION
+from fastload.data.format import FORMAT_VERSION, JPEG_CHECK_STRICT, META_JPEG_CHECK
 from fastload.data.image_check import CHECKS
 from fastload.data.untrusted import refuse_url
 from fastload.utils.checks import check_positive_int
@@ -31,7 +31,7 @@ def _check_positive(name: str, value, allow_none: bool = True) -> None:
 
 def check_convert_options(*, workers: int | None = None, max_side: int | None = None,
                           quality: int = 90, commit_every: int = DEFAULT_COMMIT_EVERY,
-                          check: str = "markers", shards: int | None = None,
+                          check: str = "decode", shards: int | None = None,
                           shard_index: int | None = None) -> None:
     """Raise ``ValueError`` naming the first of :func:`convert_folder`'s options that is out of
     range (the checks it runs before touching any file)."""
@@ -63,7 +63,7 @@ def convert_folder(
     overwrite: bool = False,
     progress: bool = True,
     commit_every: int = DEFAULT_COMMIT_EVERY,
-    check: str = "markers",
+    check: str = "decode",
     composite: bool = False,
     shards: int | None = None,
     shard_index: int | None = None,
@@ -80,15 +80,21 @@ def convert_folder(
     list) is skipped and reported as an unreadable file is.
 
     Args:
-        workers: processes that read and validate files (default: all CPU cores; 1 = in-process).
+        workers: processes that re-encode files, and threads that check kept JPEGs
+            strictly (default: all CPU cores; 1 = everything in the calling thread).
         max_side: re-encode images whose long side exceeds this, resized to it.
         quality: JPEG quality for every re-encoded image (1-100).
         strict: stop with :class:`ConvertError` at the first unreadable file.
         overwrite: replace a finished database (or a partial made with other options).
         progress: show a tqdm bar (images/s and ETA) on stderr.
         commit_every: source files per LMDB commit (the resume granularity).
-        check: ``"markers"`` keeps a JPEG after checking its markers and end-of-image;
-            ``"decode"`` also decodes it at reduced scale.
+        check: ``"decode"`` also decodes every JPEG strictly at 1/8 scale: one whose
+            entropy-coded data is damaged (which libjpeg, Pillow and DALI decode with only
+            a warning) is skipped and reported with the decoder's report, and the sidecar
+            says ``"jpeg_check": "strict"``, so the loader trusts the records without a
+            check of its own; ``"markers"`` keeps a JPEG after checking its markers and
+            end-of-image only (faster; the loader then decodes each record strictly at its
+            first read in a process, see :mod:`fastload.loader.damage`).
         composite: composite transparent pixels on white (and scale 16-bit images by
             1/257) when re-encoding; by default images convert exactly as torchvision's
             ImageFolder loader converts them (``Image.open(p).convert("RGB")``).
@@ -130,6 +136,9 @@ def convert_folder(
         "classes": source.classes,
         "options": {"max_side": max_side, "quality": quality, "check": check,
                     **({"composite": True} if composite else {}), **source.options},
+        # the check every JPEG passed, which the loader trusts; part of the identity, so a
+        # partial made by a fastload whose "decode" was Pillow's is never resumed as strict
+        **({META_JPEG_CHECK: JPEG_CHECK_STRICT} if check == "decode" else {}),
     }
     run = (workers or os.cpu_count() or 1, max_side, quality, check, composite, strict,
            progress, commit_every)

@@ -1,8 +1,10 @@
 """One fastload LMDB written from a list of source records: the writer loop behind ``convert``.
 
 The main process reads every record and keeps a JPEG whose markers pass the keep-bytes
-check itself (see :mod:`fastload.data.image_check`); records that need Pillow go to worker
-processes. Results are consumed in source order and the main process alone writes, in
+check itself (see :mod:`fastload.data.image_check`); with ``check="decode"`` (the default)
+such a JPEG is then decoded strictly in ``workers`` threads of the main process (the decoder
+releases the GIL; measured cheaper than sending the bytes to a process and back). Records
+that need Pillow (other formats, ``max_side``) go to worker processes. Results are consumed in source order and the main process alone writes, in
 committed batches (:mod:`fastload.data.writer`), so a resumed run produces the same records
 whatever ``workers`` or ``commit_every``. Used by :mod:`fastload.data.convert` (one
 database) and :mod:`fastload.data.convert_shards` (one per shard).
@@ -14,13 +16,20 @@ import multiprocessing
 import os
 import sys
 from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
 from fastload.data.dst_lock import unlock_destination
 from fastload.data.format import META_FILE, STATE_COMPLETE
-from fastload.data.image_check import KEPT, ScratchBuffer, check_file, check_file_task_copy
+from fastload.data.image_check import (
+    KEPT,
+    ScratchBuffer,
+    check_file,
+    check_file_task_copy,
+    kept_record_problem,
+)
 from fastload.data.sources.base import iter_records
 from fastload.data.writer import LMDBWriter, MapFull, prepare_destination
 
@@ -107,10 +116,17 @@ def _run(samples, writer: LMDBWriter, workers: int, max_side, quality, check, co
 
 def _run_from(start, samples, writer, workers, options, strict, bar, commit_every) -> None:
     """Convert ``samples[start:]``; the main process reads every record and keeps the JPEGs
-    that pass the marker check itself, and only files that need Pillow (re-encoding or a
-    decode check) go to the worker pool, started on the first such file. Results are taken
+    that pass the marker check itself (their strict decode, with ``check="decode"``, in
+    threads), and only files that need Pillow (re-encoding, or the strict decode when
+    ``_THREADED_STRICT`` is off) go to the worker pool, started on the first such file
+    (after those threads are drained: no fork beside them). Results are taken
     in source order from a bounded window, so the output never depends on timing."""
     pool = None
+    checks = None  # threads for the strict decode of kept JPEGs (check="decode")
+    max_side, quality, check, composite = options
+    threaded = check == "decode" and workers > 1 and _THREADED_STRICT
+    # with threads the main process keeps JPEGs by their markers, then checks them there
+    first = (max_side, quality, "markers", composite) if threaded else options
     window = max(64, workers * 16)
     pending: deque = deque()
     last_commit = start
@@ -151,13 +167,20 @@ def _run_from(start, samples, writer, workers, options, strict, bar, commit_ever
             elif workers == 1:
                 result = check_file(*task, scratch=scratch, span=span, data=data)
             else:  # a kept record waits in the window behind a worker's: own buffer then
-                result = check_file(*task, keep_only=True, scratch=None if pending else scratch,
-                                    span=span, data=data)
+                result = check_file(path, label, *first, keep_only=True, span=span, data=data,
+                                    scratch=None if pending or threaded else scratch)
                 if result is None:
                     if pool is None:
+                        if checks is not None:  # never fork beside our threads (a lock they
+                            checks.shutdown()  # hold, an import's, would stay held there)
+                            checks = None
                         pool = multiprocessing.get_context().Pool(workers, initializer=_worker_init)
                     result = pool.apply_async(check_file_task_copy, (task, span, None if data
                                                                      is None else bytes(data)))
+                elif threaded and result[0] == "ok":
+                    if checks is None:
+                        checks = ThreadPoolExecutor(workers, thread_name_prefix="fastload-check")
+                    result = _Checked(result, checks.submit(kept_record_problem, result[1]))
             pending.append((index, name, label, result))
             while pending and (len(pending) > window or _ready(pending[0][3])):
                 settle(*pending.popleft())
@@ -165,9 +188,31 @@ def _run_from(start, samples, writer, workers, options, strict, bar, commit_ever
             settle(*pending.popleft())
         writer.commit(len(samples))
     finally:
+        if checks is not None:
+            checks.shutdown(cancel_futures=True)
         if pool is not None:
             pool.terminate()
             pool.join()
+
+
+# The kept JPEGs' strict decode in threads of the main process (True) or in the worker
+# processes with everything that needs Pillow (False): see benchmarks/NOTES.md C10.
+_THREADED_STRICT = True
+
+
+class _Checked:
+    """A kept record whose strict decode runs in a thread: ``get()`` is its result tuple,
+    or ``("skip", reason)`` for damaged JPEG data (``ready``/``get`` as an AsyncResult)."""
+
+    def __init__(self, kept: tuple, problem: Future) -> None:
+        self._kept, self._problem = kept, problem
+
+    def ready(self) -> bool:
+        return self._problem.done()
+
+    def get(self, timeout: float | None = None) -> tuple:
+        problem = self._problem.result()  # a thread of this process: no crash to wait out
+        return self._kept if problem is None else ("skip", problem)
 
 
 def _ready(result) -> bool:

@@ -40,6 +40,12 @@ PARTIAL_FILE = "fastload.partial.json"
 DATA_FILE = "data.mdb"
 LOCK_FILE = "lock.mdb"
 
+# Sidecar key saying which check every JPEG passed at conversion: "strict" (libjpeg-turbo's
+# strict decode, ``check="decode"``); absent for ``check="markers"`` and for sets written
+# before it existed, whose records the loader decodes strictly at their first read.
+META_JPEG_CHECK = "jpeg_check"
+JPEG_CHECK_STRICT = "strict"
+
 STATE_COMPLETE = "complete"
 STATE_PARTIAL = "partial"
 
@@ -54,3 +60,9 @@ def record_key(index: int) -> bytes:
     if not 0 <= index < 10**KEY_DIGITS:
         raise ValueError(f"record index must be in [0, {10**KEY_DIGITS}), but got index={index}")
     return b"%0*d" % (KEY_DIGITS, index)
+
+
+def jpeg_checked(meta: dict) -> bool:
+    """True when the sidecar (or a sharded set's manifest) ``meta`` says every JPEG passed
+    the strict decode at conversion, so the loader needs no check of its own."""
+    return meta.get(META_JPEG_CHECK) == JPEG_CHECK_STRICT

@@ -7,10 +7,15 @@ Keep-bytes rule: a file is stored byte for byte when its JPEG markers show a bas
 extended-sequential or progressive Huffman JPEG (SOF0/1/2) with 8-bit samples and three
 components, a plausible size, no more pixels than Pillow's ``MAX_IMAGE_PIXELS``, an
 end-of-image marker after the scan data, and (with ``max_side``) no side longer than
-``max_side``. That is decided from the markers alone (``check="markers"``, the default),
-without decoding (about 5 us per file); ``check="decode"`` also decodes the image at
-reduced scale with Pillow, which catches broken entropy-coded data but costs nearly a full
-decode (1.5 ms against 1.6 ms for a 450x380 photo: the Huffman decoding dominates).
+``max_side``. That is decided from the markers (about 5 us per file). ``check="decode"``
+(the default) also decodes every JPEG strictly at 1/8 scale
+(:func:`fastload.data.jpeg_damage.strict_decode_error`, about 0.75 ms for an 80 KB photo:
+the entropy decoding dominates): a JPEG whose entropy-coded data is damaged, which libjpeg,
+Pillow and DALI decode with only a warning, is refused with the decoder's report, kept or
+re-encoded alike. A kept JPEG that the strict decode refuses for another reason (a harmless
+warning made an error) is decoded by Pillow at reduced scale instead, as before.
+``check="markers"`` skips that decode (the loader then checks such records at their first
+read, see ``fastload.loader.damage``).
 
 Everything else that Pillow can open (PNG, grayscale/CMYK/12-bit/arithmetic JPEG,
 palette, 16-bit, alpha, ...) is converted to an 8-bit RGB JPEG at ``quality``, resized so
@@ -27,9 +32,10 @@ import io
 import os
 import warnings
 
-from fastload.data.datum import datum_parts, encode_datum
+from fastload.data.datum import datum_fields, datum_parts, encode_datum
 from fastload.data.format import crc32
 from fastload.data.jpeg import Unreadable, parse_jpeg
+from fastload.data.jpeg_damage import CORRUPT_PREFIXES, damage_reason, strict_decode_error
 
 # Start-of-frame markers a DALI decoder (libjpeg-turbo / nvJPEG) takes as they are.
 _SOF_KEEP = {0xC0, 0xC1, 0xC2}
@@ -134,13 +140,36 @@ def _reencode(data: bytes, max_side: int | None, quality: int,
 
 
 def _decode_check(data: bytes) -> None:
-    """Reduced-scale decode of a JPEG (all entropy data read, 1/8 of the IDCT work)."""
+    """Reduced-scale Pillow decode of a JPEG (all entropy data read, 1/8 of the IDCT work)."""
     image = _open_image(data)
     try:
         image.draft("RGB", (max(1, image.width // 8), max(1, image.height // 8)))
         image.load()
     except (OSError, ValueError, SyntaxError) as exc:
         raise Unreadable(f"cannot decode image: {exc}") from None
+
+
+def strict_problem(data: bytes | memoryview, kept: bool = True) -> str | None:
+    """Why the JPEG ``data`` fails ``check="decode"`` (its errors.json reason), or None:
+    damaged entropy-coded data as the strict decoder reports it. A ``kept`` file that the
+    strict decode refuses for another reason is left to Pillow's reduced-scale decode; one
+    to re-encode, to the re-encoding decode."""
+    error = strict_decode_error(data)
+    if error is None:
+        return None
+    if error.startswith(CORRUPT_PREFIXES):
+        return damage_reason(error)
+    if kept:
+        try:
+            _decode_check(data)
+        except Unreadable as exc:
+            return str(exc)
+    return None
+
+
+def kept_record_problem(record: bytes | memoryview) -> str | None:
+    """:func:`strict_problem` of the JPEG inside a kept file's Datum ``record``."""
+    return strict_problem(datum_fields(record)[0])
 
 
 class NeedsDecode(Exception):
@@ -166,11 +195,14 @@ def process_bytes(
         frame = parse_jpeg(data)
         from PIL import Image
 
-        if _keepable(frame, max_side, Image.MAX_IMAGE_PIXELS):
-            if check == "decode":
-                if keep_only:
-                    raise NeedsDecode
-                _decode_check(data)
+        keep = _keepable(frame, max_side, Image.MAX_IMAGE_PIXELS)
+        if check == "decode":
+            if keep_only:
+                raise NeedsDecode
+            problem = strict_problem(data, keep)
+            if problem is not None:
+                raise Unreadable(problem)
+        if keep:
             return data, frame[2], frame[3], KEPT
     if keep_only:
         raise NeedsDecode

@@ -15,7 +15,8 @@ Shard ``k`` holds source files ``[k * n // N, (k + 1) * n // N)`` of the ``n`` f
 source, in source order, so global index ``i`` is record ``i - start`` of the shard whose
 ``[start, stop)`` range holds it and the global order equals an unsharded conversion's. The
 manifest lists, per shard, its directory, record count, range, checksum file and that
-file's CRC-32, plus the set's class names, source fingerprint and options. It exists only
+file's CRC-32, plus the set's class names, source fingerprint and options (and
+``"jpeg_check": "strict"`` when every shard's sidecar says it). It exists only
 once every shard is complete; whichever process finds them all complete first writes it.
 What a manifest may hold, and what reading a set checks: :mod:`fastload.data.manifest_schema`
 and :mod:`fastload.data.shards`.
@@ -31,11 +32,14 @@ from pathlib import Path
 
 from fastload.data.format import (
     CHECKSUM_FILE,
+    JPEG_CHECK_STRICT,
     LABELS_DTYPE,
     META_FILE,
+    META_JPEG_CHECK,
     PARTIAL_FILE,
     STATE_COMPLETE,
     crc32,
+    jpeg_checked,
 )
 from fastload.data.manifest_schema import (
     MANIFEST_FILE,
@@ -192,7 +196,7 @@ def build_manifest(root: Path, count: int):
     from fastload.data.reader import LMDBReader
     from fastload.data.untrusted import confined_path
 
-    shards, labels, start, first = [], [], 0, None
+    shards, labels, start, first, strict = [], [], 0, None, True
     real_root = os.path.realpath(root)
     for k in range(count):
         name = shard_name(k, count)
@@ -206,6 +210,7 @@ def build_manifest(root: Path, count: int):
             first = meta
         _check_identity(meta, {**first, "shard": {"index": k, "count": count}},
                         str(root / name))
+        strict = strict and jpeg_checked(meta)
         info = meta["shard"]
         shards.append({
             "path": name, "count": len(reader), "start": start, "stop": start + len(reader),
@@ -222,6 +227,7 @@ def build_manifest(root: Path, count: int):
         "source": first["source"], "source_kind": first["source_kind"],
         "source_fingerprint": first["source_fingerprint"], "options": first["options"],
         "shard_format_version": first["format_version"],
+        **({META_JPEG_CHECK: JPEG_CHECK_STRICT} if strict and shards else {}),
         "labels_file": SET_LABELS_FILE, "labels_dtype": LABELS_DTYPE, "shards": shards,
         "index_rule": "global index i is record i - start of the shard with start <= i < stop",
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),

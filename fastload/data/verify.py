@@ -5,7 +5,8 @@ labels, each in ``[0, len(classes))``; the database holds exactly ``count`` reco
 keys ``00000000`` ... in order; every record parses as a Datum whose CRC-32 matches
 ``checksums.crc32`` and whose label matches ``labels.i32``; and a seeded sample of records
 (all with ``full=True``) decodes with Pillow to a 3-channel image of the height and width
-the Datum states. A sharded set: :mod:`fastload.data.set_verify`.
+the Datum states, without damaged JPEG data (libjpeg-turbo's strict decode,
+:func:`fastload.data.jpeg_damage.jpeg_damage`). A sharded set: :mod:`fastload.data.set_verify`.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 
 from fastload.data.datum import datum_fields
 from fastload.data.format import CHECKSUM_DTYPE, CHECKSUM_FILE, DATA_FILE, crc32, record_key
+from fastload.data.jpeg_damage import damage_reason, jpeg_damage
 from fastload.data.reader import acquire_env, load_labels, load_meta, release_env
 from fastload.data.untrusted import refuse_url
 
@@ -46,6 +48,9 @@ class VerifyReport:
 def _decode_problem(data: memoryview, height: int, width: int, channels: int) -> str | None:
     from PIL import Image
 
+    damage = jpeg_damage(data)  # Pillow decodes damaged JPEG data without an error
+    if damage is not None:
+        return damage_reason(damage)
     try:
         with Image.open(io.BytesIO(data)) as image:
             image.load()

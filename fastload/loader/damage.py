@@ -20,9 +20,14 @@ What is checked, and when:
   iterator and stopped with it) before its bytes go to DALI (about 0.9 ms per 450x380
   photo). Either way a damaged file is an error of its sample, raised or skipped like an
   unreadable file, and DALI never prints about it.
-* **LMDB records**: none here. Each record's CRC-32 is checked against
-  ``checksums.crc32`` before its bytes reach a decoder (``LMDBReader``), so a record is
-  exactly what ``fastload convert`` stored.
+* **LMDB records**: each record's CRC-32 is checked against ``checksums.crc32`` before
+  its bytes reach a decoder (``LMDBReader``), so a record is exactly what ``fastload
+  convert`` stored. Whether what it stored was intact, the sidecar says: a set converted
+  with ``check="decode"`` (the default) says ``"jpeg_check": "strict"`` (every JPEG passed
+  the strict decode), and its records pay nothing more. The records of any other set
+  (``check="markers"``, a set written by an older fastload) are checked as files are, at
+  their first read through the loader's source, and remembered per record (a record
+  cannot change under its CRC-32).
 """
 
 from __future__ import annotations
@@ -30,16 +35,9 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from fastload.data.jpeg_damage import CORRUPT_PREFIXES, jpeg_damage
+from fastload.data.jpeg_damage import damage_reason, jpeg_damage
 
 __all__ = ["DamageCheck", "damage_reason"]
-
-
-def damage_reason(report: str) -> str:
-    """How a sample error states a strict decoder's ``report``."""
-    if report.startswith(CORRUPT_PREFIXES):
-        return f"damaged JPEG data, the decoder reports {report!r}"
-    return report
 
 
 class DamageCheck:

@@ -264,14 +264,26 @@ class FileSource(_Source):
 
 
 class LMDBSource(_Source):
-    """Records of a fastload LMDB database, read from the memory map without copying."""
+    """Records of a fastload LMDB database, read from the memory map without copying.
+
+    Each record's CRC-32 is checked at every read (:meth:`read`). Records of a set whose
+    sidecar does not say that conversion decoded every JPEG strictly (``"jpeg_check":
+    "strict"``; a set made with ``check="markers"`` or by an older fastload) are checked for
+    damaged JPEG data (:meth:`unchecked`) at their first read through this source, and
+    remembered; a strictly checked set's records need nothing more.
+    """
 
     def __init__(self, reader: Any, transform: Any,
                  target_transform: Callable[[Any], Any] | None = None) -> None:
+        from fastload.data.format import jpeg_checked
+
         self.reader = reader
         self.targets = np.asarray(reader.targets, dtype=np.int64)
         self.transform = transform
         self.target_transform = target_transform
+        # None: every record passed the strict check at conversion
+        self._checked = (None if jpeg_checked(getattr(reader, "meta", {}))
+                         else np.zeros(len(self.targets), dtype=bool))
 
     def name(self, i: int) -> str:
         key = self.reader.key(i)
@@ -299,10 +311,15 @@ class LMDBSource(_Source):
         check_pixel_limit(size, f"sample {i}: {self.name(i)}")
         return data, size
 
-    def unchecked(self, i: int) -> None:
-        """Records need no damage check here: :meth:`read` checks their CRC-32 (see
-        ``fastload.loader.damage``)."""
-        return None
+    def unchecked(self, i: int) -> bool | None:
+        """``True`` (the stamp for :meth:`mark_checked`) when record ``i`` has not been found
+        free of damaged JPEG data yet; None when it has, or its set was checked at conversion.
+        A record cannot change under its CRC-32, so one check is enough."""
+        checked = self._checked
+        return None if checked is None or checked[i] else True
+
+    def mark_checked(self, i: int, stamp: bool) -> None:
+        self._checked[i] = stamp
 
 
 class SubsetSource(_Source):
