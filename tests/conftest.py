@@ -121,3 +121,37 @@ def dependency_ranges():
         ranges[name] = (release(low.group(1)) if low else None,
                         release(cap.group(1)) if cap else None)
     return ranges
+
+
+class SmallDisk:
+    """A 512 KiB tmpfs mounted for one test at ``path``; :meth:`grow` remounts it at 64 MiB."""
+
+    def __init__(self, path) -> None:
+        self.path = path
+
+    def grow(self) -> None:
+        import subprocess
+
+        subprocess.run(["mount", "-o", "remount,size=64m", str(self.path)], check=True)
+
+
+@pytest.fixture()
+def small_disk(tmp_path):
+    """A real full disk for the disk-full tests (needs root and ``mount``; skipped otherwise,
+    the injected-ENOSPC tests cover the same paths); unmounted after the test."""
+    import os
+    import shutil
+    import subprocess
+
+    path = tmp_path / "disk"
+    skip = "cannot mount a size-limited tmpfs here (needs root); see the injected test"
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip(skip)
+    path.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(path)],
+                      capture_output=True).returncode != 0:
+        pytest.skip(skip)
+    try:
+        yield SmallDisk(path)
+    finally:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True)

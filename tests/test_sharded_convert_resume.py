@@ -7,7 +7,6 @@ from __future__ import annotations
 import errno
 import json
 import os
-import shutil
 import subprocess
 import sys
 
@@ -101,14 +100,6 @@ def test_a_full_disk_in_the_second_shard_is_one_error_and_the_rerun_resumes(
     assert verify_set(dst, full=True).ok
 
 
-def _mount_tmpfs(path, size: str) -> bool:
-    if os.geteuid() != 0 or shutil.which("mount") is None:
-        return False
-    path.mkdir()
-    return subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
-                          capture_output=True).returncode == 0
-
-
 @pytest.fixture(scope="module")
 def noisy_source(tmp_path_factory):
     """90 incompressible 64 px JPEGs (~800 KB): more than a 512 KiB disk holds."""
@@ -123,28 +114,23 @@ def noisy_source(tmp_path_factory):
 
 
 def test_a_real_full_disk_mid_set_stops_with_one_error_and_the_same_command_resumes(
-        noisy_source, tmp_path):
+        noisy_source, small_disk, tmp_path):
     reference = tmp_path / "reference"
     convert_folder(noisy_source, reference, workers=1, progress=False, shards=3)
-    disk = tmp_path / "disk"
-    if not _mount_tmpfs(disk, "512k"):
-        pytest.skip("cannot mount a size-limited tmpfs here (needs root); see the injected test")
-    try:
-        dst = disk / "set"
-        full = subprocess.run(command(noisy_source, dst), capture_output=True, text=True,
-                              timeout=120)
-        assert full.returncode == 1
-        lines = full.stderr.strip().splitlines()
-        assert len(lines) == 1 and "the disk may be full" in lines[0], full.stderr
-        subprocess.run(["mount", "-o", "remount,size=64m", str(disk)], check=True)
-        done = subprocess.run(command(noisy_source, dst), capture_output=True, text=True,
-                              timeout=120)
-        assert done.returncode == 0, done.stderr
-        assert "manifest written (90 records in 3 shards)" in done.stdout
-        assert records(dst) == records(reference)
-        assert verify_set(dst, full=True).ok
-    finally:
-        subprocess.run(["umount", "-l", str(disk)], capture_output=True)
+    disk = small_disk.path
+    dst = disk / "set"
+    full = subprocess.run(command(noisy_source, dst), capture_output=True, text=True,
+                          timeout=120)
+    assert full.returncode == 1
+    lines = full.stderr.strip().splitlines()
+    assert len(lines) == 1 and "the disk may be full" in lines[0], full.stderr
+    small_disk.grow()
+    done = subprocess.run(command(noisy_source, dst), capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "manifest written (90 records in 3 shards)" in done.stdout
+    assert records(dst) == records(reference)
+    assert verify_set(dst, full=True).ok
 
 
 def test_processes_giving_other_shard_counts_for_one_folder_are_refused_naming_what_is_there(
