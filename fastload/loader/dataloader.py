@@ -232,7 +232,12 @@ class DataLoader:
         less) and gather what its iterator needs: a decoder of its own when ``private``."""
         from fastload.loader.iter_draws import begin_epoch
 
-        epoch, at_first_next = begin_epoch(self)
+        reused = self.persistent_workers and self._iterated
+        self._iterated = True
+        epoch, at_first_next = begin_epoch(
+            self._order, generator=self.generator, seed_given=self._seed_given,
+            num_workers=self.num_workers, prefetch_factor=self.prefetch_factor,
+            reused_workers=reused, num_items=len(self.dataset))
         if self.batch_size is not None:  # always so with the loader's own sampler
             max_batch = self.batch_size
         else:  # a user's batch_sampler: batch sizes are known only after running it

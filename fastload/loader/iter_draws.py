@@ -31,14 +31,11 @@ at its first index, as torch's samplers do, draws at the same moment as under to
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
-from fastload.loader.sampling import rank_zero_seed
-
-if TYPE_CHECKING:
-    from fastload.loader.dataloader import DataLoader
+from fastload.loader.sampling import BatchOrder, rank_zero_seed
 
 __all__ = ["begin_epoch"]
 
@@ -59,17 +56,21 @@ def _random_sampler_draw(num_items: int, generator: torch.Generator | None) -> N
         torch.randperm(num_items, generator=generator)
 
 
-def begin_epoch(loader: DataLoader) -> tuple[Any, Callable[[], None] | None]:
-    """Start ``loader``'s next epoch as torch's ``iter()`` would, drawing what it draws.
+def begin_epoch(order: BatchOrder, *, generator: torch.Generator | None, seed_given: bool,
+                num_workers: int, prefetch_factor: int | None, reused_workers: bool,
+                num_items: int) -> tuple[Any, Callable[[], None] | None]:
+    """Start ``order``'s next epoch as torch's ``iter()`` would, drawing what it draws.
 
-    Returns ``(epoch, at_first_next)``: the epoch's batch stream, and the draw left for the
-    first ``next()`` (``RandomSampler``'s, without workers), or None."""
-    order = loader._order
-    workers = loader.num_workers > 0
-    generator = loader.generator
-    private = loader._seed_given  # seed=: the loader's own generator, as said above
-    reused = workers and loader.persistent_workers and loader._iterated
-    loader._iterated = True
+    ``generator``: the loader's ``generator=``; ``seed_given``: ``seed=`` was given (the
+    loader's own generator, which takes nothing from the global ones); ``reused_workers``:
+    a ``persistent_workers`` loader that has been iterated before (torch reuses its
+    iterator and draws no new base seed); ``num_items``: ``len(dataset)``, what torch's
+    ``RandomSampler`` permutes. Returns ``(epoch, at_first_next)``: the epoch's batch stream,
+    and the draw left for the first ``next()`` (``RandomSampler``'s, without workers), or
+    None."""
+    workers = num_workers > 0
+    private = seed_given
+    reused = workers and reused_workers
 
     def base_seed() -> None:
         if private or reused:
@@ -86,7 +87,6 @@ def begin_epoch(loader: DataLoader) -> tuple[Any, Callable[[], None] | None]:
         base_seed()
         epoch = order.start_epoch()
         if order.own.shuffle and not private:
-            num_items = len(loader.dataset)  # RandomSampler's n
 
             def at_first_next() -> None:
                 _random_sampler_draw(num_items, generator)
@@ -97,7 +97,7 @@ def begin_epoch(loader: DataLoader) -> tuple[Any, Callable[[], None] | None]:
         epoch = order.start_epoch(sampler_iters=2 if workers and not reused else 1)
         base_seed()
         if workers:
-            epoch.pull_ahead(max(1, loader.prefetch_factor or 2) * loader.num_workers)
+            epoch.pull_ahead(max(1, prefetch_factor or 2) * num_workers)
     if workers and at_first_next is not None:
         at_first_next()
         at_first_next = None
