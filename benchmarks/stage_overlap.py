@@ -1,10 +1,11 @@
-"""A/B: the sample stage one batch ahead in a stage thread, against running it in __next__.
+"""A/B: batches made ahead (maker and stage threads), against making each in __next__.
 
     python benchmarks/stage_overlap.py DATA --recipe ra --rounds 7 [--step-ms 40]
 
 DATA is an ImageFolder tree (e.g. what ``fastload bench`` caches as
 ``DATA.fastload-bench/train-limit512``). Each round iterates one epoch of the same loader
-with the stage ahead (the default on the CPU) and one with it in ``__next__`` (``ahead 0``),
+with batches made ahead (the default on the CPU: a maker thread and a stage thread) and one
+with each made in ``__next__`` (``ahead 0``, what a GPU loader does),
 alternating; ``--step-ms`` sleeps that long per batch, as a training step that waits on a
 GPU would. Prints the median and range of images/s of each (the first round is a warm-up).
 """
@@ -39,14 +40,15 @@ def main() -> None:
     dataset.transform = transform
     loader = fastload.DataLoader(dataset, batch_size=args.batch_size, shuffle=True,
                                  num_workers=args.threads, collate_fn=collate, seed=0)
-    init = epoch._EpochIterator.__init__
+    init = epoch._EpochCore.__init__
 
     def run(ahead: int) -> float:
         def patched(self, *a, **k):
             init(self, *a, **k)
-            self._ahead = ahead  # the A/B switch: private, on purpose
+            if not ahead:  # the A/B switch: private, on purpose
+                self._ahead, self._handoff = 0, None  # everything in __next__
 
-        epoch._EpochIterator.__init__ = patched
+        epoch._EpochCore.__init__ = patched
         try:
             start, images = time.perf_counter(), 0
             for batch in loader:
@@ -55,7 +57,7 @@ def main() -> None:
                     time.sleep(args.step_ms / 1000)
             return images / (time.perf_counter() - start)
         finally:
-            epoch._EpochIterator.__init__ = init
+            epoch._EpochCore.__init__ = init
 
     speeds: dict[int, list[float]] = {1: [], 0: []}
     for k in range(args.rounds):

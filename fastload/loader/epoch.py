@@ -2,11 +2,15 @@
 
 The loader decides the batches (order, sampling, resume); this iterator reads their encoded
 samples, keeps ``prefetch_factor`` of them in the decoder and turns each into ``[images,
-labels]``. On the CPU, a batch's torch suffix runs in a stage thread one batch ahead, so it
-overlaps the caller's training step, when it leaves the global generators alone
+labels]``. On the CPU that work runs in a maker thread of the iterator (``fastload-maker``),
+up to ``prefetch_factor + 1`` batches ahead of the caller, as torch's workers run ahead: a
+loop whose step is slower than the loader finds each batch ready. ``next()`` pulls the
+batches' indices from the sampler on the caller's thread (as torch's loader iterates its
+sampler) and hands out what the maker made. A batch's torch suffix runs in a stage thread
+beside the maker, when it leaves the global generators alone
 (``SampleStage.beside_caller``); else it runs in ``next()``, on the caller's thread, as does
 a custom collate. Batches, errors and the position ``state_dict`` records still come
-strictly in order.
+strictly in order. On a GPU the iterator makes each batch in ``next()``.
 
 An error belongs to its batch, as in torch's loader: whatever fails while a batch is made
 ahead (its sampler, an index, a read, the decode, ``target_transform``, the suffix or
@@ -21,6 +25,8 @@ and ends it with :meth:`_EpochIterator.close`; neither reads the other's private
 from __future__ import annotations
 
 import os
+import threading
+import weakref
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -52,6 +58,38 @@ class _Batch:
 
 
 class _EpochIterator:
+    """One epoch of a DataLoader on the DALI path: the caller's handle on its ``_EpochCore``.
+
+    The maker thread holds the core, never this handle: when the caller drops the handle
+    mid-epoch (a ``break``), the epoch is closed at once, its maker ended and its decoder let
+    go, as torch's iterator shuts its workers down when it is collected."""
+
+    def __init__(self, context: EpochContext) -> None:
+        self._core = _EpochCore(context)
+        finalizer = weakref.finalize(self, self._core.close)
+        finalizer.atexit = False  # at exit, the process's end releases everything
+
+    def __iter__(self) -> _EpochIterator:
+        return self
+
+    def __next__(self) -> list[Any]:
+        return next(self._core)
+
+    def __len__(self) -> int:
+        return len(self._core)
+
+    @property
+    def running(self) -> bool:
+        """Whether this epoch may still yield (not ended, closed or superseded)."""
+        return self._core.running
+
+    def close(self) -> None:
+        """End this epoch now (idempotent): the next ``next()`` raises; its decoder (closed
+        here when it is its own), its queued batches and its threads are let go."""
+        self._core.close()
+
+
+class _EpochCore:
     """One epoch of a DataLoader on the DALI path, keeping ``prefetch_factor`` batches in
     the decoder while the caller works. A newer ``iter()`` on the loader supersedes it."""
 
@@ -89,8 +127,15 @@ class _EpochIterator:
         self._exhausted = False
         self._active = True
         self._done = False
+        # The maker thread (CPU): the caller pulls up to `_lead` batches ahead of what it has
+        # been handed, the maker makes their outcomes into `_out`; `_handoff` holds both ends.
+        self._handoff = _Handoff() if self._ahead else None
+        self._lead = self._depth + 1
+        self._pulled_ahead = 0  # batches pulled and not yet handed out (caller side)
+        self._pulls_done = False
+        self._maker: threading.Thread | None = None
 
-    def __iter__(self) -> _EpochIterator:
+    def __iter__(self) -> _EpochCore:
         return self
 
     def __len__(self) -> int:
@@ -105,6 +150,7 @@ class _EpochIterator:
         """End this epoch now (idempotent): the next ``next()`` raises; its decoder (closed
         here when it is its own), its queued batches and its threads are let go."""
         self._active = False
+        self._stop_maker()
         self._release()
         self._decoder = None
         self._queue.clear()
@@ -122,48 +168,107 @@ class _EpochIterator:
         if self._at_first_next is not None:  # torch's RandomSampler draws at its first index
             draw, self._at_first_next = self._at_first_next, None
             draw()
+        if self._handoff is not None:
+            return self._next_made_ahead()
         while True:
             out = self._out
             # Hand out the oldest outcome once `ahead` batches are being made behind it (or
-            # nothing more comes): the suffix of the next batch runs during the caller's step.
+            # nothing more comes).
             if out and (out[0][0] != "batch" or len(out) > self._ahead
                         or (not self._queue and self._exhausted)):
                 return self._pop_outcome()
-            self._fill()
-            if not self._queue:
+            if not self._make_one():
                 if out:
                     continue
                 self._finish()
                 raise StopIteration
-            head = self._queue[0]
-            images = None
-            if head.indices:  # with a read error: the samples before it (raise mode)
-                try:
-                    try:
-                        images = self._decoder.fetch()
-                    except self._decode_error as err:
-                        images = self._recover(head, err)
-                    if head.strict:
-                        self._damage.mark_intact(self._source, head.indices, head.unchecked)
-                except BaseException as err:
-                    self._queue.popleft()  # the batch is consumed, as in torch
-                    out.append(("error", err, True))
-                    continue
-            self._queue.popleft()
-            if head.error is not None:
-                out.append(("error", head.error, head.pulled))
-            elif head.empty:
-                out.append(("empty", None, True))
-            elif images is None:  # every sample of the batch was skipped
-                out.append(("skip", None, True))
+
+    def _next_made_ahead(self) -> list[Any]:
+        """``next()`` with a maker thread: pull indices ahead, hand out the oldest outcome."""
+        handoff = self._handoff
+        self._pull_ahead()
+        if self._maker is None:
+            self._maker = threading.Thread(target=_maker_main, name="fastload-maker",
+                                           args=(self, handoff), daemon=True)
+            self._maker.start()
+        with handoff.cond:
+            while not self._out and not handoff.finished:
+                handoff.cond.wait()
+            if handoff.failure is not None:
+                raise handoff.failure
+            if not self._out:
+                finished = True
             else:
-                self._fill()
+                finished = False
+                self._pulled_ahead -= self._out[0][2]
+        if finished:
+            self._finish()
+            raise StopIteration
+        return self._pop_outcome()
+
+    def _pull_ahead(self) -> None:
+        """Pull batches from the epoch (on the caller's thread, where torch's loader iterates
+        its sampler) until ``_lead`` are pulled and not yet handed out; the maker makes them."""
+        handoff = self._handoff
+        while self._pulled_ahead < self._lead and not self._pulls_done:
+            try:
+                pulled = self._epoch.next()
+            except Exception as err:  # the sampler raised: its error ends the epoch
+                self._pulls_done = True
+                handoff.put(("error", err))
+                break
+            if pulled is None:
+                self._pulls_done = True
+                handoff.put(None)
+                break
+            self._pulled_ahead += 1
+            handoff.put(pulled)
+
+    def _make_one(self) -> bool:
+        """Make the oldest pulled batch's outcome into ``_out`` (reading and submitting the
+        batches behind it, up to the decoder's depth); False when none is left to make."""
+        self._fill()
+        if not self._queue:
+            return False
+        head = self._queue[0]
+        images = None
+        if head.indices:  # with a read error: the samples before it (raise mode)
+            try:
                 try:
-                    made = self._stage_batch(head, images)
-                except Exception as err:  # e.g. target_transform: raised at the batch's turn
-                    out.append(("error", err, True))
-                else:
-                    out.append(("batch", (head, made), True))
+                    images = self._decoder.fetch()
+                except self._decode_error as err:
+                    images = self._recover(head, err)
+                if head.strict:
+                    self._damage.mark_intact(self._source, head.indices, head.unchecked)
+            except BaseException as err:
+                self._queue.popleft()  # the batch is consumed, as in torch
+                self._emit(("error", err, True))
+                return True
+        self._queue.popleft()
+        if head.error is not None:
+            self._emit(("error", head.error, head.pulled))
+        elif head.empty:
+            self._emit(("empty", None, True))
+        elif images is None:  # every sample of the batch was skipped
+            self._emit(("skip", None, True))
+        else:
+            self._fill()
+            try:
+                made = self._stage_batch(head, images)
+            except Exception as err:  # e.g. target_transform: raised at the batch's turn
+                self._emit(("error", err, True))
+            else:
+                self._emit(("batch", (head, made), True))
+        return True
+
+    def _emit(self, outcome: tuple[str, Any, bool]) -> None:
+        handoff = self._handoff
+        if handoff is None:
+            self._out.append(outcome)
+            return
+        with handoff.cond:
+            self._out.append(outcome)
+            handoff.cond.notify_all()
 
     def _pop_outcome(self) -> Any:
         """The oldest outcome, in order: a batch, or the error its making raised."""
@@ -215,7 +320,9 @@ class _EpochIterator:
                 self._submit_ahead(batch)
         while len(self._queue) < self._depth and not self._exhausted:
             try:
-                pulled = self._epoch.next()
+                pulled = self._pull()
+            except _NothingYet:  # the caller has not pulled the next batch yet
+                break
             except Exception as err:  # the sampler raised: its error ends the epoch
                 self._exhausted = True
                 self._queue.append(_Batch(-1, [], [], [], 0, error=err, pulled=False))
@@ -227,6 +334,16 @@ class _EpochIterator:
             self._queue.append(batch)
             if batch.indices:
                 self._submit_ahead(batch)
+
+    def _pull(self) -> tuple[int, list[int]] | None:
+        """The next batch of the epoch: from the sampler (in ``next()``), or what the caller
+        pulled for the maker (``_NothingYet`` when it has pulled nothing more yet)."""
+        if self._handoff is None:
+            return self._epoch.next()
+        pulled = self._handoff.take()
+        if isinstance(pulled, tuple) and pulled[0] == "error":
+            raise pulled[1]
+        return pulled
 
     def _submit_ahead(self, batch: _Batch) -> None:
         """Submit a batch made ahead; what its parameters' draw raises (a crop larger than
@@ -344,9 +461,19 @@ class _EpochIterator:
     def _finish(self) -> None:
         self._active = False
         self._done = True
+        self._stop_maker()
         self._release()
         if self._order.current is self._epoch:
             self._order.finish_epoch()
+
+    def _stop_maker(self) -> None:
+        """End the maker thread and wait for it (it may be in a fetch): the decoder is then
+        the caller's again (a new epoch resets it)."""
+        if self._handoff is not None:
+            self._handoff.close()
+        maker = self._maker
+        if maker is not None and maker is not threading.current_thread():
+            maker.join()
 
     def _release(self) -> None:
         self._damage.close()
@@ -354,6 +481,73 @@ class _EpochIterator:
             self._stage_thread.shutdown(wait=False)
         if self._private and self._decoder is not None:
             self._decoder.close()
+
+
+class _NothingYet(Exception):
+    """The maker has made every batch the caller has pulled so far."""
+
+
+_PENDING = object()
+
+
+class _Handoff:
+    """What the caller and an iterator's maker thread share, under ``cond``: the batches the
+    caller pulled (``put``, ``take``), the end (``close``), the maker's own failure."""
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self.pulled: deque[Any] = deque()
+        self.closed = False  # the iterator ended, was closed or collected: the maker stops
+        self.finished = False  # the maker stopped: nothing more comes into the outcomes
+        self.failure: BaseException | None = None
+
+    def put(self, pulled: Any) -> None:
+        with self.cond:
+            self.pulled.append(pulled)
+            self.cond.notify_all()
+
+    def take(self) -> Any:
+        with self.cond:
+            if not self.pulled:
+                raise _NothingYet
+            return self.pulled.popleft()
+
+    def wait_for_work(self) -> bool:
+        """Block until the caller pulled a batch or the iterator ended; whether to go on."""
+        with self.cond:
+            while not self.pulled and not self.closed:
+                self.cond.wait()
+            return not self.closed
+
+    def close(self) -> None:
+        with self.cond:
+            self.closed = True
+            self.cond.notify_all()
+
+    def stop(self, failure: BaseException | None = None) -> None:
+        with self.cond:
+            self.finished = True
+            self.failure = failure
+            self.cond.notify_all()
+
+
+def _maker_main(core: _EpochCore, handoff: _Handoff) -> None:
+    """The maker thread: make outcomes while the caller pulls batches, until the epoch is
+    made or closed (which a dropped ``_EpochIterator`` does)."""
+    from fastload.pipelines.torch_resample import one_omp_thread
+
+    one_omp_thread()  # its torch ops (collate, labels) start no OpenMP team of their own
+    failure = None
+    try:
+        while not handoff.closed:
+            made = core._make_one()
+            if not made and core._exhausted and not core._queue:
+                break  # the epoch is made
+            if not made and not handoff.wait_for_work():
+                break
+    except BaseException as err:  # a fault of fastload's own: raised in the caller's next()
+        failure = err
+    handoff.stop(failure)
 
 
 class _Later:
