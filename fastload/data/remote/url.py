@@ -16,7 +16,6 @@ MinIO or SeaweedFS) and ``~/.aws/config``; anything else as fsspec ``storage_opt
 
 from __future__ import annotations
 
-import copy
 import os
 import re
 from typing import Any
@@ -80,7 +79,8 @@ class RemoteLocation:
 
     def child(self, *parts: str) -> RemoteLocation:
         """The location ``parts`` below this one (the same file system object)."""
-        other = copy.copy(self)
+        other = object.__new__(RemoteLocation)  # not copy.copy: __getstate__ drops the fs
+        other.__dict__.update(self.__dict__)
         other.url = "/".join([self.url, *parts])
         other.path = "/".join([self.path, *parts])
         return other
