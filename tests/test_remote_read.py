@@ -93,8 +93,10 @@ def test_a_shard_another_reader_holds_is_never_evicted(s3_env, remote_set, shard
 
 def test_prefetched_shards_are_read_without_another_download(s3_env, remote_set):
     reader = fastload.LMDBDataset(remote_set).reader
+    assert [reader.is_cached(k) for k in range(3)] == [False, False, False]
     assert [future.result(timeout=60) for future in reader.prefetch([1, 2])] == [True, True]
     assert reader.cache.downloads == 2 and reader.opened_shards == []
+    assert [reader.is_cached(k) for k in range(3)] == [False, True, True]
     for k in (1, 2):
         reader.record(reader.entries[k].start)
     assert reader.cache.downloads == 2

@@ -112,6 +112,23 @@ class ShardedReader:
         if reader is not None:
             reader.close()
 
+    def prefetch(self, shards) -> list:
+        """Ask for ``shards`` to be ready before they are read: a remote set fetches them
+        into its cache in the background (:meth:`RemoteShardedReader.prefetch`); a local
+        set's shards are always ready, so each ``Future`` is already done with True."""
+        from concurrent.futures import Future
+
+        done = []
+        for _ in shards:
+            future: Future = Future()
+            future.set_result(True)
+            done.append(future)
+        return done
+
+    def is_cached(self, shard: int) -> bool:
+        """Whether shard ``shard`` can be opened without a download (a local set: always)."""
+        return True
+
     def locate(self, index: int) -> tuple[int, int]:
         """``(shard, record within it)`` of global ``index`` (negative counts from the end)."""
         index = record_index(index, self._count, self.path)

@@ -167,6 +167,11 @@ class ShardCache:
         used, _ = self._scan(None)
         return used
 
+    def holds(self, folder: Path, fingerprint: dict) -> bool:
+        """Whether the shard ``folder`` is installed with ``fingerprint`` right now (it may
+        be evicted a moment later unless leased)."""
+        return self._valid(folder, fingerprint)
+
     def acquire(self, folder: Path, fingerprint: dict,
                 listing: Callable[[], dict[str, int]],
                 fill: Callable[[Path, dict[str, int]], None], *, keep: bool = True,

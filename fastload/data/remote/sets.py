@@ -18,10 +18,10 @@ from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
+import fastload.data.remote.fetch as fetch
 from fastload.data.format import CHECKSUM_FILE, DATA_FILE, LABELS_FILE, META_FILE
 from fastload.data.manifest_schema import MAX_MANIFEST_BYTES, ShardEntry
 from fastload.data.reader import MAX_META_BYTES, LMDBReader
-from fastload.data.remote import fetch
 from fastload.data.remote.cache import Lease, ShardCache, set_key
 from fastload.data.remote.url import RemoteLocation
 from fastload.data.shards import ShardedReader
@@ -212,6 +212,12 @@ class RemoteShardedReader(ShardedReader):
             self._prefetcher_pid = os.getpid()
         return [self._prefetcher.submit(self._acquire, k, keep=False, overflow=False)
                 for k in indices]
+
+    def is_cached(self, shard: int) -> bool:
+        """Whether shard ``shard`` is in the cache now, checked against the manifest, so
+        that opening it downloads nothing (a shard-aware order may read those first)."""
+        entry = self._entries[self._shard_index(shard)]
+        return self._cache.holds(Path(entry.folder), self._fingerprint(entry))
 
     def _shard_index(self, shard: object) -> int:
         import operator

@@ -21,6 +21,7 @@ import re
 import shutil
 from pathlib import Path
 
+import fastload.data.remote.fetch as fetch
 from fastload.data.convert_database import ConvertReport
 from fastload.data.convert_shards import (
     convert_shards,
@@ -47,7 +48,6 @@ from fastload.data.manifest import (
     shard_name,
 )
 from fastload.data.reader import MAX_META_BYTES, load_checksums, load_labels, load_meta
-from fastload.data.remote import fetch
 from fastload.data.remote.cache import default_cache_dir, set_key
 from fastload.data.remote.sets import endpoint_of
 from fastload.data.remote.url import RemoteLocation
