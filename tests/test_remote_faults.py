@@ -58,18 +58,34 @@ def test_a_truncated_object_on_the_server_is_refused_naming_its_url(s3_env, s3_s
     assert reader.record(0) == fastload.LMDBDataset(sharded_set).reader.record(0)
 
 
-def test_a_shard_whose_checksum_file_is_not_the_manifests_is_refused_naming_its_url(
-        s3_env, s3_server, sharded_set, tmp_path):
+@pytest.fixture(scope="module")
+def crc_set(s3_server, sharded_set, tmp_path_factory):
+    """A copy of the set whose shard 1 has a checksum file other than the manifest's."""
     def flip(folder):
         sums = bytearray((folder / "checksums.crc32").read_bytes())
         sums[0] ^= 0xFF
         (folder / "checksums.crc32").write_bytes(bytes(sums))
 
-    url = damaged_copy(s3_server, sharded_set, tmp_path, "faults/crc.set", flip)
-    reader = fastload.LMDBDataset(url).reader
-    with pytest.raises(ValueError, match=rf"{url}/{SHARD1} does not match the set's manifest: "
-                                         r"its checksums.crc32 differs .*CRC-32"):
+    return damaged_copy(s3_server, sharded_set, tmp_path_factory.mktemp("crc"),
+                        "faults/crc.set", flip)
+
+
+def test_a_shard_whose_checksum_file_is_not_the_manifests_is_refused_naming_its_url(
+        s3_env, crc_set):
+    reader = fastload.LMDBDataset(crc_set).reader
+    with pytest.raises(ValueError, match=rf"{crc_set}/{SHARD1} does not match the set's "
+                                         r"manifest: its checksums.crc32 differs .*CRC-32"):
         reader.record(reader.entries[1].start)
+
+
+def test_verify_of_a_url_reports_the_shard_that_does_not_match_and_fails(s3_env, crc_set,
+                                                                        capsys):
+    from fastload.tools.cli import main as cli
+
+    assert cli(["verify", crc_set]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith(f"{crc_set}: FAILED: 1 problem(s): 41/61 records in 3 shards")  # 61 - shard 1's 20
+    assert f"bad {SHARD1}: shard 1 downloaded from {crc_set}/{SHARD1} does not match" in out
 
 
 def test_a_shard_cut_short_in_the_cache_is_fetched_again(s3_env, remote_set, sharded_set):

@@ -124,3 +124,13 @@ def test_two_processes_sharing_the_cache_download_each_shard_once(s3_env, remote
     assert [worker.returncode for worker in workers] == [0, 0]
     assert results[0]["digest"] == results[1]["digest"]
     assert results[0]["downloads"] + results[1]["downloads"] == 3
+
+
+def test_a_single_lmdb_at_a_url_reads_like_the_local_one(s3_env, s3_server, sharded_set):
+    folder = sharded_set / "shard-00001-of-00003"  # one ordinary fastload LMDB
+    url = upload_tree(s3_server, folder, "read/one.lmdb")
+    remote, local = fastload.LMDBDataset(url), fastload.LMDBDataset(folder)
+    assert remote.root == url and remote.targets == local.targets
+    assert [remote.reader.record(i) for i in range(len(local))] == [
+        local.reader.record(i) for i in range(len(local))]
+
