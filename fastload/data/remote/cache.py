@@ -100,6 +100,12 @@ class Lease:
             os.close(self.fd)
         self.fd = -1
 
+    def __del__(self) -> None:  # a reader dropped without close() lets its shards go
+        try:
+            self.release()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
 
 @dataclass
 class _Held:
