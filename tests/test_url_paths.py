@@ -35,10 +35,12 @@ def test_convert_to_a_url_of_an_unknown_scheme_is_refused_and_writes_no_local_fo
 
 
 def test_convert_to_s3_without_shards_is_refused_and_writes_no_local_folder(synth_root,
-                                                                           in_tmp):
+                                                                           in_tmp, capsys):
     with pytest.raises(ValueError, match="is a URL, where fastload writes sharded sets only: "
                                          "pass shards=N or shard_size_mb=MB"):
         convert_folder(synth_root / "val", "s3://bucket/set", workers=1, progress=False)
+    assert cli(["convert", str(synth_root / "val"), "s3://bucket/set", "--no-progress"]) == 2
+    assert "pass --shards N or --shard-size MB" in capsys.readouterr().err
     assert list(in_tmp.iterdir()) == []
 
 

@@ -103,7 +103,13 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         refuse_url(args.src, "SRC")
-        locate(args.dst, None, "DST")  # a URL of a scheme fsspec cannot serve is refused
+        remote = not isinstance(locate(args.dst, None, "DST"), str)  # unsupported: refused
+        if remote and args.shards is None and args.shard_size is None:
+            raise ValueError(f"DST {args.dst!r} is a URL, where fastload writes sharded sets "
+                             "only: pass --shards N or --shard-size MB (64-256 MB shards suit "
+                             "object storage)")
+        if args.staging is not None and not remote:
+            raise ValueError("--staging applies when DST is a URL; drop it for a local DST")
         check_convert_options(
             workers=args.workers, max_side=args.max_side, quality=args.quality,
             check=args.check, shards=args.shards, shard_index=args.shard_index,
