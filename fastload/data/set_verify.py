@@ -68,11 +68,11 @@ def verify_set(path: str | os.PathLike, full: bool = False, sample: int = 64,
         if repair:
             raise ValueError(f"repair rewrites a local set's manifest, but {where.url!r} is a "
                              "URL; repair a local copy and upload it again")
-        kind, where = remote_kind(where)
+        kind, where, listed = remote_kind(where)
         if kind != "set":
             raise ValueError(f"{where.url} holds one LMDB, not a sharded set; verify it with "
                              "verify_lmdb (`fastload verify` picks the right one)")
-        reader = RemoteShardedReader(where)
+        reader = RemoteShardedReader(where, listed=listed)
         root = where.url
     else:
         refuse_url(where, "sharded set")

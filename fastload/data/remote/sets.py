@@ -66,12 +66,13 @@ class RemoteShardedReader(ShardedReader):
 
     _shards_present = False
 
-    def __init__(self, location: RemoteLocation, cache: ShardCache | None = None) -> None:
+    def __init__(self, location: RemoteLocation, cache: ShardCache | None = None, *,
+                 listed: dict[str, int] | None = None) -> None:
         self.url = location.url
         self._location = location
         self._cache = cache if cache is not None else ShardCache()
         folder = self._cache.set_folder(set_key(location.url, endpoint_of(location)))
-        self._sync_set_files(folder)
+        self._sync_set_files(folder, listed if listed is not None else fetch.listing(location))
         super().__init__(folder)
         self._leases: dict[int, Lease] = {}
         self._recent: OrderedDict[int, None] = OrderedDict()
@@ -96,13 +97,13 @@ class RemoteShardedReader(ShardedReader):
         """The URL of shard ``shard``'s folder."""
         return f"{self.url}/{self._entries[shard].path}"
 
-    def _sync_set_files(self, folder: Path) -> None:
+    def _sync_set_files(self, folder: Path, listed: dict[str, int]) -> None:
         """Fetch the manifest, and the set's labels when the manifest changed, into the
-        cache folder (atomically, under the set's lock: the ranks of a node fetch once)."""
+        cache folder (atomically, under the set's lock: the ranks of a node fetch once);
+        ``listed`` is the set folder's listing."""
         from fastload.data.atomic import write_bytes_atomic
         from fastload.data.dst_lock import set_lock
 
-        listed = fetch.listing(self._location)
         if MANIFEST not in listed:
             raise FileNotFoundError(
                 f"{self.url} holds no {MANIFEST}, so it is not a finished fastload set; "
@@ -283,17 +284,18 @@ class RemoteLMDBReader(LMDBReader):
             self._lease = None
 
 
-def remote_kind(location: RemoteLocation) -> tuple[str, RemoteLocation]:
-    """``("set" or "lmdb", the folder's location)`` of what ``location`` (a set's folder or
-    manifest, or a database's folder) holds; FileNotFoundError naming the URL otherwise."""
+def remote_kind(location: RemoteLocation) -> tuple[str, RemoteLocation, dict[str, int]]:
+    """``("set" or "lmdb", the folder's location, its listing)`` of what ``location`` (a
+    set's folder or manifest, or a database's folder) holds; FileNotFoundError naming the
+    URL otherwise."""
     if location.url.endswith("/" + MANIFEST):
         parent = location.url.rsplit("/", 1)[0]
         location = RemoteLocation(parent, location.storage_options)
     listed = fetch.listing(location)
     if MANIFEST in listed:
-        return "set", location
+        return "set", location, listed
     if META_FILE in listed:
-        return "lmdb", location
+        return "lmdb", location, listed
     raise FileNotFoundError(
         f"{location.url} holds no fastload set ({MANIFEST}) or database ({META_FILE}); "
         f"write one there with `fastload convert SRC {location.url} --shards N`")
@@ -302,7 +304,7 @@ def remote_kind(location: RemoteLocation) -> tuple[str, RemoteLocation]:
 def open_url(location: RemoteLocation, cache: ShardCache | None = None):
     """A :class:`RemoteShardedReader` for a set at ``location`` (its folder or its
     manifest), a :class:`RemoteLMDBReader` for one database (see :func:`remote_kind`)."""
-    kind, location = remote_kind(location)
+    kind, location, listed = remote_kind(location)
     if kind == "set":
-        return RemoteShardedReader(location, cache)
+        return RemoteShardedReader(location, cache, listed=listed)
     return RemoteLMDBReader(location, cache)
