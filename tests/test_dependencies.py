@@ -29,7 +29,7 @@ def test_dali_seam_refuses_an_untested_major_version_naming_it():
 _CORE_ONLY = r'''
 import json, sys
 BLOCKED = {"timm", "safetensors", "matplotlib", "psutil", "pytest_benchmark", "torchao",
-           "pyarrow", "datasets", "webdataset", "braceexpand"}
+           "pyarrow", "datasets", "webdataset", "braceexpand", "fsspec", "s3fs"}
 
 class BlockExtras:
     def find_spec(self, name, path=None, target=None):

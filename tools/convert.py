@@ -23,7 +23,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("src", metavar="SRC",
                         help="ImageFolder directory, .csv/.jsonl list, .tar shards, .parquet "
                              "files (file, folder or glob) or a datasets save_to_disk folder")
-    parser.add_argument("dst", metavar="DST", help="LMDB directory to write")
+    parser.add_argument("dst", metavar="DST",
+                        help="LMDB directory to write, or a URL (s3://bucket/train.set, with "
+                             "--shards or --shard-size) to upload a sharded set to")
     parser.add_argument("--workers", type=int, default=None,
                         help="processes that decode the images needing conversion, and "
                              "threads that decode the JPEGs kept as they are strictly (default: "
@@ -53,6 +55,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--shard-index", type=int, default=None, metavar="I",
                         help="with --shards: convert shard I only, so N processes or machines "
                              "convert in parallel; the last to finish writes the manifest")
+    parser.add_argument("--shard-size", type=float, default=None, metavar="MB",
+                        help="instead of --shards: the shards' target size in MB (the source's "
+                             "bytes / MB, rounded up; 64-256 suit streaming)")
+    parser.add_argument("--staging", default=None, metavar="DIR",
+                        help="DST a URL: the local folder each shard is written in before it "
+                             "is uploaded (default: staging/ in the shard cache, "
+                             "$FASTLOAD_CACHE or ~/.cache/fastload)")
     parser.add_argument("--image-column", default=None, metavar="NAME",
                         help="parquet/datasets: the image column, {bytes, path} or binary "
                              "(default: image)")
@@ -70,6 +79,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 _FLAGS = {"workers": "--workers", "max_side": "--max-side", "quality": "--quality",
           "strict": "--strict", "overwrite": "--overwrite", "check": "--check",
           "commit_every": "--commit-every", "shards": "--shards", "shard_index": "--shard-index",
+          "shard_size_mb": "--shard-size", "staging": "--staging",
           "image_column": "--image-column", "label_column": "--label-column",
           "label_field": "--label-field"}
 
@@ -83,6 +93,7 @@ def run(args: argparse.Namespace) -> int:
         check_convert_options,
         convert_folder,
     )
+    from fastload.data.remote import locate
     from fastload.data.untrusted import refuse_url
     from fastload.tools.cli import EXIT_FAILURE, EXIT_USAGE, printable, report_error
 
@@ -92,11 +103,18 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         refuse_url(args.src, "SRC")
-        refuse_url(args.dst, "DST")
+        remote = not isinstance(locate(args.dst, None, "DST"), str)  # unsupported: refused
+        if remote and args.shards is None and args.shard_size is None:
+            raise ValueError(f"DST {args.dst!r} is a URL, where fastload writes sharded sets "
+                             "only: pass --shards N or --shard-size MB (64-256 MB shards suit "
+                             "object storage)")
+        if args.staging is not None and not remote:
+            raise ValueError("--staging applies when DST is a URL; drop it for a local DST")
         check_convert_options(
             workers=args.workers, max_side=args.max_side, quality=args.quality,
-            check=args.check, shards=args.shards, shard_index=args.shard_index)
-    except ValueError as exc:  # an option value: nothing was done
+            check=args.check, shards=args.shards, shard_index=args.shard_index,
+            shard_size_mb=args.shard_size)
+    except (ImportError, ValueError) as exc:  # an option value: nothing was done
         return report_error("convert", exc, _FLAGS, EXIT_USAGE)
     try:
         report = convert_folder(
@@ -106,6 +124,7 @@ def run(args: argparse.Namespace) -> int:
             commit_every=DEFAULT_COMMIT_EVERY if args.commit_every is None else args.commit_every,
             shards=args.shards, shard_index=args.shard_index, image_column=args.image_column,
             label_column=args.label_column, label_field=args.label_field,
+            shard_size_mb=args.shard_size, staging=args.staging,
         )
     except ImportError as exc:  # a source kind whose optional extra is not installed
         return report_error("convert", exc, _FLAGS, EXIT_USAGE)
@@ -120,15 +139,16 @@ def run(args: argparse.Namespace) -> int:
     print(f"{report.summary()} in {report.seconds:.1f} s{resumed}; "
           f"{report.kept} kept as they were, {report.reencoded} re-encoded -> "
           f"{printable(report.path)}")
-    if args.shards is not None:
+    if args.shards is not None or args.shard_size is not None:
         if report.finished_shards:
             print(f"finished shard(s) {', '.join(map(str, report.finished_shards))} found "
                   "from an earlier run: checked and kept")
         print(f"sharded set {printable(report.path)}: " + (
-            f"manifest written ({report.manifest['count']} records in {args.shards} shards)"
+            f"manifest written ({report.manifest['count']} records in "
+            f"{report.manifest['num_shards']} shards)"
             if report.manifest else "manifest pending until every shard is converted"))
     if report.skipped:
-        where = ("errors.json in each shard" if args.shards
+        where = ("errors.json in each shard" if args.shards or args.shard_size
                  else printable(report.path / "errors.json"))
         print(f"skipped files and reasons: {where}")
         for error in report.errors[:5]:

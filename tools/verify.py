@@ -35,18 +35,26 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     from fastload.data.manifest import is_sharded_set
+    from fastload.data.remote import is_url, locate
     from fastload.data.set_verify import verify_set
-    from fastload.data.untrusted import refuse_url
     from fastload.data.verify import verify_lmdb
     from fastload.tools.cli import EXIT_FAILURE, EXIT_USAGE, printable, report_error
 
     flags = {"overwrite": "`fastload convert --overwrite`", "repair": "--repair"}
     try:
-        refuse_url(args.dst, "DST")
-    except ValueError as exc:  # not a local path: nothing was done
+        where = locate(args.dst, None, "DST")  # an unsupported URL: nothing was done
+        if args.repair and is_url(args.dst):
+            raise ValueError(f"--repair rewrites a local set's manifest, but {args.dst!r} is a "
+                             "URL; repair a local copy and upload it again")
+    except (ImportError, ValueError) as exc:
         return report_error("verify", exc, flags, EXIT_USAGE)
     try:
-        sharded = is_sharded_set(args.dst)
+        if is_url(args.dst):
+            from fastload.data.remote.sets import remote_kind
+
+            sharded = remote_kind(where)[0] == "set"
+        else:
+            sharded = is_sharded_set(where)
         if args.repair and not sharded:
             return report_error("verify", ValueError(
                 f"--repair rebuilds a sharded set's manifest, but {args.dst!r} is not a sharded "

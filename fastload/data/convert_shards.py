@@ -29,7 +29,7 @@ from fastload.data.manifest import (
 )
 from fastload.data.writer import prepare_destination
 
-__all__ = ["convert_shards"]
+__all__ = ["convert_shards", "finished_shard", "identity_of_shard", "shard_differences"]
 
 
 def convert_shards(samples, dst_path: Path, identity: dict, total_bytes: int, overwrite: bool,
@@ -65,10 +65,8 @@ def convert_shards(samples, dst_path: Path, identity: dict, total_bytes: int, ov
             for k in todo:
                 begin, stop = bounds[k]
                 folder = dst_path / shard_name(k, shards)
-                shard_identity = {**identity, "shard": {"index": k, "count": shards,
-                                                        "source_start": begin,
-                                                        "source_stop": stop}}
-                if not overwrite and _finished_shard(folder, shard_identity, stop - begin):
+                shard_identity = identity_of_shard(identity, k, shards, bounds)
+                if not overwrite and finished_shard(folder, shard_identity, stop - begin):
                     total.finished_shards.append(k)
                     continue
                 claimed.append((k, folder, shard_identity,
@@ -119,7 +117,27 @@ def _claim_shard_count(dst_path: Path, shards: int, shard_index: int | None,
                 "replace it")
 
 
-def _finished_shard(folder: Path, identity: dict, files: int) -> bool:
+def identity_of_shard(identity: dict, k: int, shards: int,
+                      bounds: list[tuple[int, int]]) -> dict:
+    """The identity a conversion's shard ``k`` of ``shards`` records in its sidecar."""
+    begin, stop = bounds[k]
+    return {**identity, "shard": {"index": k, "count": shards, "source_start": begin,
+                                  "source_stop": stop}}
+
+
+def shard_differences(meta: dict, identity: dict, files: int) -> list[str]:
+    """The keys on which a finished shard's sidecar ``meta`` differs from the shard this
+    conversion would make (``identity``, from ``files`` source files); [] when it is that."""
+    differs = identity_differences(meta, identity)
+    info = meta.get("shard") or {}
+    if (info.get("source_start"), info.get("source_stop")) != (
+            identity["shard"]["source_start"], identity["shard"]["source_stop"]) \
+            or meta.get("seen") != files:
+        differs.append("source range")
+    return differs
+
+
+def finished_shard(folder: Path, identity: dict, files: int) -> bool:
     """True when ``folder`` holds a finished shard of this conversion, checked (it opens
     with the reader's checks and was made from ``identity``'s source, options and range);
     False when it is unfinished or absent. A finished shard that fails a check is refused."""
@@ -135,12 +153,7 @@ def _finished_shard(folder: Path, identity: dict, files: int) -> bool:
                          "again, or pass overwrite=True to convert every shard again") from None
     meta = reader.meta
     reader.close()
-    differs = identity_differences(meta, identity)
-    info = meta.get("shard") or {}
-    if (info.get("source_start"), info.get("source_stop")) != (
-            identity["shard"]["source_start"], identity["shard"]["source_stop"]) \
-            or meta.get("seen") != files:
-        differs.append("source range")
+    differs = shard_differences(meta, identity, files)
     if differs:
         raise FileExistsError(
             f"shard {str(folder)!r} is finished, but was converted from another source or "

@@ -10,7 +10,7 @@ from typing import Any
 
 from torch.utils.data import Dataset
 
-from fastload.data.shards import open_reader
+from fastload.data.remote import open_any
 
 
 class LMDBDataset(Dataset):
@@ -25,6 +25,13 @@ class LMDBDataset(Dataset):
     There is no ``samples`` list of file paths: records are keys (``reader.key(i)``).
     ``path`` may also be a sharded set (its folder or manifest): one data set with global
     indices, read through a :class:`~fastload.data.shards.ShardedReader`.
+
+    ``path`` may be a URL (``s3://bucket/train.set``, any scheme fsspec has a backend for):
+    the set's shards are fetched into a local cache on first read and checked against its
+    manifest (:mod:`fastload.data.remote`). ``storage_options`` go to fsspec (credentials,
+    ``endpoint_url``; S3 also reads the ``AWS_*`` variables and ``~/.aws``); ``cache_dir``
+    (default ``$FASTLOAD_CACHE`` or ``~/.cache/fastload``) and ``cache_bytes`` (default
+    ``$FASTLOAD_CACHE_BYTES`` or half the free disk) place and bound the cache.
     """
 
     def __init__(
@@ -32,10 +39,16 @@ class LMDBDataset(Dataset):
         path: str | os.PathLike,
         transform: Callable | None = None,
         target_transform: Callable | None = None,
+        *,
+        storage_options: dict | None = None,
+        cache_dir: str | os.PathLike | None = None,
+        cache_bytes: int | None = None,
     ) -> None:
-        self.reader = open_reader(path)  # LMDBReader, or ShardedReader for a sharded set
-        self.path: Path = self.reader.path
-        self.root = str(self.path)
+        # LMDBReader, ShardedReader for a sharded set, their remote kinds for a URL
+        self.reader = open_any(path, storage_options=storage_options, cache_dir=cache_dir,
+                               cache_bytes=cache_bytes)
+        self.path: Path = self.reader.path  # a URL's local cache folder
+        self.root = getattr(self.reader, "url", None) or str(self.path)
         self.transform = transform
         self.target_transform = target_transform
         self.classes: list[str] = self.reader.classes

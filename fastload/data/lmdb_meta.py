@@ -70,25 +70,33 @@ def _parse(page: bytes) -> LMDBMeta | None:
     return LMDBMeta(page_size=psize, last_page=last_pg, txnid=txnid, entries=entries)
 
 
+HEAD_BYTES = max(PAGE_SIZES) + _META_BYTES  # enough of a file's start for both meta pages
+
+
+def meta_from_head(head: bytes) -> LMDBMeta | None:
+    """The current meta page found in the first :data:`HEAD_BYTES` of a ``data.mdb`` (a
+    remote object's start, say); None when neither meta page is valid."""
+    first = _parse(head[:_META_BYTES])
+    candidates = [first] if first is not None else []
+    for psize in (first.page_size,) if first is not None else PAGE_SIZES:
+        second = _parse(head[psize:psize + _META_BYTES])
+        if second is not None and second.page_size == psize:
+            candidates.append(second)
+            break
+    return max(candidates, key=lambda meta: meta.txnid) if candidates else None
+
+
 def read_lmdb_meta(data_file: str | os.PathLike) -> tuple[LMDBMeta, int]:
     """``(current meta page, file size)`` of ``data_file``; :class:`DamagedDatabase` when
     neither meta page is valid."""
     path = Path(data_file)
     with open(path, "rb") as handle:
         size = os.fstat(handle.fileno()).st_size
-        first = _parse(handle.read(_META_BYTES))
-        candidates = [first] if first is not None else []
-        sizes = (first.page_size,) if first is not None else PAGE_SIZES
-        for psize in sizes:
-            handle.seek(psize)
-            second = _parse(handle.read(_META_BYTES))
-            if second is not None and second.page_size == psize:
-                candidates.append(second)
-                break
-    if not candidates:
+        meta = meta_from_head(handle.read(HEAD_BYTES))
+    if meta is None:
         what = "is empty" if size == 0 else f"has no valid LMDB meta page ({size} bytes)"
         raise DamagedDatabase(f"{str(path)!r} {what}, so it is not a usable LMDB file; {_RECOVER}")
-    return max(candidates, key=lambda meta: meta.txnid), size
+    return meta, size
 
 
 def check_data_file(data_file: str | os.PathLike, count: int | None = None) -> LMDBMeta:

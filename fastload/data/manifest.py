@@ -116,8 +116,9 @@ def load_manifest(path: str | os.PathLike) -> dict:
     return open_manifest(path)[0]
 
 
-def open_manifest(path: str | os.PathLike):
-    """``(manifest, shard entries)`` of the set at ``path``, checked as :func:`load_manifest`."""
+def open_manifest(path: str | os.PathLike, *, shards_present: bool = True):
+    """``(manifest, shard entries)`` of the set at ``path``, checked as :func:`load_manifest`
+    (without ``shards_present``, the shard folders need not exist yet: a remote set's cache)."""
     from fastload.data.untrusted import refuse_url
 
     refuse_url(path, "sharded set")
@@ -132,7 +133,7 @@ def open_manifest(path: str | os.PathLike):
             )
         raise FileNotFoundError(f"{str(file)!r} does not exist; convert a sharded set "
                                 "(shards=N) there first")
-    return parse_manifest(file)
+    return parse_manifest(file, shards_present=shards_present)
 
 
 def _read_meta(shard_dir: Path) -> dict | None:
@@ -187,10 +188,12 @@ def _check_identity(meta: dict, expected: dict, where: str) -> None:
             "and overwrite=True")
 
 
-def build_manifest(root: Path, count: int):
+def build_manifest(root: Path, count: int, open_shard: Callable | None = None):
     """``(manifest, labels)`` of the ``count`` complete shards in ``root``: every shard opens
     (its own checks, see :class:`~fastload.data.reader.LMDBReader`), lies inside ``root`` and
-    agrees with shard 0 on source, classes and options; ValueError naming the shard otherwise."""
+    agrees with shard 0 on source, classes and options; ValueError naming the shard otherwise.
+    ``open_shard(k, name)``, when given, gives shard ``k``'s reader instead (``meta``,
+    ``len``, ``checksums``, ``targets``: a remote set's sidecars, fetched)."""
     import numpy as np
 
     from fastload.data.reader import LMDBReader
@@ -200,11 +203,14 @@ def build_manifest(root: Path, count: int):
     real_root = os.path.realpath(root)
     for k in range(count):
         name = shard_name(k, count)
-        folder = Path(confined_path(real_root, name, f"shard folder {name!r}"))
-        if _read_meta(folder) is None:
-            raise ValueError(f"shard {str(root / name)!r} is not complete; rerun its "
-                             f"conversion with shard_index={k}")
-        reader = LMDBReader(folder)
+        if open_shard is not None:
+            reader = open_shard(k, name)
+        else:
+            folder = Path(confined_path(real_root, name, f"shard folder {name!r}"))
+            if _read_meta(folder) is None:
+                raise ValueError(f"shard {str(root / name)!r} is not complete; rerun its "
+                                 f"conversion with shard_index={k}")
+            reader = LMDBReader(folder)
         meta = reader.meta
         if first is None:
             first = meta

@@ -91,8 +91,11 @@ class _Fields:
         return value
 
 
-def parse_manifest(file: Path) -> tuple[dict, list[ShardEntry]]:
-    """``(manifest, checked shard entries)`` of the manifest ``file`` (see module docstring)."""
+def parse_manifest(file: Path, *, shards_present: bool = True
+                   ) -> tuple[dict, list[ShardEntry]]:
+    """``(manifest, checked shard entries)`` of the manifest ``file`` (see module docstring);
+    ``shards_present=False`` skips the check that each shard folder exists (a remote set's
+    shards arrive in its cache folder when first read)."""
     root = file.parent
     fix = repair_advice(root)
     manifest = read_json(file, MAX_MANIFEST_BYTES, fix)
@@ -123,12 +126,14 @@ def parse_manifest(file: Path) -> tuple[dict, list[ShardEntry]]:
         fields.fail("shard_format_version", f"should be one of {SUPPORTED_VERSIONS}, but got "
                     f"{short_repr(manifest.get('shard_format_version'))}")
     real_root = os.path.realpath(root)
-    entries = [_entry(fields, real_root, k, entry) for k, entry in enumerate(shards)]
+    entries = [_entry(fields, real_root, k, entry, shards_present)
+               for k, entry in enumerate(shards)]
     _check_layout(fields, entries, count)
     return manifest, entries
 
 
-def _entry(fields: _Fields, real_root: str, k: int, entry: object) -> ShardEntry:
+def _entry(fields: _Fields, real_root: str, k: int, entry: object,
+           present: bool = True) -> ShardEntry:
     where = f"shards[{k}]."
     if not isinstance(entry, dict):
         fields.fail(f"shards[{k}]", f"should be an object, but got {short_repr(entry)}")
@@ -146,7 +151,7 @@ def _entry(fields: _Fields, real_root: str, k: int, entry: object) -> ShardEntry
     except ValueError as exc:  # named here, not per entry: messages cost when built
         raise ValueError(f"{fields.file!r} field {where}path{exc}") from None
     fields.equal(entry, "checksum_file", path + "/" + CHECKSUM_FILE, where)
-    if not os.path.isdir(folder):
+    if present and not os.path.isdir(folder):
         raise FileNotFoundError(f"{fields.file!r} field {where}path names {path!r}, which is "
                                 f"not a folder of the set; restore it, or {fields.fix}")
     return ShardEntry(k, path, folder, count, start, stop, crc)

@@ -21,6 +21,7 @@ from fastload.data.manifest import (
     manifest_path,
     pending_shards,
 )
+from fastload.data.remote.url import locate
 from fastload.data.shards import ShardedReader
 from fastload.data.untrusted import refuse_url
 from fastload.data.verify import VerifyReport, verify_lmdb
@@ -50,22 +51,39 @@ class SetVerifyReport(VerifyReport):
 
 
 def verify_set(path: str | os.PathLike, full: bool = False, sample: int = 64,
-               seed: int = 0, *, repair: bool = False) -> SetVerifyReport:
+               seed: int = 0, *, repair: bool = False,
+               storage_options: dict | None = None) -> SetVerifyReport:
     """Verify a sharded set (module docstring): complete its manifest if every shard is
     finished and none is written yet, or (``repair``) rebuild a manifest that does not pass
-    the open checks; ``sample`` decodes are spread over the shards by size."""
+    the open checks; ``sample`` decodes are spread over the shards by size. ``path`` may be
+    a URL (``storage_options`` for fsspec): each shard is fetched into the shard cache,
+    checked against the manifest, verified, and let go before the next."""
     if isinstance(sample, bool) or not isinstance(sample, int) or sample < 0:
         raise ValueError(f"sample should be a non-negative integer, but got sample={sample!r}")
-    refuse_url(path, "sharded set")
-    root = manifest_path(path).parent
+    where = locate(path, storage_options, "sharded set")
     written = repaired = False
-    if repair:
-        repaired = _repair(root)
-    elif not manifest_path(root).exists() and len(existing_shard_counts(root)) == 1:
-        count = next(iter(existing_shard_counts(root)))
-        _refuse_unfinished(root, count)
-        written = complete_manifest(root, count) is not None
-    reader = ShardedReader(root)  # the open checks: one clear error when they fail
+    if not isinstance(where, str):  # a URL: its shards are fetched into the cache one by one
+        from fastload.data.remote.sets import RemoteShardedReader, remote_kind
+
+        if repair:
+            raise ValueError(f"repair rewrites a local set's manifest, but {where.url!r} is a "
+                             "URL; repair a local copy and upload it again")
+        kind, where, listed = remote_kind(where)
+        if kind != "set":
+            raise ValueError(f"{where.url} holds one LMDB, not a sharded set; verify it with "
+                             "verify_lmdb (`fastload verify` picks the right one)")
+        reader = RemoteShardedReader(where, listed=listed)
+        root = where.url
+    else:
+        refuse_url(where, "sharded set")
+        root = manifest_path(where).parent
+        if repair:
+            repaired = _repair(root)
+        elif not manifest_path(root).exists() and len(existing_shard_counts(root)) == 1:
+            count = next(iter(existing_shard_counts(root)))
+            _refuse_unfinished(root, count)
+            written = complete_manifest(root, count) is not None
+        reader = ShardedReader(root)  # the open checks: one clear error when they fail
     report = SetVerifyReport(path=root, expected=len(reader), shards=reader.num_shards,
                              manifest_written=written, repaired=repaired)
     total = max(1, report.expected)
@@ -83,6 +101,7 @@ def verify_set(path: str | os.PathLike, full: bool = False, sample: int = 64,
         report.checksums_checked += sub.checksums_checked
         report.decoded += sub.decoded
         report.bad += [(f"{entry.path}/{key}", why) for key, why in sub.bad]
+        reader.release_shard(k)  # a remote set's cache may evict it now
     reader.close()
     report.checked = [
         "the manifest (fields, paths inside the set, contiguous ranges)",

@@ -55,12 +55,14 @@ __all__ = ["ShardedReader", "open_reader"]
 class ShardedReader:
     """Read-only view of a sharded set as one data set with global indices."""
 
+    _shards_present = True  # a remote set's shards arrive in its cache folder on first use
+
     def __init__(self, path: str | os.PathLike) -> None:
         import numpy as np
 
         file = manifest_path(path)
         self.path = file.parent
-        self.meta, self._entries = open_manifest(file)
+        self.meta, self._entries = open_manifest(file, shards_present=self._shards_present)
         self.classes: list[str] = list(self.meta["classes"])
         self.class_to_idx: dict[str, int] = {name: i for i, name in enumerate(self.classes)}
         self._count = int(self.meta["count"])
@@ -103,6 +105,30 @@ class ShardedReader:
         for reader in self._readers.values():
             reader.close()
 
+    def release_shard(self, shard: int) -> None:
+        """Close shard ``shard``'s handle in this process (it reopens on its next read), so
+        that a reader done with a shard holds nothing of it."""
+        reader = self._readers.pop(shard, None)
+        if reader is not None:
+            reader.close()
+
+    def prefetch(self, shards) -> list:
+        """Ask for ``shards`` to be ready before they are read: a remote set fetches them
+        into its cache in the background (:meth:`RemoteShardedReader.prefetch`); a local
+        set's shards are always ready, so each ``Future`` is already done with True."""
+        from concurrent.futures import Future
+
+        done = []
+        for _ in shards:
+            future: Future = Future()
+            future.set_result(True)
+            done.append(future)
+        return done
+
+    def is_cached(self, shard: int) -> bool:
+        """Whether shard ``shard`` can be opened without a download (a local set: always)."""
+        return True
+
     def locate(self, index: int) -> tuple[int, int]:
         """``(shard, record within it)`` of global ``index`` (negative counts from the end)."""
         index = record_index(index, self._count, self.path)
@@ -125,27 +151,32 @@ class ShardedReader:
         fix = (f"run `fastload verify {self.path}` to check every record; copy the set again, "
                "or, if its shards are the ones you want, rebuild the manifest from them with "
                f"`fastload verify {self.path} --repair`")
+        problem = self.shard_problem(reader, entry)
+        if problem:
+            reader.close()
+            raise ValueError(f"{where} does not match the manifest: {problem}; {fix}")
+        return reader
+
+    def shard_problem(self, reader: LMDBReader, entry: ShardEntry) -> str | None:
+        """How the opened shard ``reader`` differs from the manifest's ``entry`` (identity,
+        record count, CRC-32 of its checksum file, labels), one phrase; None when it matches."""
         differs = identity_differences(reader.meta, {
             "format_version": self.meta["shard_format_version"],
             **{key: self.meta[key] for key in ("source", "source_kind", "source_fingerprint",
                                                "classes", "options")},
             "shard": {"index": entry.index, "count": self.num_shards}})
-        problem = None
         if differs:
-            problem = (f"its {META_FILE} differs from the manifest in {', '.join(differs)} "
-                       "(a shard of another set, or shards swapped)")
-        elif len(reader) != entry.count:
-            problem = f"holds {len(reader)} records but the manifest says {entry.count}"
-        elif crc32(reader.checksums.astype("<u4").tobytes()) != entry.checksum_crc32:
-            problem = (f"its {CHECKSUM_FILE} differs from the one the manifest was written "
-                       "for (CRC-32 mismatch)")
-        elif reader.targets != self.targets[entry.start:entry.stop]:
-            problem = (f"its {LABELS_FILE} differs from the set's {SET_LABELS_FILE} over "
-                       f"[{entry.start}, {entry.stop})")
-        if problem:
-            reader.close()
-            raise ValueError(f"{where} does not match the manifest: {problem}; {fix}")
-        return reader
+            return (f"its {META_FILE} differs from the manifest in {', '.join(differs)} "
+                    "(a shard of another set, or shards swapped)")
+        if len(reader) != entry.count:
+            return f"holds {len(reader)} records but the manifest says {entry.count}"
+        if crc32(reader.checksums.astype("<u4").tobytes()) != entry.checksum_crc32:
+            return (f"its {CHECKSUM_FILE} differs from the one the manifest was written "
+                    "for (CRC-32 mismatch)")
+        if reader.targets != self.targets[entry.start:entry.stop]:
+            return (f"its {LABELS_FILE} differs from the set's {SET_LABELS_FILE} over "
+                    f"[{entry.start}, {entry.stop})")
+        return None
 
     def key(self, index: int) -> bytes:
         """``b"<shard folder>/<record key>"`` of global ``index``."""

@@ -1,8 +1,10 @@
 """Reading what a user, a bad copy or a download may have edited: the one owner of three rules.
 
-* **Local paths only.** A ``scheme://`` string (``s3://bucket/set``) is refused with one
-  sentence by every entry point (convert, verify, the dataset and the loader), never read
-  or written as a relative local folder named ``s3:`` (:func:`refuse_url`).
+* **Local paths only, where a URL is not supported.** A ``scheme://`` string
+  (``s3://bucket/set``) is refused with one sentence where fastload needs a local path (a
+  conversion's source, :func:`refuse_url`), and by the entry points that do read and write
+  URLs when fsspec has no backend for its scheme (:mod:`fastload.data.remote.url`); it is
+  never read or written as a relative local folder named ``s3:``.
 * **A set is a closed folder.** A path named by a set's manifest is relative, normalised
   (no ``.``, ``..``, ``//`` or trailing ``/``) and its real path, symlinks followed, lies
   inside the set's real folder (:func:`confined_path`).
@@ -34,7 +36,9 @@ def short_repr(value: object, limit: int = 60) -> str:
 
 
 def refuse_url(path: object, what: str = "path") -> None:
-    """Raise ``ValueError`` when ``path`` is a URL: fastload reads and writes local folders."""
+    """Raise ``ValueError`` when ``path`` is a URL where only a local path will do (a
+    conversion's source, a folder of the cache; the entry points that read and write sets
+    at URLs go through :func:`fastload.data.remote.locate` first)."""
     try:
         text = os.fsdecode(path)
     except TypeError:
@@ -42,9 +46,10 @@ def refuse_url(path: object, what: str = "path") -> None:
     match = _URL.match(text)
     if match:
         raise ValueError(
-            f"{what} {text!r} is a URL ({match.group(1)}://), but fastload reads and writes "
-            "local folders only: copy the data to a local folder and pass its path (write "
-            f"'./{text}' if it really is a local folder named {match.group(1) + ':'!r})")
+            f"{what} {text!r} is a URL ({match.group(1)}://), but it must be a local path "
+            "here (local folders only): copy the data to a local folder and pass its path "
+            f"(write './{text}' if it really is a local folder named "
+            f"{match.group(1) + ':'!r})")
 
 
 def confined_path(real_root: str, relative: object, what: str,

@@ -28,7 +28,7 @@ from fastload.data.untrusted import refuse_url
 class VerifyReport:
     """What :func:`verify_lmdb` found; ``ok`` is True when ``bad`` is empty."""
 
-    path: Path
+    path: Path  # a URL (str) for a database or set read from object storage
     expected: int  # record count the metadata states
     found: int  # records in the database
     checksums_checked: int = 0
@@ -65,12 +65,28 @@ def _decode_problem(data: memoryview, height: int, width: int, channels: int) ->
 
 
 def verify_lmdb(path: str | os.PathLike, full: bool = False, sample: int = 64,
-                seed: int = 0) -> VerifyReport:
-    """Verify the database at ``path``; see the module docstring for what is checked."""
+                seed: int = 0, *, storage_options: dict | None = None) -> VerifyReport:
+    """Verify the database at ``path``; see the module docstring for what is checked.
+    ``path`` may be a URL (``storage_options`` for fsspec): the database is fetched into
+    the shard cache first, and the report names the URL."""
     import numpy as np
 
     if isinstance(sample, bool) or not isinstance(sample, int) or sample < 0:
         raise ValueError(f"sample should be a non-negative integer, but got sample={sample!r}")
+    from fastload.data.remote.url import locate
+
+    where = locate(path, storage_options, "LMDB directory")
+    if not isinstance(where, str):
+        from fastload.data.remote.sets import RemoteLMDBReader
+
+        reader = RemoteLMDBReader(where)
+        try:
+            report = verify_lmdb(reader.path, full=full, sample=sample, seed=seed)
+        finally:
+            reader.close()
+        report.path = where.url  # type: ignore[assignment]
+        return report
+    path = where
     refuse_url(path, "LMDB directory")
     root = Path(os.path.abspath(path))
     meta = load_meta(root)

@@ -59,6 +59,9 @@ class DataLoader:
       with ImageFolder semantics, or a fastload LMDB directory).
     * ``hw_decoder_load``: share of JPEG decoding given to the GPU's hardware decoder
       (``device="cuda"`` only).
+    * ``storage_options`` / ``cache_dir`` / ``cache_bytes``: when ``dataset`` is a URL
+      (``s3://bucket/train.set``): fsspec's options (credentials, ``endpoint_url``), the
+      local shard cache's folder and bound in bytes (see ``fastload.LMDBDataset``).
 
     Datasets: torchvision ``ImageFolder``/``DatasetFolder`` with the default PIL loader,
     ``fastload.LMDBDataset``, a ``Subset`` of either, or a path. ``num_workers`` sets the DALI
@@ -100,14 +103,18 @@ class DataLoader:
                  pin_memory_device: str = "", in_order: bool = True, device: Any = None,
                  seed: int | None = None, strict: bool = False, on_error: str = "raise",
                  transform: Any = None, target_transform: Any = None,
-                 hw_decoder_load: float = 0.65) -> None:
+                 hw_decoder_load: float = 0.65, storage_options: dict | None = None,
+                 cache_dir: str | os.PathLike | None = None,
+                 cache_bytes: int | None = None) -> None:
         if on_error not in ("raise", "skip"):
             raise ValueError(f"on_error should be 'raise' or 'skip', but got on_error={on_error!r}")
         if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
             raise TypeError(f"seed should be an int or None, but got seed={seed!r}")
         if seed is not None and generator is not None:
             raise ValueError("seed option is mutually exclusive with generator; pass one of them")
-        dataset = resolve_dataset(dataset, transform, target_transform)
+        dataset = resolve_dataset(dataset, transform, target_transform, {
+            "storage_options": storage_options, "cache_dir": cache_dir,
+            "cache_bytes": cache_bytes})
         torch_generator = generator
         if seed is not None:
             torch_generator = torch.Generator()

@@ -412,21 +412,31 @@ def _make_source(dataset: Any) -> _Source:
                      "DatasetFolder, fastload.LMDBDataset or a Subset of one")
 
 
-def resolve_dataset(dataset: Any, transform: Any, target_transform: Any) -> Any:
+def resolve_dataset(dataset: Any, transform: Any, target_transform: Any,
+                    remote: dict | None = None) -> Any:
     """A dataset object for ``dataset``: a str/Path to an LMDB directory becomes
-    ``fastload.LMDBDataset``, to any other folder an ``ImageFolder``; dataset objects pass
-    through (then ``transform``/``target_transform`` must be None)."""
+    ``fastload.LMDBDataset``, to any other folder an ``ImageFolder``, a URL a remote
+    ``LMDBDataset`` (``remote``: its storage_options, cache_dir, cache_bytes); dataset
+    objects pass through (then ``transform``/``target_transform`` must be None)."""
+    remote = {key: value for key, value in (remote or {}).items() if value is not None}
     if not isinstance(dataset, str | os.PathLike):
-        if transform is not None or target_transform is not None:
+        if transform is not None or target_transform is not None or remote:
+            what = ("transform= and target_transform=" if not remote
+                    else ", ".join(f"{key}=" for key in remote))
             raise ValueError(
-                "transform= and target_transform= apply only when dataset is a path; "
+                f"{what} apply only when dataset is a path; "
                 f"set them on the {type(dataset).__name__} itself"
             )
         return dataset
-    from fastload.data.untrusted import refuse_url
+    from fastload.data.remote import is_url, locate
 
-    refuse_url(dataset, "dataset path")
-    root = pathlib.Path(dataset)
+    if is_url(dataset) or remote:
+        from fastload.data import dataset as lmdb_dataset
+
+        locate(dataset, remote.get("storage_options"), "dataset path")  # refuses the unknown
+        return lmdb_dataset.LMDBDataset(dataset, transform=transform,
+                                        target_transform=target_transform, **remote)
+    root = pathlib.Path(locate(dataset, None, "dataset path"))  # file:// is a local path
     from fastload.data.manifest import is_sharded_set
 
     if is_sharded_set(root):  # a sharded set's folder or manifest: one LMDBDataset

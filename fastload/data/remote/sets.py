@@ -1,0 +1,310 @@
+"""Reading a fastload set (or one LMDB) at a URL, through the local shard cache.
+
+:class:`RemoteShardedReader` is a :class:`~fastload.data.shards.ShardedReader` whose folder
+is the set's cache folder (:mod:`fastload.data.remote.cache`). Opening it fetches the
+manifest and the set's labels (the labels again only when the manifest changed) and checks
+them as a local set's are. A shard is fetched on its first read in a process, or ahead of
+it by :meth:`RemoteShardedReader.prefetch`: its files are downloaded (a copy shorter than
+the listed object is fetched again; server errors are retried, then raised naming the URL)
+and checked against the manifest, as a local shard is at its first read, *before* it is
+installed in the cache; a shard that does not match raises ``ValueError`` naming its URL.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+from collections.abc import Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+
+import fastload.data.remote.fetch as fetch
+from fastload.data.format import CHECKSUM_FILE, DATA_FILE, LABELS_FILE, META_FILE
+from fastload.data.manifest_schema import MAX_MANIFEST_BYTES, ShardEntry
+from fastload.data.reader import MAX_META_BYTES, LMDBReader
+from fastload.data.remote.cache import Lease, ShardCache, set_key
+from fastload.data.remote.url import RemoteLocation
+from fastload.data.shards import ShardedReader
+
+__all__ = ["RemoteLMDBReader", "RemoteShardedReader", "endpoint_of", "open_url", "remote_kind"]
+
+MANIFEST = "fastload-set.json"
+SHARD_FILES = (META_FILE, DATA_FILE, CHECKSUM_FILE, LABELS_FILE)  # what a reader needs
+PREFETCH_THREADS = 2
+
+
+def endpoint_of(location: RemoteLocation) -> str | None:
+    """The server a location's URL is resolved on (S3's endpoint), for its cache key."""
+    options = location.storage_options
+    endpoint = options.get("endpoint_url") or (options.get("client_kwargs") or {}).get(
+        "endpoint_url")
+    if endpoint is None and location.protocol in ("s3", "s3a"):
+        endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    return endpoint
+
+
+def _shard_listing(location: RemoteLocation, needed: Iterable[str]) -> dict[str, int]:
+    """``{file: bytes}`` of the ``needed`` files of the remote folder ``location``;
+    FileNotFoundError naming the URL when one is missing."""
+    listed = fetch.listing(location)
+    missing = [name for name in needed if name not in listed]
+    if missing:
+        raise FileNotFoundError(
+            f"{location.url} lacks {', '.join(missing)}: it is not a complete fastload "
+            "database; upload it again (rerun `fastload convert SRC URL ...`, which resumes)")
+    return {name: listed[name] for name in needed}
+
+
+class RemoteShardedReader(ShardedReader):
+    """A sharded set at a URL, read through a :class:`ShardCache` (module docstring).
+
+    ``url`` is the set's URL; ``path`` is its local cache folder. Each shard a process reads
+    is leased in the cache (not evicted by any process) until :meth:`release_shard` or
+    :meth:`close`; when the cache is full of leased shards, the reader lets go of its own
+    least recently read shard before the cache goes over its bound.
+    """
+
+    _shards_present = False
+
+    def __init__(self, location: RemoteLocation, cache: ShardCache | None = None, *,
+                 listed: dict[str, int] | None = None) -> None:
+        self.url = location.url
+        self._location = location
+        self._cache = cache if cache is not None else ShardCache()
+        folder = self._cache.set_folder(set_key(location.url, endpoint_of(location)))
+        self._sync_set_files(folder, listed if listed is not None else fetch.listing(location))
+        super().__init__(folder)
+        self._leases: dict[int, Lease] = {}
+        self._recent: OrderedDict[int, None] = OrderedDict()
+        self._prefetcher: ThreadPoolExecutor | None = None
+        self._prefetcher_pid: int | None = None
+
+    def __repr__(self) -> str:
+        return (f"RemoteShardedReader({self.url!r}, records={len(self)}, "
+                f"shards={self.num_shards}, cache={str(self.path)!r})")
+
+    def __getstate__(self) -> dict:
+        state = super().__getstate__()
+        state.update(_leases={}, _recent=OrderedDict(), _prefetcher=None, _prefetcher_pid=None)
+        return state
+
+    @property
+    def cache(self) -> ShardCache:
+        """The shard cache this reader fetches into."""
+        return self._cache
+
+    def shard_url(self, shard: int) -> str:
+        """The URL of shard ``shard``'s folder."""
+        return f"{self.url}/{self._entries[shard].path}"
+
+    def _sync_set_files(self, folder: Path, listed: dict[str, int]) -> None:
+        """Fetch the manifest, and the set's labels when the manifest changed, into the
+        cache folder (atomically, under the set's lock: the ranks of a node fetch once);
+        ``listed`` is the set folder's listing."""
+        from fastload.data.atomic import write_bytes_atomic
+        from fastload.data.dst_lock import set_lock
+
+        if MANIFEST not in listed:
+            raise FileNotFoundError(
+                f"{self.url} holds no {MANIFEST}, so it is not a finished fastload set; "
+                f"convert one there with `fastload convert SRC {self.url} --shards N` (a "
+                "rerun finishes an interrupted upload)")
+        for name, bound in ((MANIFEST, MAX_MANIFEST_BYTES), (LABELS_FILE, 4 * 10**9)):
+            if name in listed and listed[name] > bound:
+                raise ValueError(f"{self.url}/{name} holds {listed[name]} bytes, more than a "
+                                 f"fastload set's {name} may hold; it is not a fastload set")
+        with set_lock(folder, ".fastload-set.lock"):
+            manifest = fetch.read_bytes(self._location.child(MANIFEST), listed[MANIFEST])
+            labels = folder / LABELS_FILE
+            cached = folder / MANIFEST
+            same = cached.is_file() and cached.read_bytes() == manifest
+            if not same or not labels.is_file() or labels.stat().st_size != listed.get(
+                    LABELS_FILE, -1):
+                if LABELS_FILE in listed:
+                    part = folder / f".{LABELS_FILE}.{os.getpid()}.part"
+                    fetch.download(self._location.child(LABELS_FILE), part, listed[LABELS_FILE])
+                    os.replace(part, labels)
+                write_bytes_atomic(cached, manifest, durable=False)
+
+    def _fingerprint(self, entry: ShardEntry) -> dict:
+        """What a cached copy of ``entry`` must have been checked against to be used."""
+        return {"url": self.shard_url(entry.index), "count": entry.count,
+                "start": entry.start, "checksum_file_crc32": entry.checksum_crc32,
+                "source_fingerprint": self.meta["source_fingerprint"]}
+
+    def _fill(self, entry: ShardEntry, part: Path, files: dict[str, int]) -> None:
+        """Download shard ``entry`` into ``part`` and check it as its first read would."""
+        where = self._location.child(entry.path)
+        fetch.download_files(where, files, part)
+        try:
+            reader = LMDBReader(part)
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"shard {entry.index} downloaded from {where.url} is damaged: "
+                             f"{exc}; upload it again (rerun the `fastload convert` that "
+                             "wrote the set)") from None
+        problem = self.shard_problem(reader, entry)
+        reader.close()
+        if problem:
+            raise ValueError(f"shard {entry.index} downloaded from {where.url} does not match "
+                             f"the set's manifest: {problem}; upload the set again (rerun the "
+                             "`fastload convert` that wrote it)")
+
+    def _acquire(self, shard: int, *, keep: bool, make_room=None, overflow: bool = True):
+        entry = self._entries[shard]
+        where = self._location.child(entry.path)
+        return self._cache.acquire(
+            Path(entry.folder), self._fingerprint(entry),
+            lambda: _shard_listing(where, SHARD_FILES),
+            lambda part, files: self._fill(entry, part, files),
+            keep=keep, make_room=make_room, overflow=overflow)
+
+    def shard_reader(self, shard: int) -> LMDBReader:
+        """Shard ``shard``'s reader: fetched into the cache and leased on first use here."""
+        reader = self._readers.get(shard)
+        lease = self._leases.get(shard)
+        if reader is not None and lease is not None and lease.pid == os.getpid():
+            self._recent.move_to_end(shard)
+            return reader
+        self._leases.pop(shard, None)
+        self._leases[shard] = self._acquire(
+            shard, keep=True, make_room=lambda: self._let_go_of_one(shard))
+        self._recent[shard] = None
+        try:
+            return super().shard_reader(shard)
+        except BaseException:
+            self.release_shard(shard)
+            raise
+
+    def _let_go_of_one(self, keep: int) -> bool:
+        """Release this process's least recently read shard other than ``keep`` (called on
+        the reading thread, so no read of it is under way); False when there is none."""
+        for shard in self._recent:
+            if shard != keep and shard in self._leases:
+                self.release_shard(shard)
+                return True
+        return False
+
+    def release_shard(self, shard: int) -> None:
+        """Close shard ``shard`` here and give back its lease: the cache may now evict it."""
+        super().release_shard(shard)
+        self._recent.pop(shard, None)
+        lease = self._leases.pop(shard, None)
+        if lease is not None:
+            lease.release()
+
+    def prefetch(self, shards: Iterable[int]) -> list[Future]:
+        """Fetch ``shards`` into the cache in the background, in the order given.
+
+        The interface a shard-aware order uses to have the next shards ready before it
+        reads them. Returns one ``Future`` per shard, whose result is True once the shard
+        is in the cache (already there, or downloaded and checked), False when the cache
+        had no room (a prefetch evicts only shards nobody holds and never goes over the
+        bound), or whose exception is the fetch's (the read of that shard then fetches it
+        again, and raises). Nothing is leased: a prefetched shard is not opened, and may be
+        evicted before it is read if the cache needs the room. Downloads run in
+        ``PREFETCH_THREADS`` threads of this process (started on first use, ended by
+        :meth:`close`), which touch no global random generator; a shard being fetched
+        here or by another process is waited for, not fetched twice.
+        """
+        indices = [self._shard_index(k) for k in shards]
+        if self._prefetcher is None or self._prefetcher_pid != os.getpid():
+            self._prefetcher = ThreadPoolExecutor(PREFETCH_THREADS,
+                                                  thread_name_prefix="fastload-prefetch")
+            self._prefetcher_pid = os.getpid()
+        return [self._prefetcher.submit(self._acquire, k, keep=False, overflow=False)
+                for k in indices]
+
+    def is_cached(self, shard: int) -> bool:
+        """Whether shard ``shard`` is in the cache now, checked against the manifest, so
+        that opening it downloads nothing (a shard-aware order may read those first)."""
+        entry = self._entries[self._shard_index(shard)]
+        return self._cache.holds(Path(entry.folder), self._fingerprint(entry))
+
+    def _shard_index(self, shard: object) -> int:
+        import operator
+
+        try:
+            index = operator.index(shard)
+        except TypeError:
+            raise TypeError(f"a shard index must be an int, but got {shard!r}") from None
+        if isinstance(shard, bool) or not 0 <= index < self.num_shards:
+            raise IndexError(f"shard index {shard!r} is out of range for {self.url} "
+                             f"({self.num_shards} shards)")
+        return index
+
+    def close(self) -> None:
+        """Close every shard, give back the leases, stop the prefetch threads (a download
+        under way finishes into the cache first)."""
+        for shard in list(self._leases):
+            self.release_shard(shard)
+        super().close()
+        if self._prefetcher is not None and self._prefetcher_pid == os.getpid():
+            self._prefetcher.shutdown(wait=False, cancel_futures=True)
+        self._prefetcher = None
+
+
+class RemoteLMDBReader(LMDBReader):
+    """One fastload LMDB at a URL, fetched whole into the cache and leased while open.
+
+    There is no manifest to check the download against: the files must have the sizes the
+    server lists, and the database passes :class:`LMDBReader`'s checks at open (sidecars,
+    labels, ``data.mdb`` against LMDB's meta pages), then every record's CRC-32 as read."""
+
+    def __init__(self, location: RemoteLocation, cache: ShardCache | None = None) -> None:
+        self.url = location.url
+        self._cache = cache if cache is not None else ShardCache()
+        folder = self._cache.set_folder(set_key(location.url, endpoint_of(location))) / "lmdb"
+        files = _shard_listing(location, SHARD_FILES)
+        if files[META_FILE] > MAX_META_BYTES:
+            raise ValueError(f"{location.url}/{META_FILE} holds {files[META_FILE]} bytes, "
+                             "more than a fastload database's may hold")
+
+        def fill(part: Path, listed: dict[str, int]) -> None:
+            fetch.download_files(location, listed, part)
+            try:
+                LMDBReader(part).close()
+            except (OSError, ValueError) as exc:
+                raise ValueError(f"the database downloaded from {location.url} is damaged: "
+                                 f"{exc}; upload it again") from None
+
+        self._lease = self._cache.acquire(folder, {"url": location.url, "files": files},
+                                          lambda: files, fill)
+        super().__init__(folder)
+
+    def __getstate__(self) -> dict:
+        state = super().__getstate__()
+        state["_lease"] = None
+        return state
+
+    def close(self) -> None:
+        super().close()
+        lease = getattr(self, "_lease", None)
+        if lease is not None:
+            lease.release()
+            self._lease = None
+
+
+def remote_kind(location: RemoteLocation) -> tuple[str, RemoteLocation, dict[str, int]]:
+    """``("set" or "lmdb", the folder's location, its listing)`` of what ``location`` (a
+    set's folder or manifest, or a database's folder) holds; FileNotFoundError naming the
+    URL otherwise."""
+    if location.url.endswith("/" + MANIFEST):
+        parent = location.url.rsplit("/", 1)[0]
+        location = RemoteLocation(parent, location.storage_options)
+    listed = fetch.listing(location)
+    if MANIFEST in listed:
+        return "set", location, listed
+    if META_FILE in listed:
+        return "lmdb", location, listed
+    raise FileNotFoundError(
+        f"{location.url} holds no fastload set ({MANIFEST}) or database ({META_FILE}); "
+        f"write one there with `fastload convert SRC {location.url} --shards N`")
+
+
+def open_url(location: RemoteLocation, cache: ShardCache | None = None):
+    """A :class:`RemoteShardedReader` for a set at ``location`` (its folder or its
+    manifest), a :class:`RemoteLMDBReader` for one database (see :func:`remote_kind`)."""
+    kind, location, listed = remote_kind(location)
+    if kind == "set":
+        return RemoteShardedReader(location, cache, listed=listed)
+    return RemoteLMDBReader(location, cache)

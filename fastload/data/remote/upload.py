@@ -1,0 +1,226 @@
+"""``convert`` to a URL: each shard is written in a local staging folder by the sharded
+conversion (:mod:`fastload.data.convert_shards`), uploaded as soon as it is finished, then
+removed locally; the manifest is uploaded last, once every shard is there.
+
+A shard's files go up with its ``fastload.json`` last (removed first when a shard is
+uploaded again), so a remote shard whose sidecar says complete has every file. A rerun of
+the same command resumes: a shard already uploaded intact is skipped (its sidecar names
+this conversion's source, options and range; its files have the sizes that sidecar and
+LMDB's meta pages imply, and the sizes and checksum file of the staged copy when there is
+one); a shard finished in staging but not uploaded is uploaded; the rest are converted
+(resuming a partial one). With ``shard_index``, N processes or machines each convert and
+upload one shard; whichever finds every shard uploaded writes the manifest (from the
+shards' sidecars, fetched: the same manifest a local conversion writes).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+
+import fastload.data.remote.fetch as fetch
+from fastload.data.convert_database import ConvertReport
+from fastload.data.convert_shards import (
+    convert_shards,
+    finished_shard,
+    identity_of_shard,
+    shard_differences,
+)
+from fastload.data.format import (
+    CHECKSUM_FILE,
+    DATA_FILE,
+    ERRORS_FILE,
+    LABELS_DTYPE,
+    LABELS_FILE,
+    META_FILE,
+    STATE_COMPLETE,
+    crc32,
+)
+from fastload.data.lmdb_meta import HEAD_BYTES, meta_from_head
+from fastload.data.manifest import (
+    MANIFEST_FILE,
+    SET_LABELS_FILE,
+    build_manifest,
+    shard_bounds,
+    shard_name,
+)
+from fastload.data.reader import MAX_META_BYTES, load_checksums, load_labels, load_meta
+from fastload.data.remote.cache import default_cache_dir, set_key
+from fastload.data.remote.sets import endpoint_of
+from fastload.data.remote.url import RemoteLocation
+
+__all__ = ["convert_to_url", "default_staging"]
+
+_SHARD_DIR = re.compile(r"shard-(\d{5,})-of-(\d{5,})")
+UPLOAD_ORDER = (DATA_FILE, CHECKSUM_FILE, LABELS_FILE, ERRORS_FILE, META_FILE)  # sidecar last
+
+
+def default_staging(location: RemoteLocation) -> Path:
+    """Where shards bound for ``location`` are written first: the cache's ``staging/``."""
+    return default_cache_dir() / "staging" / set_key(location.url, endpoint_of(location))
+
+
+class _Sidecars:
+    """A shard's sidecars (no ``data.mdb``), the reader :func:`build_manifest` needs."""
+
+    def __init__(self, folder: Path) -> None:
+        self.meta = load_meta(folder)
+        self.targets = load_labels(folder, self.meta)
+        self.checksums = load_checksums(folder, self.meta)
+
+    def __len__(self) -> int:
+        return int(self.meta["count"])
+
+
+def convert_to_url(samples, location: RemoteLocation, identity: dict, total_bytes: int,
+                   overwrite: bool, run: tuple, shards: int, shard_index: int | None,
+                   staging: Path | None = None) -> ConvertReport:
+    """Convert and upload the shards of a set at ``location`` (all, or ``shard_index``);
+    then, if every shard is uploaded, the set's labels and manifest (module docstring).
+    The report sums the shards converted here; ``finished_shards`` lists those found
+    already uploaded (skipped) or finished in staging (uploaded without converting)."""
+    staging = Path(os.path.abspath(staging)) if staging is not None else \
+        default_staging(location)
+    staging.mkdir(parents=True, exist_ok=True)
+    _claim(location, shards, overwrite)
+    bounds = shard_bounds(len(samples), shards)
+    total = ConvertReport(path=location.url, stored=0, skipped=0, seen=0)  # type: ignore[arg-type]
+    intact: set[int] = set()
+    for k in range(shards) if shard_index is None else [shard_index]:
+        name = shard_name(k, shards)
+        remote, staged = location.child(name), staging / name
+        shard_identity = identity_of_shard(identity, k, shards, bounds)
+        files = bounds[k][1] - bounds[k][0]
+        if not overwrite and _uploaded(remote, shard_identity, files, staged):
+            total.finished_shards.append(k)
+        else:
+            if overwrite or not finished_shard(staged, shard_identity, files):
+                for name_ in (MANIFEST_FILE, SET_LABELS_FILE):  # staging is never a set
+                    (staging / name_).unlink(missing_ok=True)
+                report = convert_shards(samples, staging, identity, total_bytes, overwrite,
+                                        run, shards, k)
+                _add(total, report)
+            else:
+                total.finished_shards.append(k)
+            _upload_shard(staged, remote)
+            shutil.rmtree(staged)
+        intact.add(k)
+    total.manifest = _complete(location, staging, shards, identity, bounds, intact)
+    return total
+
+
+def _claim(location: RemoteLocation, shards: int, overwrite: bool) -> None:
+    """Refuse a URL holding a finished set or shards of another count (unless
+    ``overwrite``, which removes them, and the manifest, first)."""
+    files = fetch.listing(location)
+    folders = fetch.listing(location, folders=True)
+    others = sorted({int(m.group(2)) for m in map(_SHARD_DIR.fullmatch, folders) if m}
+                    - {shards})
+    if MANIFEST_FILE in files:
+        if not overwrite:
+            raise FileExistsError(
+                f"destination {location.url} already holds a finished sharded set; pass "
+                "overwrite=True to replace it")
+        fetch.remove(location.child(MANIFEST_FILE))
+    if others:
+        if not overwrite:
+            raise FileExistsError(
+                f"destination {location.url} holds the shards of a {others[0]}-shard set; pass "
+                f"shards={others[0]} (the same command as that set's) to continue it, or "
+                "overwrite=True to replace it")
+        for name in folders:
+            match = _SHARD_DIR.fullmatch(name)
+            if match and int(match.group(2)) != shards:
+                fetch.remove(location.child(name))
+
+
+def _uploaded(remote: RemoteLocation, identity: dict, files: int, staged: Path) -> bool:
+    """True when ``remote`` holds this conversion's shard intact (module docstring); a
+    finished remote shard of another conversion is refused."""
+    listed = fetch.listing(remote)
+    if any(name not in listed for name in (META_FILE, DATA_FILE, CHECKSUM_FILE, LABELS_FILE)):
+        return False
+    if listed[META_FILE] > MAX_META_BYTES:
+        return False
+    try:
+        meta = json.loads(fetch.read_bytes(remote.child(META_FILE), listed[META_FILE]))
+    except ValueError:
+        return False
+    if not isinstance(meta, dict) or meta.get("state") != STATE_COMPLETE:
+        return False
+    differs = shard_differences(meta, identity, files)
+    if differs:
+        raise FileExistsError(
+            f"shard {remote.url} is finished, but was converted from another source or with "
+            f"other options ({', '.join(differs)} differ); rerun the command that made it, "
+            "or pass overwrite=True to convert every shard again")
+    count = meta.get("count")
+    if not isinstance(count, int) or listed[CHECKSUM_FILE] != 4 * count \
+            or listed[LABELS_FILE] != 4 * count:
+        return False
+    lmdb = meta_from_head(fetch.read_head(remote.child(DATA_FILE), HEAD_BYTES))
+    if lmdb is None or lmdb.entries != count or listed[DATA_FILE] < lmdb.needed_bytes:
+        return False
+    if (staged / META_FILE).is_file():  # the staged copy: the same sizes and checksum file
+        for name in (DATA_FILE, CHECKSUM_FILE, LABELS_FILE):
+            if (staged / name).stat().st_size != listed[name]:
+                return False
+        remote_sums = fetch.read_bytes(remote.child(CHECKSUM_FILE), listed[CHECKSUM_FILE])
+        if crc32(remote_sums) != crc32((staged / CHECKSUM_FILE).read_bytes()):
+            return False
+    return True
+
+
+def _upload_shard(staged: Path, remote: RemoteLocation) -> None:
+    """Upload a finished staged shard: its sidecar removed first, put back last."""
+    fetch.remove(remote.child(META_FILE))
+    for name in UPLOAD_ORDER:
+        if (staged / name).is_file():
+            fetch.upload(staged / name, remote.child(name))
+
+
+def _complete(location: RemoteLocation, staging: Path, shards: int, identity: dict,
+              bounds: list[tuple[int, int]], intact: set[int]) -> dict | None:
+    """Upload the set's labels and manifest when every shard is uploaded (checked for the
+    ones this call did not handle); None while some are not."""
+    for k in range(shards):
+        if k not in intact and not _uploaded(
+                location.child(shard_name(k, shards)),
+                identity_of_shard(identity, k, shards, bounds),
+                bounds[k][1] - bounds[k][0], staging / shard_name(k, shards)):
+            return None
+    build = staging / ".manifest"
+    shutil.rmtree(build, ignore_errors=True)
+
+    def open_shard(k: int, name: str) -> _Sidecars:
+        folder = build / name
+        folder.mkdir(parents=True)
+        remote = location.child(name)
+        listed = fetch.listing(remote)
+        fetch.download_files(remote, {file: listed[file] for file in (
+            META_FILE, CHECKSUM_FILE, LABELS_FILE)}, folder)
+        return _Sidecars(folder)
+
+    try:
+        manifest, labels = build_manifest(build, shards, open_shard)
+    finally:
+        shutil.rmtree(build, ignore_errors=True)
+    fetch.write_bytes(labels.astype(LABELS_DTYPE).tobytes(), location.child(SET_LABELS_FILE))
+    payload = json.dumps(manifest, indent=1, sort_keys=True).encode() + b"\n"
+    fetch.write_bytes(payload, location.child(MANIFEST_FILE))
+    return manifest
+
+
+def _add(total: ConvertReport, report: ConvertReport) -> None:
+    total.stored += report.stored
+    total.skipped += report.skipped
+    total.seen += report.seen
+    total.kept += report.kept
+    total.reencoded += report.reencoded
+    total.errors += report.errors
+    total.finished_shards += report.finished_shards
+    if report.resumed and not total.resumed:
+        total.resumed, total.resumed_from = True, report.resumed_from

@@ -1,0 +1,87 @@
+"""``fastload convert SRC s3://...`` on a real S3 server (SeaweedFS): shards staged locally
+and uploaded, the manifest last; a rerun skips what is uploaded intact and redoes the rest;
+``--shard-size``; ``fastload verify s3://...``."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from seaweed import BUCKET, client
+
+import fastload
+from fastload.data.convert import convert_folder, shards_for_size
+from fastload.data.manifest import load_manifest
+from fastload.tools.cli import main as cli
+
+
+@pytest.fixture(scope="module")
+def source(sharded_set):
+    """The 61 tiny JPEGs the session's 3-shard set was converted from."""
+    return sharded_set.parent / "src"
+
+
+def records(dataset) -> list[bytes]:
+    return [dataset.reader.record(i) for i in range(len(dataset))]
+
+
+def test_convert_to_s3_uploads_the_set_a_local_conversion_makes(s3_env, s3_server, source,
+                                                                sharded_set, tmp_path):
+    url = f"s3://{BUCKET}/convert/full.set"
+    report = convert_folder(source, url, shards=3, workers=1, progress=False,
+                            staging=tmp_path / "staging")
+    assert report.manifest["num_shards"] == 3 and report.stored == 61
+    assert records(fastload.LMDBDataset(url)) == records(fastload.LMDBDataset(sharded_set))
+    manifest = json.loads(client(s3_server).cat_file(
+        f"{BUCKET}/convert/full.set/fastload-set.json"))
+    local = load_manifest(sharded_set)
+    assert {k: v for k, v in manifest.items() if k != "created"} == {
+        k: v for k, v in local.items() if k != "created"}
+    assert not list((tmp_path / "staging").glob("shard-*"))  # each removed once uploaded
+
+
+def test_a_rerun_skips_the_shards_uploaded_intact_and_finishes_the_rest(s3_env, s3_server,
+                                                                       source, tmp_path):
+    url = f"s3://{BUCKET}/convert/resumed.set"
+    for k in (0, 1):  # two of three shard processes finished; then the upload of 1 died
+        convert_folder(source, url, shards=3, shard_index=k, workers=1, progress=False)
+    client(s3_server).rm(f"{BUCKET}/convert/resumed.set/shard-00001-of-00003/fastload.json")
+    report = convert_folder(source, url, shards=3, workers=1, progress=False)
+    assert report.finished_shards == [0]
+    assert report.seen == 61 - 61 // 3  # shards 1 and 2 converted again, not shard 0
+    assert report.manifest["count"] == 61 and len(fastload.LMDBDataset(url)) == 61
+
+
+def test_a_rerun_uploads_again_a_shard_whose_data_is_cut_short_on_the_server(
+        s3_env, s3_server, source):
+    url = f"s3://{BUCKET}/convert/cut.set"
+    convert_folder(source, url, shards=3, workers=1, progress=False)
+    fs = client(s3_server)
+    key = f"{BUCKET}/convert/cut.set/shard-00002-of-00003/data.mdb"
+    fs.pipe_file(key, fs.cat_file(key)[:4096])
+    fs.rm(f"{BUCKET}/convert/cut.set/fastload-set.json")  # as if the manifest never went up
+    report = convert_folder(source, url, shards=3, workers=1, progress=False)
+    assert report.finished_shards == [0, 1] and report.manifest is not None
+    assert fastload.LMDBDataset(url).reader.record(60)
+
+
+def test_convert_cli_with_shard_size_then_verify_of_the_url(s3_env, source, capsys):
+    from fastload.data.convert_sources import list_source
+
+    url = f"s3://{BUCKET}/convert/sized.set"
+    _, total = list_source(source, workers=1).fingerprint()
+    shards = shards_for_size(total, 61, 0.015)
+    assert 1 < shards < 61
+    assert cli(["convert", str(source), url, "--shard-size", "0.015", "--workers", "1",
+                "--no-progress"]) == 0
+    assert f"manifest written (61 records in {shards} shards)" in capsys.readouterr().out
+    assert cli(["verify", url]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"{url}: OK: 61/61 records in {shards} shards")
+
+
+def test_convert_to_a_url_without_shards_is_refused_before_anything_is_written(
+        s3_env, s3_server, source):
+    with pytest.raises(ValueError, match="is a URL, where fastload writes sharded sets only"):
+        convert_folder(source, f"s3://{BUCKET}/convert/none.set", progress=False)
+    assert not client(s3_server).exists(f"{BUCKET}/convert/none.set")
