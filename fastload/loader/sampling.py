@@ -72,7 +72,10 @@ def rank_zero_seed(value: int) -> int:
 class EpochSampler(Sampler[int]):
     """The loader's own order: ``range(N)`` or a permutation from ``(seed, epoch)``, sharded
     like DistributedSampler when ``num_replicas > 1`` (padding rule in the module docstring).
+    ``fastload.loader.shard_order.ShardShuffleSampler`` is the shard-aware variant.
     """
+
+    order_name = "global"  # the loader's ``order=`` this sampler makes
 
     def __init__(self, num_items: int, *, shuffle: bool, seed: int | None, num_replicas: int = 1,
                  rank: int = 0, drop_last: bool = False) -> None:
@@ -123,6 +126,18 @@ class EpochSampler(Sampler[int]):
 
     def __len__(self) -> int:
         return self.num_samples
+
+    def state_fields(self, epoch: int) -> dict[str, Any]:
+        """What a state saved in ``epoch`` stores of this order besides the seed (none for
+        the global order; a subclass's own)."""
+        return {}
+
+    def load_state_fields(self, state: dict[str, Any], resumable: bool) -> None:
+        """Refuse a state saved with another ``order`` (its positions mean other samples)."""
+        saved = state.get("order") or "global"
+        if saved != self.order_name:
+            raise ValueError(f"state was saved with order={saved!r}, but this loader has "
+                             f"order={self.order_name!r}; resume with the same setting")
 
 
 def _per_rank(num_items: int, num_replicas: int, drop_last: bool) -> int:
@@ -288,6 +303,8 @@ class BatchOrder:
                                             dtype=torch.int64),
                     "batch_sizes": torch.tensor([len(b) for b in rest], dtype=torch.int64),
                 }
+        if own is not None:
+            state.update(own.state_fields(state["epoch"]))
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -310,7 +327,10 @@ class BatchOrder:
                     f"loader has {per_epoch} batches; pass a state_dict() saved by a loader "
                     "with the same dataset, batch_size and world size")
         state = dict(state)
+        resumable = (state["batches_yielded"] > 0 or state["remaining"] is not None
+                     or (state.get("epoch_offset") or 0) > 0)
         if own is not None and state["remaining"] is None:
+            own.load_state_fields(state, resumable)
             self._plan_own_resume(state)
         elif own is None and state["remaining"] is not None:
             world_size = distributed_settings()[0]
@@ -326,9 +346,7 @@ class BatchOrder:
             self.set_seed(state["seed"])
         self.current = None
         self.next_epoch = int(state["epoch"])
-        resumable = (state["batches_yielded"] > 0 or state["remaining"] is not None
-                     or state.get("_offset", 0) > 0)
-        self._resume = state if resumable else None
+        self._resume = state if resumable or state.get("_offset", 0) > 0 else None
 
     def _plan_own_resume(self, state: dict[str, Any]) -> None:
         """Set ``state["_offset"]``/``["_start"]``: a replay of the saved cut at the same
@@ -377,6 +395,9 @@ def _check_state_fields(state: dict[str, Any]) -> None:
             _integer(state, key, low=0, high=num_items)
     if state.get("remaining") is not None:
         state["remaining"] = _check_remaining(state["remaining"], num_items)
+    from fastload.loader.shard_order import check_order_fields
+
+    check_order_fields(state)
 
 
 def _integer(state: dict[str, Any], key: str, low: int | None = 0,
