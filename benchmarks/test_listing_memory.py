@@ -27,8 +27,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-import pytest
-
 CHILD = r"""
 import json, sys, time
 def rss():

@@ -345,3 +345,17 @@ def test_a_set_whose_labels_run_in_class_order_warns_that_windows_hold_few_class
         fastload.DataLoader(str(mixed_set), batch_size=4, shuffle=True, order="shards",
                             shard_window=1, transform=SMALL, device="cpu")
     assert not [w for w in caught if "class order" in str(w.message)]
+
+
+def test_the_torch_fallback_reads_the_shard_order_too(mixed_set):
+    transform = T.Compose([T.Lambda(lambda image: image), T.Resize((8, 8)), T.ToTensor()])
+    with pytest.warns(fastload.FallbackWarning):
+        loader = fastload.DataLoader(str(mixed_set), batch_size=4, shuffle=True, seed=3,
+                                     order="shards", shard_window=1, transform=transform)
+    assert isinstance(loader.sampler, ShardShuffleSampler)
+    order = list(loader.sampler)
+    assert order != sorted(order)
+    labels = [label for _, batch in loader for label in batch.tolist()]
+    assert labels == [loader.dataset.targets[i] for i in order]
+    loader.set_epoch(1)
+    assert loader.sampler.epoch == 1 and list(loader.sampler) != order
