@@ -353,6 +353,7 @@ def test_the_torch_fallback_reads_the_shard_order_too(mixed_set):
         loader = fastload.DataLoader(str(mixed_set), batch_size=4, shuffle=True, seed=3,
                                      order="shards", shard_window=1, transform=transform)
     assert isinstance(loader.sampler, ShardShuffleSampler)
+    assert loader.batch_sampler.sampler is loader.sampler
     order = list(loader.sampler)
     assert order != sorted(order)
     labels = [label for _, batch in loader for label in batch.tolist()]

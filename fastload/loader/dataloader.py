@@ -175,7 +175,7 @@ class DataLoader:
                           FallbackWarning, stacklevel=2)
             if self.order == "shards":  # torch's loader reads the shard-aware order too
                 torch_loader = torch_loader_with(None, self._fallback_sampler(shuffle, seed))
-                self.sampler = torch_loader.sampler
+                self.sampler, self.batch_sampler = torch_loader.sampler, torch_loader.batch_sampler
             torch_loader.check_worker_number_rationality()
             self._torch = torch_loader
             self._order = None

@@ -45,14 +45,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fastload.loader.sampling import (
-    EpochSampler,
-    _integer,
-    _per_rank,
-    _short,
-    distributed_settings,
-    mix_seed,
-)
+from fastload.loader.sampling import EpochSampler, _per_rank, distributed_settings, mix_seed
 from fastload.utils.checks import check_positive_int
 
 __all__ = ["DEFAULT_SHARD_WINDOW", "ORDERS", "ShardOrder", "ShardShuffleSampler",
@@ -382,28 +375,4 @@ def warn_if_class_sorted(dataset: Any, shard_window: int, stacklevel: int = 3) -
             f"order='shards' with shard_window={shard_window} reads only a few classes at a "
             "time; convert it from a list in random order (a CSV of path,label rows), or pass "
             "a larger shard_window", UserWarning, stacklevel=stacklevel)
-
-
-def check_order_fields(state: dict[str, Any]) -> None:
-    """Type and range of a state's order fields, when present (``shard_order`` becomes an
-    int64 tensor); ``fastload.loader.sampling`` runs it with its own field checks."""
-    order = state.get("order")
-    if order is not None and order not in ("global", "shards"):
-        raise ValueError(f"state field order should be 'global' or 'shards', but got "
-                         f"order={_short(order)}")
-    if state.get("shard_window") is not None:
-        _integer(state, "shard_window", low=1)
-    stored = state.get("shard_order")
-    if stored is not None:
-        value = stored
-        if not isinstance(value, torch.Tensor):
-            try:
-                value = torch.as_tensor(value)
-            except (TypeError, ValueError, RuntimeError):
-                value = None
-        if (value is None or value.dim() != 1 or value.is_floating_point()
-                or value.is_complex() or value.dtype == torch.bool):
-            raise TypeError(f"state field shard_order should be None or a 1-D integer tensor, "
-                            f"but got {_short(stored)}")
-        state["shard_order"] = value.to(torch.int64)
 
