@@ -4,6 +4,7 @@ mid-epoch is finished by a 2-rank job from one rank's state, and 2 -> 3, every s
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import subprocess
 import sys
@@ -18,11 +19,12 @@ SCRIPT = pathlib.Path(__file__).parent / "scripts" / "set_worker.py"
 N, BATCH, STOP = 61, 4, 2
 
 
-def torchrun(ranks: int, out: pathlib.Path, *args: str) -> list[dict]:
+def torchrun(ranks: int, out: pathlib.Path, *args: str, env: dict | None = None) -> list[dict]:
     out.mkdir()
     done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
                            f"--nproc_per_node={ranks}", str(SCRIPT), *args[:1], str(out),
-                           *args[1:]], capture_output=True, timeout=300)
+                           *args[1:]], capture_output=True, timeout=300,
+                          env=None if env is None else {**os.environ, **env})
     assert done.returncode == 0, done.stdout.decode()[-3000:] + done.stderr.decode()[-3000:]
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(ranks)]
 
@@ -71,3 +73,25 @@ def test_a_user_distributed_sampler_state_is_refused_at_another_world_size(
                                  sampler=DistributedSampler(dataset, num_replicas=1, rank=0))
     with pytest.raises(ValueError, match="world_size=3 job.*cannot re-shard"):
         loader.load_state_dict(state)
+
+
+def test_the_shard_order_stopped_mid_epoch_finishes_at_another_world_size_exactly_once(
+        sharded_set, tmp_path):
+    from fastload.loader.shard_order import ShardShuffleSampler
+
+    shards = {"SET_WORKER_ORDER": "shards"}
+    records = torchrun(3, tmp_path / "stop", str(sharded_set), "stop", str(STOP), env=shards)
+    before = [i for rec in records for i in rec["epochs"][0]]
+    reader = fastload.LMDBDataset(sharded_set).reader
+    # 24 samples of 20-sample shards read one shard at a time: from two shards, not three
+    assert len({reader.locate(i)[0] for i in before}) == 2
+    resumed = torchrun(2, tmp_path / "resume", str(sharded_set), "resume",
+                       str(tmp_path / "stop" / "state0.pt"), env=shards)
+    after = [i for rec in resumed for i in rec["epochs"][0]]
+    assert len(before) == len(set(before)) and not set(before) & set(after)
+    assert set(before) | set(after) == set(range(N))
+    assert len(after) - len(set(after)) <= 1  # the resumed run's padding only
+    for rank, rec in enumerate(resumed):  # the next epoch: the shard order at the new size
+        sampler = ShardShuffleSampler(reader, 2, rank, True, 5, shard_window=1)
+        sampler.set_epoch(1)
+        assert rec["epochs"][1] == list(sampler)

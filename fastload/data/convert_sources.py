@@ -27,14 +27,12 @@ sorted set, as ImageFolder sorts folder names).
 
 from __future__ import annotations
 
-import csv
 import glob
-import io
 import os
 from pathlib import Path
 
 from fastload.data.sources.base import IMG_EXTENSIONS, SourceList
-from fastload.data.sources.filelist import file_list_source
+from fastload.data.sources.filelist import CsvCursor, file_list_source
 
 __all__ = ["IMG_EXTENSIONS", "SourceList", "list_source", "read_csv_list", "scan_image_folder"]
 
@@ -79,34 +77,9 @@ def scan_image_folder(root: Path) -> SourceList:
 
 
 def read_csv_list(csv_path: Path) -> SourceList:
-    """Read a ``path,label`` CSV (see the module docstring for the label rule)."""
-    rows: list[tuple[int, str, str]] = []
-    raw = csv_path.read_bytes()
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = raw.count(b"\n", 0, exc.start) + 1
-        raise ValueError(
-            f"{str(csv_path)!r} line {line} is not UTF-8 (byte {raw[exc.start]:#04x} at offset "
-            f"{exc.start}); save the CSV as UTF-8"
-        ) from None
-    for line_no, row in enumerate(csv.reader(io.StringIO(text, newline="")), start=1):
-        if not row or all(not cell.strip() for cell in row):
-            continue
-        if len(row) != 2:
-            raise ValueError(
-                f"{str(csv_path)!r} line {line_no} has {len(row)} columns; "
-                "each row must be `path,label`"
-            )
-        path, label = row[0].strip(), row[1].strip()
-        if line_no == 1 and (path.lower(), label.lower()) == ("path", "label"):
-            continue
-        if not path or not label:
-            raise ValueError(f"{str(csv_path)!r} line {line_no} has an empty path or label")
-        rows.append((line_no, path, label))
-    if not rows:
-        raise ValueError(f"{str(csv_path)!r} lists no images; add rows of `path,label`")
-    return file_list_source(csv_path, "csv", rows)
+    """Read a ``path,label`` CSV (see the module docstring for the label rule), streamed
+    (:mod:`fastload.data.sources.filelist`)."""
+    return file_list_source(csv_path, "csv", CsvCursor)
 
 
 # Data files a folder or glob source may hold (compressed tars only to refuse them by name).

@@ -11,6 +11,7 @@ from typing import Any
 from torch.utils.data import Dataset
 
 from fastload.data.remote import open_any
+from fastload.data.targets import Labels
 
 
 class LMDBDataset(Dataset):
@@ -19,7 +20,10 @@ class LMDBDataset(Dataset):
     ``dataset[i]`` is ``(PIL RGB image, label)`` with ``transform`` / ``target_transform``
     applied, exactly as ImageFolder gives sample ``i`` of the folder that was converted
     (when the conversion skipped no file and kept every JPEG's bytes). ``classes``,
-    ``class_to_idx`` and ``targets`` mean what they mean on ImageFolder; ``reader`` is the
+    ``class_to_idx`` and ``targets`` mean what they mean on ImageFolder; ``targets`` is the
+    set's ``labels.i32`` memory-mapped, read as a list of ints but not changeable in place
+    (:class:`~fastload.data.targets.Labels`: ``targets[i]``, slices, ``==`` with a list,
+    ``np.asarray(targets)`` without a copy); ``reader`` is the
     underlying :class:`~fastload.data.reader.LMDBReader`. The LMDB environment is opened
     lazily in each process, so the dataset pickles to DataLoader workers (fork or spawn).
     There is no ``samples`` list of file paths: records are keys (``reader.key(i)``).
@@ -53,7 +57,7 @@ class LMDBDataset(Dataset):
         self.target_transform = target_transform
         self.classes: list[str] = self.reader.classes
         self.class_to_idx: dict[str, int] = self.reader.class_to_idx
-        self.targets: list[int] = self.reader.targets
+        self.targets: Labels = self.reader.targets
 
     def __len__(self) -> int:
         return len(self.reader)

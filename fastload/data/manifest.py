@@ -225,7 +225,7 @@ def build_manifest(root: Path, count: int, open_shard: Callable | None = None):
             "checksum_file": f"{name}/{CHECKSUM_FILE}",
             "checksum_file_crc32": crc32(reader.checksums.astype("<u4").tobytes()),
         })
-        labels.append(np.asarray(reader.targets, dtype=LABELS_DTYPE))
+        labels.append(np.array(reader.targets, dtype=LABELS_DTYPE, copy=True))  # unmapped
         start += len(reader)
     manifest = {
         "format": MANIFEST_FORMAT, "version": MANIFEST_VERSION, "state": STATE_COMPLETE,

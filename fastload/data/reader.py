@@ -3,7 +3,8 @@
 The LMDB environment is opened lazily, once per process (checked by pid), read-only
 with ``lock=False`` and ``readahead=False``: LMDB handles do not survive ``fork``, and a
 reader pickled into a DataLoader worker reopens the file there. Labels come from the
-``labels.i32`` sidecar, so samplers get ``targets`` without a pass over the database.
+``labels.i32`` sidecar, memory-mapped (:class:`~fastload.data.targets.Labels`), so samplers
+get ``targets`` without a pass over the database and without a copy per process.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from fastload.data.format import (
     record_key,
 )
 from fastload.data.lmdb_meta import check_data_file
+from fastload.data.targets import Labels
 from fastload.data.untrusted import read_json, refuse_url, regular_file_size, short_repr
 
 MAX_READERS = 1024
@@ -186,11 +188,10 @@ def class_list_problem(classes: object) -> str | None:
     return None
 
 
-def load_sidecar_array(path: Path, meta: dict, kind: str, default_file: str,
-                        default_dtype: str, fix: str):
-    """The per-record ``kind`` array (labels, checksums) beside ``path``'s data.mdb, checked
-    against the record count before it is read; a missing or short file is one error naming
-    it and ``fix``."""
+def _checked_sidecar(path: Path, meta: dict, kind: str, default_file: str,
+                     default_dtype: str, fix: str) -> Path:
+    """``path``'s ``kind`` sidecar file, its size checked against the record count before it
+    is read; a missing or short file is one error naming it and ``fix``."""
     import numpy as np
 
     sidecar = path / default_file
@@ -204,7 +205,26 @@ def load_sidecar_array(path: Path, meta: dict, kind: str, default_file: str,
         held = (f"{size // dtype.itemsize} {noun}" if size % dtype.itemsize == 0
                 else f"{size} bytes, not a whole number of {noun},")
         raise ValueError(f"{str(sidecar)!r} holds {held} for {meta['count']} records; {fix}")
-    return np.fromfile(sidecar, dtype=dtype)
+    return sidecar
+
+
+def load_sidecar_array(path: Path, meta: dict, kind: str, default_file: str,
+                        default_dtype: str, fix: str):
+    """The per-record ``kind`` array (labels, checksums) beside ``path``'s data.mdb, read into
+    memory after :func:`_checked_sidecar`'s size check."""
+    import numpy as np
+
+    sidecar = _checked_sidecar(path, meta, kind, default_file, default_dtype, fix)
+    return np.fromfile(sidecar, dtype=np.dtype(default_dtype))
+
+
+def map_labels(path: Path, meta: dict, labels_file: str, num_classes: int, fix: str) -> Labels:
+    """``path``'s labels file memory-mapped (:class:`~fastload.data.targets.Labels`), its size
+    checked before it is mapped and every label checked to lie in ``[0, num_classes)``."""
+    sidecar = _checked_sidecar(path, meta, "labels", labels_file, LABELS_DTYPE, fix)
+    labels = Labels(sidecar, int(meta["count"]))
+    check_label_range(labels.array, num_classes, sidecar, fix)
+    return labels
 
 
 def check_label_range(labels, num_classes: int, where: Path, fix: str) -> None:
@@ -217,15 +237,11 @@ def check_label_range(labels, num_classes: int, where: Path, fix: str) -> None:
                          f"outside [0, {num_classes}) for the {num_classes} classes; {fix}")
 
 
-def load_labels(path: Path, meta: dict) -> list[int]:
-    """Per-record labels from the labels sidecar, checked against the record count and the
-    class count."""
-    import numpy as np
-
-    fix = "reconvert it with overwrite=True"
-    labels = load_sidecar_array(path, meta, "labels", LABELS_FILE, LABELS_DTYPE, fix)
-    check_label_range(labels, len(meta.get("classes", [])), path / LABELS_FILE, fix)
-    return labels.astype(np.int64).tolist()
+def load_labels(path: Path, meta: dict) -> Labels:
+    """Per-record labels from the labels sidecar, memory-mapped, checked against the record
+    count and the class count."""
+    return map_labels(path, meta, LABELS_FILE, len(meta.get("classes", [])),
+                      "reconvert it with overwrite=True")
 
 
 def load_checksums(path: Path, meta: dict):
@@ -258,7 +274,7 @@ class LMDBReader:
         self.meta: dict = load_meta(self.path)
         self.classes: list[str] = list(self.meta.get("classes", []))
         self.class_to_idx: dict[str, int] = {name: i for i, name in enumerate(self.classes)}
-        self.targets: list[int] = load_labels(self.path, self.meta)
+        self.targets: Labels = load_labels(self.path, self.meta)
         self._count = int(self.meta["count"])
         self.checksums = load_checksums(self.path, self.meta) if checksums else None
         check_data_file(self.path / DATA_FILE, self._count)
@@ -282,6 +298,15 @@ class LMDBReader:
             self.close()
         except Exception:  # noqa: BLE001 - interpreter shutdown
             pass
+
+    def share_labels(self, labels: Labels) -> None:
+        """Read ``labels`` (equal to this database's own, e.g. a view of a sharded set's
+        labels over this shard's range) instead of mapping this database's ``labels.i32``:
+        one mapping and one file handle fewer per shard."""
+        if not np.array_equal(labels.array, self.targets.array):
+            raise ValueError(f"the labels given for {str(self.path)!r} differ from its "
+                             f"{LABELS_FILE}")
+        self.targets = labels
 
     def close(self) -> None:
         """Drop this process's LMDB handle (it is reopened on the next read)."""

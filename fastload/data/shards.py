@@ -28,7 +28,6 @@ import os
 from fastload.data.format import (
     CHECKSUM_FILE,
     DATA_FILE,
-    LABELS_DTYPE,
     LABELS_FILE,
     META_FILE,
     crc32,
@@ -43,10 +42,10 @@ from fastload.data.manifest import (
 from fastload.data.manifest_schema import ShardEntry, repair_advice
 from fastload.data.reader import (
     LMDBReader,
-    check_label_range,
-    load_sidecar_array,
+    map_labels,
     record_index,
 )
+from fastload.data.targets import Labels
 from fastload.data.untrusted import confined_path
 
 __all__ = ["ShardedReader", "open_reader"]
@@ -58,8 +57,6 @@ class ShardedReader:
     _shards_present = True  # a remote set's shards arrive in its cache folder on first use
 
     def __init__(self, path: str | os.PathLike) -> None:
-        import numpy as np
-
         file = manifest_path(path)
         self.path = file.parent
         self.meta, self._entries = open_manifest(file, shards_present=self._shards_present)
@@ -68,10 +65,9 @@ class ShardedReader:
         self._count = int(self.meta["count"])
         self._starts = [entry.start for entry in self._entries]
         fix = repair_advice(self.path)
-        labels = load_sidecar_array(self.path, self.meta, "labels", SET_LABELS_FILE,
-                                    LABELS_DTYPE, fix)
-        check_label_range(labels, len(self.classes), self.path / SET_LABELS_FILE, fix)
-        self.targets: list[int] = labels.astype(np.int64).tolist()
+        # memory-mapped: a rank holds no copy of 100 M labels (fastload.data.targets)
+        self.targets: Labels = map_labels(self.path, self.meta, SET_LABELS_FILE,
+                                          len(self.classes), fix)
         self._readers: dict[int, LMDBReader] = {}
 
     @property
@@ -155,6 +151,7 @@ class ShardedReader:
         if problem:
             reader.close()
             raise ValueError(f"{where} does not match the manifest: {problem}; {fix}")
+        reader.share_labels(self.targets.view(entry.start, entry.stop))
         return reader
 
     def shard_problem(self, reader: LMDBReader, entry: ShardEntry) -> str | None:
@@ -173,7 +170,7 @@ class ShardedReader:
         if crc32(reader.checksums.astype("<u4").tobytes()) != entry.checksum_crc32:
             return (f"its {CHECKSUM_FILE} differs from the one the manifest was written "
                     "for (CRC-32 mismatch)")
-        if reader.targets != self.targets[entry.start:entry.stop]:
+        if reader.targets != self.targets.view(entry.start, entry.stop):
             return (f"its {LABELS_FILE} differs from the set's {SET_LABELS_FILE} over "
                     f"[{entry.start}, {entry.stop})")
         return None

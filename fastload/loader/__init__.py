@@ -2,6 +2,8 @@
 
 dataloader (the drop-in class, the fallback), epoch (one epoch's iterator), plan (what runs
 where), sources (a dataset's file list and labels), sampling (the one seed rule, epoch order,
-sharding), presets (ImageNet transforms), stall (data-wait meter), decoder_log. Imports
-``fastload.data`` and ``fastload.pipelines`` (the graphs and the torch suffix).
+sharding), shard_order (the shard-aware order of sharded sets), state_fields (the checks
+of a loaded state_dict), presets (ImageNet transforms), stall (data-wait meter),
+decoder_log. Imports ``fastload.data`` and ``fastload.pipelines`` (the graphs and the torch
+suffix).
 """

@@ -22,12 +22,19 @@ from fastload.loader.devices import resolve_device
 from fastload.loader.epoch import _EpochIterator
 from fastload.loader.plan import make_plan
 from fastload.loader.sampling import BatchOrder, EpochSampler, distributed_settings
+from fastload.loader.shard_order import (
+    DEFAULT_SHARD_WINDOW,
+    ShardShuffleSampler,
+    resolve_order,
+    warn_if_class_sorted,
+)
 from fastload.loader.sources import NotASource, SampleError, make_source, resolve_dataset
 from fastload.loader.stage import SampleStage
 
 __all__ = ["DataLoader", "FallbackWarning", "SampleError"]
 
-_FROZEN = ("batch_size", "batch_sampler", "sampler", "drop_last", "dataset", "persistent_workers")
+_FROZEN = ("batch_size", "batch_sampler", "sampler", "drop_last", "dataset", "persistent_workers",
+           "order", "shard_window")
 _COPIED = ("num_workers", "prefetch_factor", "pin_memory", "pin_memory_device", "timeout",
            "worker_init_fn", "multiprocessing_context", "in_order", "generator", "collate_fn",
            "persistent_workers", "batch_size", "drop_last", "sampler", "batch_sampler")
@@ -62,6 +69,13 @@ class DataLoader:
     * ``storage_options`` / ``cache_dir`` / ``cache_bytes``: when ``dataset`` is a URL
       (``s3://bucket/train.set``): fsspec's options (credentials, ``endpoint_url``), the
       local shard cache's folder and bound in bytes (see ``fastload.LMDBDataset``).
+    * ``order``: ``"global"`` (a permutation of the whole set per epoch, as torch's
+      RandomSampler) or ``"shards"`` (a sharded set only: the shards shuffled per epoch,
+      then the samples within windows of ``shard_window`` consecutive shards, so a rank
+      reads a few shards at a time; ``fastload.loader.shard_order``). None: ``"shards"`` for
+      a set streamed from object storage, ``"global"`` for a local one.
+    * ``shard_window``: shards per window of ``order="shards"`` (larger: a better shuffle,
+      more shards resident and cached at once).
 
     Datasets: torchvision ``ImageFolder``/``DatasetFolder`` with the default PIL loader,
     ``fastload.LMDBDataset``, a ``Subset`` of either, or a path. ``num_workers`` sets the DALI
@@ -105,7 +119,8 @@ class DataLoader:
                  transform: Any = None, target_transform: Any = None,
                  hw_decoder_load: float = 0.65, storage_options: dict | None = None,
                  cache_dir: str | os.PathLike | None = None,
-                 cache_bytes: int | None = None) -> None:
+                 cache_bytes: int | None = None, order: str | None = None,
+                 shard_window: int = DEFAULT_SHARD_WINDOW) -> None:
         if on_error not in ("raise", "skip"):
             raise ValueError(f"on_error should be 'raise' or 'skip', but got on_error={on_error!r}")
         if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
@@ -115,19 +130,26 @@ class DataLoader:
         dataset = resolve_dataset(dataset, transform, target_transform, {
             "storage_options": storage_options, "cache_dir": cache_dir,
             "cache_bytes": cache_bytes})
+        self.order = resolve_order(order, shard_window, dataset, sampler=sampler,
+                                   batch_sampler=batch_sampler)
+        self.shard_window = shard_window
         torch_generator = generator
         if seed is not None:
             torch_generator = torch.Generator()
             torch_generator.manual_seed(seed)
-        # torch's own constructor validates the arguments, with torch's messages.
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message="This DataLoader will create")
-            torch_loader = TorchDataLoader(
-                dataset, batch_size, shuffle, sampler, batch_sampler, num_workers, collate_fn,
-                pin_memory, drop_last, timeout, worker_init_fn, multiprocessing_context,
-                torch_generator, prefetch_factor=prefetch_factor,
-                persistent_workers=persistent_workers, pin_memory_device=pin_memory_device,
-                in_order=in_order)
+
+        def torch_loader_with(shuffle: Any, sampler: Any) -> TorchDataLoader:
+            # torch's own constructor validates the arguments, with torch's messages.
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message="This DataLoader will create")
+                return TorchDataLoader(
+                    dataset, batch_size, shuffle, sampler, batch_sampler, num_workers,
+                    collate_fn, pin_memory, drop_last, timeout, worker_init_fn,
+                    multiprocessing_context, torch_generator, prefetch_factor=prefetch_factor,
+                    persistent_workers=persistent_workers, pin_memory_device=pin_memory_device,
+                    in_order=in_order)
+
+        torch_loader = torch_loader_with(shuffle, sampler)
         self.device = resolve_device(device)
         if not 0.0 <= hw_decoder_load <= 1.0:
             raise ValueError(f"hw_decoder_load should be in [0, 1], but got {hw_decoder_load!r}")
@@ -158,6 +180,9 @@ class DataLoader:
             warnings.warn(f"fastload.DataLoader: {reason}; running torch.utils.data.DataLoader "
                           "instead (same batches, no speed-up; strict=True makes this an error)",
                           FallbackWarning, stacklevel=2)
+            if self.order == "shards":  # torch's loader reads the shard-aware order too
+                torch_loader = torch_loader_with(None, self._fallback_sampler(shuffle, seed))
+                self.sampler, self.batch_sampler = torch_loader.sampler, torch_loader.batch_sampler
             torch_loader.check_worker_number_rationality()
             self._torch = torch_loader
             self._order = None
@@ -201,13 +226,33 @@ class DataLoader:
         own = None
         if sampler is None and batch_sampler is None:
             world_size, rank = distributed_settings()
-            own = EpochSampler(len(self._source), shuffle=bool(shuffle), seed=base_seed,
-                               num_replicas=world_size, rank=rank, drop_last=self.drop_last)
+            if self.order == "shards":
+                own = ShardShuffleSampler(self.dataset, world_size, rank, bool(shuffle),
+                                          base_seed, self.drop_last,
+                                          shard_window=self.shard_window)
+                if own.num_items != len(self._source):
+                    raise ValueError(f"order='shards' needs len(dataset) to be the set's "
+                                     f"{own.num_items} records, but it is {len(self._source)}")
+                if shuffle:
+                    warn_if_class_sorted(self.dataset, self.shard_window, stacklevel=4)
+            else:
+                own = EpochSampler(len(self._source), shuffle=bool(shuffle), seed=base_seed,
+                                   num_replicas=world_size, rank=rank, drop_last=self.drop_last)
             self.sampler = own
             self.batch_sampler = BatchSampler(own, self.batch_size, self.drop_last)
         self._rank = distributed_settings()[1]
         self._order = BatchOrder(self.batch_sampler, own, self.batch_size, self.drop_last,
                                  base_seed, len(self._source))
+
+    def _fallback_sampler(self, shuffle: Any, seed: int | None) -> ShardShuffleSampler:
+        """The shard-aware order as a sampler of torch's loader: seeded by ``seed``, else (one
+        process) a seed drawn per epoch from torch's default generator, as RandomSampler
+        draws, or (torch.distributed) 0, as DistributedSampler's; ``set_epoch`` reaches it."""
+        world_size, _ = distributed_settings()
+        if seed is None and world_size > 1:
+            seed = 0
+        return ShardShuffleSampler(self.dataset, shuffle=bool(shuffle), seed=seed,
+                                   drop_last=self.drop_last, shard_window=self.shard_window)
 
     def __setattr__(self, attr: str, val: Any) -> None:
         if self.__dict__.get("_initialized") and attr in _FROZEN:
@@ -269,6 +314,8 @@ class DataLoader:
         forwarded to a sampler that has ``set_epoch`` (e.g. DistributedSampler)."""
         if self._order is not None:
             self._order.set_epoch(epoch)
+        elif isinstance(self.sampler, EpochSampler):  # the fallback's shard-aware order
+            self.sampler.set_epoch(epoch)
         if not isinstance(self.sampler, EpochSampler) and hasattr(self.sampler, "set_epoch"):
             self.sampler.set_epoch(epoch)
 

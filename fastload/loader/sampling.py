@@ -34,6 +34,8 @@ import numpy as np
 import torch
 from torch.utils.data import Sampler
 
+from fastload.loader.state_fields import check_state_fields
+
 __all__ = ["BatchOrder", "EpochSampler", "mix_seed", "distributed_settings", "rank_zero_seed"]
 
 _MASK64 = (1 << 64) - 1
@@ -72,7 +74,10 @@ def rank_zero_seed(value: int) -> int:
 class EpochSampler(Sampler[int]):
     """The loader's own order: ``range(N)`` or a permutation from ``(seed, epoch)``, sharded
     like DistributedSampler when ``num_replicas > 1`` (padding rule in the module docstring).
+    ``fastload.loader.shard_order.ShardShuffleSampler`` is the shard-aware variant.
     """
+
+    order_name = "global"  # the loader's ``order=`` this sampler makes
 
     def __init__(self, num_items: int, *, shuffle: bool, seed: int | None, num_replicas: int = 1,
                  rank: int = 0, drop_last: bool = False) -> None:
@@ -123,6 +128,18 @@ class EpochSampler(Sampler[int]):
 
     def __len__(self) -> int:
         return self.num_samples
+
+    def state_fields(self, epoch: int) -> dict[str, Any]:
+        """What a state saved in ``epoch`` stores of this order besides the seed (none for
+        the global order; a subclass's own)."""
+        return {}
+
+    def load_state_fields(self, state: dict[str, Any], resumable: bool) -> None:
+        """Refuse a state saved with another ``order`` (its positions mean other samples)."""
+        saved = state.get("order") or "global"
+        if saved != self.order_name:
+            raise ValueError(f"state was saved with order={saved!r}, but this loader has "
+                             f"order={self.order_name!r}; resume with the same setting")
 
 
 def _per_rank(num_items: int, num_replicas: int, drop_last: bool) -> int:
@@ -288,6 +305,8 @@ class BatchOrder:
                                             dtype=torch.int64),
                     "batch_sizes": torch.tensor([len(b) for b in rest], dtype=torch.int64),
                 }
+        if own is not None:
+            state.update(own.state_fields(state["epoch"]))
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -296,7 +315,7 @@ class BatchOrder:
             raise ValueError("state is not a fastload DataLoader state_dict (version "
                              f"{STATE_VERSION}); pass what DataLoader.state_dict() returned")
         state = dict(state)  # validation may normalise fields; the caller's dict is kept
-        _check_state_fields(state)
+        check_state_fields(state)
         if state["num_items"] != self.num_items:
             raise ValueError(f"state was saved for a dataset of {state['num_items']} samples, "
                              f"but this loader's dataset has {self.num_items}")
@@ -310,7 +329,10 @@ class BatchOrder:
                     f"loader has {per_epoch} batches; pass a state_dict() saved by a loader "
                     "with the same dataset, batch_size and world size")
         state = dict(state)
+        resumable = (state["batches_yielded"] > 0 or state["remaining"] is not None
+                     or (state.get("epoch_offset") or 0) > 0)
         if own is not None and state["remaining"] is None:
+            own.load_state_fields(state, resumable)
             self._plan_own_resume(state)
         elif own is None and state["remaining"] is not None:
             world_size = distributed_settings()[0]
@@ -326,9 +348,7 @@ class BatchOrder:
             self.set_seed(state["seed"])
         self.current = None
         self.next_epoch = int(state["epoch"])
-        resumable = (state["batches_yielded"] > 0 or state["remaining"] is not None
-                     or state.get("_offset", 0) > 0)
-        self._resume = state if resumable else None
+        self._resume = state if resumable or state.get("_offset", 0) > 0 else None
 
     def _plan_own_resume(self, state: dict[str, Any]) -> None:
         """Set ``state["_offset"]``/``["_start"]``: a replay of the saved cut at the same
@@ -352,82 +372,3 @@ class BatchOrder:
             consumed = offset + state["batches_yielded"] * state["batch_size"] * state["world_size"]
         state["_offset"], state["_start"] = min(int(consumed), self.num_items), 0
 
-
-def _check_state_fields(state: dict[str, Any]) -> None:
-    """One sentence for a state_dict field of the wrong type (TypeError) or out of range
-    (ValueError), naming the field and its value; ``remaining`` lists become tensors."""
-    for key in ("epoch", "batches_yielded", "seed", "num_items"):
-        if key not in state:
-            raise ValueError(f"state has no {key!r}; pass what DataLoader.state_dict() returned")
-        if key == "seed" and state[key] is None:  # saved before the first iter()
-            continue
-        _integer(state, key, low=None if key == "seed" else 0)
-    num_items = state["num_items"]
-    if state.get("batch_size") is not None:
-        _integer(state, "batch_size", low=1)
-    if state.get("world_size") is not None:
-        _integer(state, "world_size", low=1)
-    for key, optional in (("drop_last", False), ("shuffle", True)):
-        value = state.get(key)
-        if key in state and not (isinstance(value, bool) or (optional and value is None)):
-            allowed = "True, False or None" if optional else "True or False"
-            raise TypeError(f"state field {key} should be {allowed}, but got {key}={value!r}")
-    for key in ("epoch_offset", "samples_consumed"):
-        if state.get(key) is not None:
-            _integer(state, key, low=0, high=num_items)
-    if state.get("remaining") is not None:
-        state["remaining"] = _check_remaining(state["remaining"], num_items)
-
-
-def _integer(state: dict[str, Any], key: str, low: int | None = 0,
-             high: int | None = None) -> None:
-    import numbers
-
-    value = state[key]
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"state field {key} should be an integer, but got {key}={value!r}")
-    if low is not None and value < low or high is not None and value > high:
-        span = ("a non-negative integer" if low == 0 and high is None
-                else f"an integer >= {low}" if high is None
-                else f"an integer in [{low}, {high}] (the dataset has {high} samples)")
-        raise ValueError(f"state field {key} should be {span}, but got {key}={value!r}")
-
-
-def _check_remaining(remaining: Any, num_items: int) -> dict[str, torch.Tensor]:
-    """``remaining`` as two int64 tensors, checked: batch sizes >= 0 summing to the number of
-    indices, every index in ``[0, num_items)``."""
-    shape = ("None or {'indices': a 1-D integer tensor, 'batch_sizes': a 1-D integer tensor "
-             "of the sizes of the remaining batches}")
-    if not isinstance(remaining, dict) or set(remaining) != {"indices", "batch_sizes"}:
-        raise TypeError(f"state field remaining should be {shape}, but got "
-                        f"remaining={_short(remaining)}")
-    tensors = {}
-    for key in ("indices", "batch_sizes"):
-        value = remaining[key]
-        if not isinstance(value, torch.Tensor):
-            try:
-                value = torch.as_tensor(value)
-            except (TypeError, ValueError, RuntimeError):
-                value = None
-        if (value is None or value.dim() != 1 or value.is_floating_point()
-                or value.is_complex() or value.dtype == torch.bool):
-            raise TypeError(f"state field remaining[{key!r}] should be a 1-D integer tensor, "
-                            f"but got {_short(remaining[key])}")
-        tensors[key] = value.to(torch.int64)
-    sizes, indices = tensors["batch_sizes"], tensors["indices"]
-    if len(sizes) and int(sizes.min()) < 0:
-        raise ValueError(f"state field remaining['batch_sizes'] holds a negative batch size "
-                         f"({int(sizes.min())})")
-    if int(sizes.sum()) != len(indices):
-        raise ValueError(f"state field remaining['batch_sizes'] sums to {int(sizes.sum())}, but "
-                         f"remaining['indices'] holds {len(indices)} indices")
-    if len(indices) and (int(indices.min()) < 0 or int(indices.max()) >= num_items):
-        bad = int(indices.min()) if int(indices.min()) < 0 else int(indices.max())
-        raise ValueError(f"state field remaining['indices'] holds index {bad}, outside the "
-                         f"dataset's [0, {num_items})")
-    return tensors
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."

@@ -128,7 +128,7 @@ class _Source:
 
     transform: Any
     target_transform: Callable[[Any], Any] | None
-    targets: np.ndarray
+    targets: np.ndarray  # integer labels (an LMDB set's: its memory-mapped int32 labels.i32)
     length: int | None = None  # len(dataset), set by make_source; None: one per target
 
     def __len__(self) -> int:
@@ -140,15 +140,16 @@ class _Source:
 
     def sample_labels(self, indices: Sequence[int]) -> list[Any]:
         """Each sample's label as the dataset yields it (after ``target_transform``)."""
-        targets = [int(t) for t in self.targets[np.asarray(indices, dtype=np.int64)]]
+        targets = self.targets[np.asarray(indices, dtype=np.int64)].tolist()
         if self.target_transform is None:
             return targets
         return [self.target_transform(t) for t in targets]
 
     def labels(self, indices: Sequence[int]) -> Any:
         """The label batch torch's ``default_collate`` would build for these samples."""
-        if self.target_transform is None:
-            return torch.from_numpy(self.targets[np.asarray(indices, dtype=np.int64)])
+        if self.target_transform is None:  # int64, as default_collate makes of Python ints
+            return torch.from_numpy(
+                self.targets[np.asarray(indices, dtype=np.int64)].astype(np.int64))
         from torch.utils.data import default_collate
 
         # a tuple, as torch's default_collate sees the labels of its (image, label) pairs
@@ -276,9 +277,10 @@ class LMDBSource(_Source):
     def __init__(self, reader: Any, transform: Any,
                  target_transform: Callable[[Any], Any] | None = None) -> None:
         from fastload.data.format import jpeg_checked
+        from fastload.data.targets import as_label_array
 
         self.reader = reader
-        self.targets = np.asarray(reader.targets, dtype=np.int64)
+        self.targets = as_label_array(reader.targets)  # the mapped int32 labels: no copy
         self.transform = transform
         self.target_transform = target_transform
         # None: every record passed the strict check at conversion

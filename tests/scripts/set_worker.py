@@ -10,11 +10,15 @@ shards its process opened. MODE:
   also saves the state of a loader driven by a DistributedSampler after one batch to
   OUT/user_sampler_state.pt.
 * ``resume STATE``: load STATE, finish its epoch, then run the next one.
+
+``SET_WORKER_ORDER=shards`` in the environment builds the loader with ``order="shards",
+shard_window=1`` (the shard-aware order) instead of the global one.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import sys
 
@@ -41,8 +45,10 @@ def main(data: str, out_dir: str, mode: str, arg: str) -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
     out = pathlib.Path(out_dir)
     transform = T.Compose([T.Resize((8, 8)), T.ToTensor()])
+    order = {"order": "shards", "shard_window": 1} if os.environ.get(
+        "SET_WORKER_ORDER") == "shards" else {}
     loader = fastload.DataLoader(data, batch_size=4, shuffle=True, seed=5, transform=transform,
-                                 device="cpu", strict=True)
+                                 device="cpu", strict=True, **order)
     epochs = []
     if mode == "epochs":
         for epoch in range(int(arg)):

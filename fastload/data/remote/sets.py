@@ -65,6 +65,7 @@ class RemoteShardedReader(ShardedReader):
     """
 
     _shards_present = False
+    streaming = True  # the loader's default order is the shard-aware one (loader/shard_order)
 
     def __init__(self, location: RemoteLocation, cache: ShardCache | None = None, *,
                  listed: dict[str, int] | None = None) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
@@ -114,9 +114,10 @@ def files_digest(kind: str, classes: list[str], files: list[Path], root: Path) -
 class SourceList:
     """The ordered samples of a conversion source.
 
-    ``samples`` is a list of ``(absolute path, label)`` for file sources, a
-    :class:`RecordTable` for containers; ``options`` are the reading options that shaped
-    the records (a resumed conversion must use the same).
+    ``samples`` is a list of ``(absolute path, label)`` for an ImageFolder tree, a
+    :class:`RecordTable` for containers and for file lists (CSV, JSONL: streamed from the
+    list file, see :mod:`fastload.data.sources.filelist`); ``options`` are the reading
+    options that shaped the records (a resumed conversion must use the same).
     """
 
     root: Path
@@ -134,19 +135,26 @@ class SourceList:
         """
         if isinstance(self.samples, RecordTable):
             return self.samples.fingerprint()
-        total = 0
-        prefix = os.path.join(str(self.root), "")
-        digest = hashlib.sha256()
-        digest.update(f"{self.kind}\n{len(self.classes)}\n".encode())
-        for name in self.classes:
-            digest.update(name.encode("utf-8", "surrogateescape") + b"\0")
-        for path, label in self.samples:
-            try:
-                st = os.stat(path)
-                size, mtime = st.st_size, st.st_mtime_ns
-                total += size
-            except OSError:
-                size, mtime = -1, -1
-            rel = path[len(prefix):] if path.startswith(prefix) else os.path.relpath(path, self.root)
-            digest.update(f"{rel}\0{label}\0{size}\0{mtime}\n".encode("utf-8", "surrogateescape"))
-        return digest.hexdigest(), total
+        return files_fingerprint(self.kind, self.classes, self.root, self.samples)
+
+
+def files_fingerprint(kind: str, classes: list[str], root: Path,
+                      samples: Iterable[tuple[str, int]]) -> tuple[str, int]:
+    """:meth:`SourceList.fingerprint` of file records ``(absolute path, label)``, in order
+    (an iterable: a listing streamed from its file hashes alike)."""
+    total = 0
+    prefix = os.path.join(str(root), "")
+    digest = hashlib.sha256()
+    digest.update(f"{kind}\n{len(classes)}\n".encode())
+    for name in classes:
+        digest.update(name.encode("utf-8", "surrogateescape") + b"\0")
+    for path, label in samples:
+        try:
+            st = os.stat(path)
+            size, mtime = st.st_size, st.st_mtime_ns
+            total += size
+        except OSError:
+            size, mtime = -1, -1
+        rel = path[len(prefix):] if path.startswith(prefix) else os.path.relpath(path, root)
+        digest.update(f"{rel}\0{label}\0{size}\0{mtime}\n".encode("utf-8", "surrogateescape"))
+    return digest.hexdigest(), total

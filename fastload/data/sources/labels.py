@@ -47,24 +47,74 @@ def assign_labels(values: Sequence[Label], names: Sequence[str] | None = None,
                 problems[i] = (f"label {value!r} is out of the class list ({len(classes)} classes: "
                                f"{_preview(classes)})")
         return classes, indices, problems
-    present = [v for v in values if v is not None]
-    if all(_is_index(v) or (isinstance(v, int) and not isinstance(v, bool)) for v in present):
-        for i, value in enumerate(values):
-            if value is None:
-                continue
-            if int(value) < 0:
-                problems[i] = (f"label {value} is negative; integer labels are class indices "
-                               "0, 1, ...")
-            else:
-                indices[i] = int(value)
-        top = max((v for v in indices if v >= 0), default=-1)
-        return [str(i) for i in range(top + 1)], indices, problems
-    classes = sorted({str(v) for v in present})
-    position = {name: i for i, name in enumerate(classes)}
+    rule = LabelRule()
+    for value in values:
+        rule.add(value)
+    classes = rule.classes()
     for i, value in enumerate(values):
-        if value is not None:
-            indices[i] = position[str(value)]
+        if value is None:
+            continue
+        problem = rule.problem(value)
+        if problem is None:
+            indices[i] = rule.index(value)
+        else:
+            problems[i] = problem
     return classes, indices, problems
+
+
+class LabelRule:
+    """The rule without class names, fed one label at a time (:meth:`add`), for a listing
+    too long to hold: then :meth:`classes`, and per label :meth:`problem` and
+    :meth:`index`. It keeps the distinct labels only. ``first_problem`` is ``(where,
+    label)`` of the first label with a problem (when every label is an index: the first
+    negative one), or None.
+    """
+
+    def __init__(self) -> None:
+        self._names: set[str] = set()
+        self._all_index = True
+        self._top = -1
+        self._first_negative: tuple[object, Label] | None = None
+        self._position: dict[str, int] | None = None
+
+    def add(self, value: Label, where: object = None) -> None:
+        if value is None:
+            return
+        name = value if isinstance(value, str) else str(value)
+        if name in self._names:  # a label seen before: nothing new (str(3) == "3" alike)
+            return
+        self._position = None
+        self._names.add(name)
+        if not _is_index(value):
+            self._all_index = False
+        elif int(value) < 0:
+            if self._first_negative is None:
+                self._first_negative = (where, value)
+        else:
+            self._top = max(self._top, int(value))
+
+    @property
+    def first_problem(self) -> tuple[object, Label] | None:
+        return self._first_negative if self._all_index else None
+
+    def classes(self) -> list[str]:
+        if self._all_index:
+            return [str(i) for i in range(self._top + 1)]
+        return sorted(self._names)
+
+    def problem(self, value: Label) -> str | None:
+        """Why ``value`` (one of the labels added) is no class index, or None."""
+        if self._all_index and int(value) < 0:
+            return f"label {value} is negative; integer labels are class indices 0, 1, ..."
+        return None
+
+    def index(self, value: Label) -> int:
+        """The class index of ``value`` (one of the labels added, without a problem)."""
+        if self._all_index:
+            return int(value)
+        if self._position is None:
+            self._position = {name: i for i, name in enumerate(self.classes())}
+        return self._position[str(value)]
 
 
 def _preview(classes: Sequence[str], count: int = 4) -> str:
