@@ -134,3 +134,20 @@ def test_a_single_lmdb_at_a_url_reads_like_the_local_one(s3_env, s3_server, shar
     assert [remote.reader.record(i) for i in range(len(local))] == [
         local.reader.record(i) for i in range(len(local))]
 
+
+
+def test_a_shuffled_loader_on_an_s3_set_streams_by_shards_and_prefetches_them(s3_env,
+                                                                             remote_set):
+    transform = T.Compose([T.Resize((8, 8)), T.ToTensor()])
+    with pytest.warns(UserWarning, match="class order"):  # converted from an ImageFolder
+        loader = fastload.DataLoader(remote_set, batch_size=4, transform=transform,
+                                     shuffle=True, seed=1, shard_window=1)
+    assert loader.order == "shards"
+    seen = []
+    for _ in loader:
+        seen.extend(loader.last_batch_indices)
+    reader = loader.dataset.reader
+    assert sorted(seen) == list(range(len(loader.dataset)))  # every record once
+    starts = [reader.locate(i)[0] for i in seen]
+    assert starts == sorted(starts, key=starts.index)  # one shard after the other
+    assert reader.cache.downloads == reader.num_shards  # each shard fetched once

@@ -281,10 +281,11 @@ def test_the_sets_prefetch_hook_hears_of_each_shard_before_it_is_read(mixed_set)
     assert len(calls[0]) == 4  # the window and the next: 2 * shard_window
 
 
-def test_a_local_set_has_no_prefetch_hook_and_reads_as_before(mixed_set):
+def test_a_local_set_is_not_streaming_and_reads_as_before(mixed_set):
     loader = fastload.DataLoader(str(mixed_set), batch_size=4, order="shards", shard_window=2,
                                  transform=SMALL, device="cpu")
-    assert not hasattr(loader.dataset.reader, "prefetch")
+    assert not loader.dataset.reader.streaming  # its prefetch() has nothing to fetch
+    assert fastload.DataLoader(str(mixed_set), batch_size=4, transform=SMALL).order == "global"
     assert [i for b in epoch_indices(loader) for i in b] == list(range(40))  # no shuffle
 
 

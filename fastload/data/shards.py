@@ -55,6 +55,7 @@ class ShardedReader:
     """Read-only view of a sharded set as one data set with global indices."""
 
     _shards_present = True  # a remote set's shards arrive in its cache folder on first use
+    streaming = False  # read from object storage: the loader's default order is by shards
 
     def __init__(self, path: str | os.PathLike) -> None:
         file = manifest_path(path)
