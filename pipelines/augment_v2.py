@@ -127,8 +127,9 @@ def augmix(t) -> Replay:
         dims = list(img.shape)
         ndim = 5 if isinstance(orig, tv_tensors.Video) else 4
         batch = img.reshape([1] * max(ndim - img.ndim, 0) + dims)
-        batch_dims, weights, mix = common.augmix_mixing(t, batch, gen)
-        for i in range(t.mixture_width):
+        batch_dims, weights, first = common.augmix_mixing(t, batch, gen)
+        chains = []
+        for _ in range(t.mixture_width):
             aug = batch
             for _ in range(common.augmix_depth(t, gen)):
                 op, (fn, signed) = _random_item(space, gen)
@@ -136,8 +137,8 @@ def augmix(t) -> Replay:
                                        lambda: int(torch.randint(t.severity, (), generator=gen)),
                                        signed, gen)
                 aug = apply_op_v2(aug, op, magnitude, t.interpolation, seams.v2_fill(t))
-            mix.add_(weights[:, i].reshape(batch_dims) * aug)
-        mix = mix.reshape(dims).to(dtype=img.dtype)
+            chains.append(aug)
+        mix = common.augmix_combine(batch, batch_dims, first, weights, chains).reshape(dims)
         if isinstance(orig, (tv_tensors.Image, tv_tensors.Video)):
             return tv_tensors.wrap(mix, like=orig)
         return mix if isinstance(orig, torch.Tensor) else F.to_pil_image(mix)
