@@ -32,9 +32,18 @@ def apply_op_v2(img: Any, op_name: str, magnitude: Any, interpolation: Any = Non
     ``interpolation`` and ``fill`` (v2's per-type fill dict); or the name of a
     ``torchvision.transforms.v2.functional`` function (``"horizontal_flip"``, ``"erase"``,
     ...), called with ``magnitude``, a dict, as its keyword arguments. v2's ops are not v1's
-    (different kernels, tv_tensor wrapping), hence a seam of their own."""
+    (different kernels, tv_tensor wrapping), hence a seam of their own; both go through
+    :mod:`.fast_ops_v2` where it has an exact faster path."""
+    from . import fast_ops_v2  # v2's values, bit for bit, faster on uint8 CPU tensors
+
     if op_name in common.AUTOAUGMENT_OPS:
+        fast = fast_ops_v2.apply_op(img, op_name, magnitude, interpolation, fill)
+        if fast is not None:
+            return fast
         return seams.v2_apply_autoaugment_op(img, op_name, magnitude, interpolation, fill)
+    fast = fast_ops_v2.adjust(img, op_name, magnitude)
+    if fast is not None:
+        return fast
     from torchvision.transforms.v2 import functional as F
 
     return getattr(F, op_name)(img, **magnitude)

@@ -31,7 +31,8 @@ __all__ = [
     "autoaugment_apply_op", "check_version", "foreach_norm", "gen_affine_grid",
     "inductor_freezing", "interpolation_modes_from_int", "inverse_affine_matrix",
     "perspective_coeffs", "sample_dirichlet", "timm_auto_augment", "upsample_aa_out",
-    "v2_apply_autoaugment_op", "v2_augmentation_space", "v2_fill", "v2_get_fill", "v2_policies",
+    "v2_affine_grid", "v2_apply_autoaugment_op", "v2_augmentation_space", "v2_fill", "v2_get_fill",
+    "v2_inverse_affine_matrix", "v2_policies",
 ]
 
 # package -> (lowest release pyproject.toml allows, highest release the names were checked on)
@@ -88,6 +89,10 @@ SEAMS: tuple[Seam, ...] = (
          "a v2 fill for one input type"),
     Seam("torchvision.transforms.v2.functional._geometry._get_perspective_coeffs", "torchvision",
          "0.29", "v2 RandomPerspective's coefficients from its points"),
+    Seam("torchvision.transforms.v2.functional._geometry._get_inverse_affine_matrix",
+         "torchvision", "0.29", "the v2 affine fast path's matrix, v2's own arithmetic"),
+    Seam("torchvision.transforms.v2.functional._geometry._affine_grid", "torchvision", "0.29",
+         "the v2 affine fast path's sampling grid, v2's own"),
     Seam("timm.data.auto_augment.random", "timm", "1.0",
          "timm's auto-augment ops read Python's random through this module global"),
     Seam("timm.data.auto_augment.np", "timm", "1.0",
@@ -204,6 +209,10 @@ interpolation_modes_from_int: Callable[[int], Any] = resolve(
 v2_get_fill: Callable[..., Any] = resolve("torchvision.transforms.v2._utils._get_fill")
 perspective_coeffs: Callable[..., list[float]] = resolve(
     "torchvision.transforms.v2.functional._geometry._get_perspective_coeffs")
+v2_inverse_affine_matrix: Callable[..., list[float]] = resolve(
+    "torchvision.transforms.v2.functional._geometry._get_inverse_affine_matrix")
+v2_affine_grid: Callable[..., torch.Tensor] = resolve(
+    "torchvision.transforms.v2.functional._geometry._affine_grid")
 
 
 def augmentation_space(t: Any) -> Callable[..., dict]:
