@@ -1,4 +1,5 @@
-/* Exact uint8 kernels of torchvision's colour ops and AugMix's mixing (pipelines/kernels.py).
+/* Exact kernels of torchvision's colour ops, grid_sample, AugMix's and MixUp's mixing
+ * (pipelines/kernels.py).
  *
  * Each loop computes, pixel by pixel, the float32 arithmetic torchvision's tensor kernels
  * run as a sequence of whole-image torch ops (cast, multiply, add, clamp, cast back), with
@@ -535,6 +536,45 @@ done:
     return result;
 }
 
+
+/* v2 MixUp's image blend, one row of the batch in place: cur = prev * a + cur * b
+ * (torchvision: inpt.roll(1, 0).mul_(1 - lam).add_(inpt.mul(lam)), each step rounded) */
+LOOP static void
+mixup_loop(const float *restrict prev, float *restrict cur, Py_ssize_t n, float a, float b)
+{
+    for (Py_ssize_t i = 0; i < n; i++)
+        cur[i] = prev[i] * a + cur[i] * b;
+}
+
+static PyObject *
+mixup(PyObject *self, PyObject *args)
+{
+    PyObject *prev_obj, *cur_obj;
+    float a, b;
+    if (!PyArg_ParseTuple(args, "OOff", &prev_obj, &cur_obj, &a, &b))
+        return NULL;
+    Py_buffer prev, cur;
+    if (get(prev_obj, &prev, 0, 4, "prev") < 0)
+        return NULL;
+    if (get(cur_obj, &cur, 1, 4, "cur") < 0) {
+        PyBuffer_Release(&prev);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    if (prev.len != cur.len) {
+        PyErr_SetString(PyExc_ValueError, "mixup(prev, cur, a, b): float32 rows of one size");
+        goto done;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    mixup_loop(prev.buf, cur.buf, cur.len / 4, a, b);
+    Py_END_ALLOW_THREADS
+    result = Py_NewRef(Py_None);
+done:
+    PyBuffer_Release(&prev);
+    PyBuffer_Release(&cur);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"gray", gray, METH_VARARGS,
      "gray(src, dst, fused): dst = floor(grayscale(src)); src uint8 3 x N, dst float32 N."},
@@ -550,6 +590,8 @@ static PyMethodDef methods[] = {
     {"grid_sample", grid_sample, METH_VARARGS,
      "grid_sample(src, grid, dst, h, w, nearest): torch's grid_sample (zeros padding,\n"
      "align_corners=False) of uint8 planes; dst float32, or uint8 rounded half to even."},
+    {"mixup", mixup, METH_VARARGS,
+     "mixup(prev, cur, a, b): cur = prev * a + cur * b in place, float32 (v2 MixUp's blend)."},
     {"interleave", interleave, METH_VARARGS,
      "interleave(src, dst, channels): uint8 C x N planes -> N x C interleaved pixels."},
     {NULL, NULL, 0, NULL},

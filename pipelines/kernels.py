@@ -25,7 +25,7 @@ except ImportError:  # no C compiler at install time
     _c = None
 
 __all__ = ["AVAILABLE", "augmix_mix", "blend", "fused_ok", "gray", "grid_sample", "grid_sample_ok",
-           "interleave", "sharpen"]
+           "interleave", "mixup_rows", "sharpen"]
 
 AVAILABLE = _c is not None
 
@@ -122,6 +122,12 @@ def grid_sample_ok() -> bool:
         if not torch.equal(grid_sample(img, grid, mode == "nearest", False), want):
             return False
     return True
+
+
+def mixup_rows(prev: Tensor, cur: Tensor, a: float, b: float) -> None:
+    """``cur = prev * a + cur * b`` in place, float32, each product and the sum rounded (v2
+    MixUp's ``roll(1, 0).mul_(1 - lam).add_(x.mul(lam))`` for one image)."""
+    _c.mixup(prev.contiguous().numpy(), cur.numpy(), a, b)
 
 
 def interleave(img: Tensor) -> np.ndarray:

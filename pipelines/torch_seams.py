@@ -31,7 +31,8 @@ __all__ = [
     "autoaugment_apply_op", "check_version", "foreach_norm", "gen_affine_grid",
     "inductor_freezing", "interpolation_modes_from_int", "inverse_affine_matrix",
     "perspective_coeffs", "sample_dirichlet", "timm_auto_augment", "upsample_aa_out",
-    "v2_affine_grid", "v2_apply_autoaugment_op", "v2_augmentation_space", "v2_fill", "v2_get_fill",
+    "v2_affine_grid", "v2_apply_autoaugment_op", "v2_augmentation_space", "v2_default_labels_getter",
+    "v2_fill", "v2_get_fill",
     "v2_inverse_affine_matrix", "v2_policies",
 ]
 
@@ -87,6 +88,8 @@ SEAMS: tuple[Seam, ...] = (
          "a v2 transform's fill per input type"),
     Seam("torchvision.transforms.v2._utils._get_fill", "torchvision", "0.29",
          "a v2 fill for one input type"),
+    Seam("torchvision.transforms.v2._utils._find_labels_default_heuristic", "torchvision",
+         "0.29", "whether a v2 MixUp/CutMix finds its labels the default way"),
     Seam("torchvision.transforms.v2.functional._geometry._get_perspective_coeffs", "torchvision",
          "0.29", "v2 RandomPerspective's coefficients from its points"),
     Seam("torchvision.transforms.v2.functional._geometry._get_inverse_affine_matrix",
@@ -207,6 +210,8 @@ gen_affine_grid: Callable[..., torch.Tensor] = resolve(
 interpolation_modes_from_int: Callable[[int], Any] = resolve(
     "torchvision.transforms.functional._interpolation_modes_from_int")
 v2_get_fill: Callable[..., Any] = resolve("torchvision.transforms.v2._utils._get_fill")
+v2_default_labels_getter: Callable[..., Any] = resolve(
+    "torchvision.transforms.v2._utils._find_labels_default_heuristic")
 perspective_coeffs: Callable[..., list[float]] = resolve(
     "torchvision.transforms.v2.functional._geometry._get_perspective_coeffs")
 v2_inverse_affine_matrix: Callable[..., list[float]] = resolve(
