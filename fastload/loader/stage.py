@@ -36,9 +36,14 @@ class SampleStage:
         self.suffix = suffix
         self.collate_fn = None if collate_fn is default_collate else collate_fn
         # torchvision's reference MixUp/CutMix collate, run in place on the batch tensor
-        from fastload.pipelines.collate_mix import fused_collate
-
-        self.batch_mix = None if self.collate_fn is None else fused_collate(self.collate_fn)
+        self.batch_mix = None
+        if self.collate_fn is not None:
+            try:
+                from fastload.pipelines.collate_mix import fused_collate
+            except ImportError:  # an unchecked torch/torchvision: the loader falls back anyway
+                pass
+            else:
+                self.batch_mix = fused_collate(self.collate_fn)
         self._threads = max(1, threads)
         self._pool: Any = None
         self._buffers: Any = None  # BatchBuffers for the batches a lookup tail writes
