@@ -45,13 +45,15 @@ _ADJUST = {"adjust_brightness": ("brightness_factor", "Brightness"),
            "adjust_saturation": ("saturation_factor", "Color"),
            "adjust_sharpness": ("sharpness_factor", "Sharpness")}
 _AFFINE = frozenset({"ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate"})
+_FAST = frozenset({*_BLENDS, "Sharpness", "Solarize", *_AFFINE})
 _GRID_CACHE_ENTRIES = 64  # a 224 px grid and mask take ~0.6 MB: ~38 MB at most
 
 
 def apply_op(img: Any, op_name: str, magnitude: Any, interpolation: Any, fill: Any) -> Any:
     """v2's ``_apply_image_or_video_transform(img, op_name, magnitude, interpolation, fill)``
     (``fill``: v2's per-type dict), or None where there is no fast path."""
-    if not kernels.AVAILABLE or not _is_fast_input(img) or not _is_plain_number(magnitude):
+    if op_name not in _FAST or not kernels.AVAILABLE or not _is_fast_input(img) \
+            or not _is_plain_number(magnitude):
         return None
     plain = img.as_subclass(Tensor)
     if op_name in _BLENDS or op_name == "Sharpness":
@@ -60,11 +62,9 @@ def apply_op(img: Any, op_name: str, magnitude: Any, interpolation: Any, fill: A
         threshold = 255.0 * magnitude
         out = None if threshold > 255 else _gather(_solarize_lut(threshold),
                                                    plain.reshape(1, -1)).view(plain.shape)
-    elif op_name in _AFFINE:
+    else:
         out = _affine(plain, op_name, magnitude, interpolation,
                       seams.v2_get_fill(fill, type(img)))
-    else:
-        return None
     return None if out is None else _like(out, img)
 
 
