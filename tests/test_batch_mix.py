@@ -49,7 +49,14 @@ MIXES = {
 
 @pytest.mark.parametrize("name", sorted(MIXES))
 @pytest.mark.parametrize("shape", [_reference, _Collate], ids=["closure", "object"])
-def test_fused_mix_equals_the_collate_on_the_same_global_draws(name, shape):
+@pytest.mark.parametrize("c_kernels", [True, False], ids=["C", "torch-ops"])
+def test_fused_mix_equals_the_collate_on_the_same_global_draws(name, shape, c_kernels,
+                                                                monkeypatch):
+    from fastload.pipelines import kernels
+
+    if c_kernels and not kernels.AVAILABLE:
+        pytest.skip("the C extension is not built")
+    monkeypatch.setattr(kernels, "AVAILABLE", c_kernels)
     collate = shape(MIXES[name]())
     fused = fused_collate(collate)
     assert fused is not None

@@ -94,3 +94,22 @@ def test_v1_and_v2_blends_equal_each_versions_kernel(name, key):
 def test_interleave_is_a_pil_images_pixel_layout():
     img = _random((3, 7, 9), 5)
     assert torch.equal(torch.from_numpy(kernels.interleave(img)), img.permute(1, 2, 0))
+
+
+def test_without_the_extension_the_fast_paths_keep_torchvisions_values(monkeypatch):
+    from fastload.pipelines import fast_ops_v2
+
+    monkeypatch.setattr(kernels, "AVAILABLE", False)
+    img = _random((3, 19, 26), 6)
+    for op, magnitude in [("Brightness", 0.4), ("Color", -0.3), ("Contrast", 0.7),
+                          ("Sharpness", 0.5), ("ShearX", 0.2), ("Rotate", -17.0)]:
+        for interpolation in (InterpolationMode.NEAREST, InterpolationMode.BILINEAR):
+            want = _apply_op(img, op, magnitude, interpolation, None)
+            assert torch.equal(fast_ops.apply_op(img, op, magnitude, interpolation, None), want)
+            # v2 has no torch-ops form of its own fast paths: torchvision runs
+            assert fast_ops_v2.apply_op(img, op, magnitude, interpolation, {"others": None}) is None
+    batch, chains = _random((1, 3, 9, 8), 7), [_random((1, 3, 9, 8), 8)]
+    first, weights = torch.tensor([0.25]).reshape(1, 1, 1, 1), torch.tensor([[0.75]])
+    want = (first * batch).add_(weights[:, 0].reshape(1, 1, 1, 1) * chains[0]).to(torch.uint8)
+    assert torch.equal(augment_common.augmix_combine(batch, [1, 1, 1, 1], first, weights,
+                                                     chains), want)
