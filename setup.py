@@ -1,4 +1,4 @@
-"""Only the optional C kernel lives here; everything else is in pyproject.toml.
+"""Only the optional C kernels live here; everything else is in pyproject.toml.
 
 ``optional=True``: without a C compiler the install still succeeds and fastload uses the
 torch fallback (the same values, slower: see pipelines/torch_resample.py).
@@ -13,6 +13,13 @@ setup(
             sources=["pipelines/_normalize.c"],
             extra_compile_args=["-O3", "-ffp-contract=off"],
             optional=True,
-        )
+        ),
+        Extension(
+            "fastload.pipelines._augment",
+            sources=["pipelines/_augment.c"],
+            extra_compile_args=["-O3", "-ffp-contract=off"],
+            libraries=["m"],
+            optional=True,
+        ),
     ]
 )

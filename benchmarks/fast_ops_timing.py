@@ -1,11 +1,13 @@
-"""Per-op time of torchvision's auto-augment ops against fastload.pipelines.fast_ops.
+"""Per-op time of torchvision's auto-augment ops (v1 and v2) against fastload's fast paths.
 
     python benchmarks/fast_ops_timing.py [--size 224] [--calls 200]
 
 One thread, a 3 x SIZE x SIZE uint8 image of smooth random content, each op at a
 RandAugment-like magnitude with a zero fill; the two implementations alternate in rounds of
-``--calls`` calls and the median per-call time of each is printed with their ratio. The
-values are the same (tests/test_fast_ops.py checks them bit for bit).
+``--calls`` calls and the median per-call time of each is printed with their ratio, for v1's
+``_apply_op`` against ``fast_ops`` and v2's ``_apply_image_or_video_transform`` against
+``fast_ops_v2``. The values are the same (tests/test_fast_ops.py, tests/test_fast_ops_v2.py
+check them bit for bit).
 """
 
 from __future__ import annotations
@@ -46,7 +48,26 @@ def main() -> None:
                                     fill=fill),
             "fast": functools.partial(apply_op, image, name, magnitude, mode, fill)}, args)
         print(f"{name:<13} {tv:>14,.0f} {fast:>11,.0f} {tv / fast:>7.1f}x")
+    _v2(image, args)
     _tail(image, args)
+
+
+def _v2(image, args) -> None:
+    """The same ops through v2's op application against fast_ops_v2 (v2 itself where it
+    has no fast path)."""
+    from torchvision.transforms import InterpolationMode
+
+    from fastload.pipelines.augment_v2 import apply_op_v2
+    from fastload.pipelines.torch_seams import v2_apply_autoaugment_op
+
+    fill, mode = {"others": None}, InterpolationMode.BILINEAR
+    print(f"{'v2 op':<13} {'torchvision us':>14} {'fast_ops_v2 us':>14} {'speed-up':>8}")
+    for name, magnitude in OPS:
+        magnitude = magnitude / 255 if name == "Solarize" else magnitude  # v2: a share of 255
+        tv, fast = _median_us({
+            "tv": functools.partial(v2_apply_autoaugment_op, image, name, magnitude, mode, fill),
+            "fast": functools.partial(apply_op_v2, image, name, magnitude, mode, fill)}, args)
+        print(f"{name:<13} {tv:>14,.0f} {fast:>14,.0f} {tv / fast:>7.1f}x")
 
 
 def _median_us(calls: dict, args) -> list[float]:

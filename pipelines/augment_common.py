@@ -15,7 +15,7 @@ import torch
 from . import draws
 from .torch_seams import sample_dirichlet
 
-__all__ = ["AUTOAUGMENT_OPS", "Replay", "augmix_depth", "augmix_mixing", "chain",
+__all__ = ["AUTOAUGMENT_OPS", "Replay", "augmix_combine", "augmix_depth", "augmix_mixing", "chain",
            "color_jitter", "compose", "gaussian_blur", "itself"]
 
 Replay = Callable[[Any, torch.Generator], Any]
@@ -76,15 +76,35 @@ def gaussian_blur(t, apply: Callable[..., Any]) -> Replay:
 
 def augmix_mixing(t, batch: torch.Tensor,
                   gen: torch.Generator) -> tuple[list[int], torch.Tensor, torch.Tensor]:
-    """AugMix's first draws (v1 and v2 alike): ``(batch_dims, chain weights, mix)``, mix
-    being the original's share of the result."""
+    """AugMix's first draws (v1 and v2 alike): ``(batch_dims, chain weights, first)``,
+    ``first`` being the original's weight in the mix, shaped ``batch_dims``."""
     batch_dims = [batch.size(0)] + [1] * (batch.ndim - 1)
     alpha = torch.tensor([t.alpha, t.alpha], device=batch.device).expand(batch_dims[0], -1)
     m = sample_dirichlet(alpha, generator=gen)
     width_alpha = torch.tensor([t.alpha] * t.mixture_width, device=batch.device)
     weights = sample_dirichlet(width_alpha.expand(batch_dims[0], -1), generator=gen)
     weights = weights * m[:, 1].reshape([batch_dims[0], -1])
-    return batch_dims, weights, m[:, 0].reshape(batch_dims) * batch
+    return batch_dims, weights, m[:, 0].reshape(batch_dims)
+
+
+def augmix_combine(batch: torch.Tensor, batch_dims: list[int], first: torch.Tensor,
+                   weights: torch.Tensor, chains: Sequence[torch.Tensor]) -> torch.Tensor:
+    """AugMix's mix of ``batch`` and its augmented ``chains`` (v1 and v2 alike), cast back to
+    the batch's dtype: ``first * batch + sum_i weights[:, i] * chains[i]``, summed in that
+    order. A uint8 CPU batch of one image is mixed in one pass (:func:`kernels.augmix_mix`,
+    the same float32 roundings)."""
+    from . import kernels
+
+    if (kernels.AVAILABLE and batch.dtype == torch.uint8 and batch.device.type == "cpu"
+            and batch.shape[0] == 1
+            and all(type(c) is torch.Tensor and c.dtype == torch.uint8 and c.shape == batch.shape
+                    for c in chains)):
+        pairs = [(weights[:, i], chain) for i, chain in enumerate(chains)]
+        return kernels.augmix_mix(batch.as_subclass(torch.Tensor), first, pairs)
+    mix = first * batch
+    for i, chain in enumerate(chains):
+        mix.add_(weights[:, i].reshape(batch_dims) * chain)
+    return mix.to(dtype=batch.dtype)
 
 
 def augmix_depth(t, gen: torch.Generator) -> int:

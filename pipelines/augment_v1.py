@@ -149,8 +149,9 @@ def augmix(t) -> Replay:
         names = list(space)
         dims = list(img.shape)
         batch = img.view([1] * max(4 - img.ndim, 0) + dims)
-        batch_dims, weights, mix = common.augmix_mixing(t, batch, gen)
-        for i in range(t.mixture_width):
+        batch_dims, weights, first = common.augmix_mixing(t, batch, gen)
+        chains = []
+        for _ in range(t.mixture_width):
             aug = batch
             for _ in range(common.augmix_depth(t, gen)):
                 op = names[_randint(len(space), gen)]
@@ -162,8 +163,8 @@ def augmix(t) -> Replay:
                 if signed and _randint(2, gen):
                     magnitude *= -1.0
                 aug = apply_op(aug, op, magnitude, t.interpolation, fill)
-            mix.add_(weights[:, i].view(batch_dims) * aug)
-        mix = mix.view(dims).to(dtype=img.dtype)
+            chains.append(aug)
+        mix = common.augmix_combine(batch, batch_dims, first, weights, chains).view(dims)
         return mix if isinstance(orig, torch.Tensor) else F.to_pil_image(mix)
 
     return run

@@ -32,9 +32,18 @@ def apply_op_v2(img: Any, op_name: str, magnitude: Any, interpolation: Any = Non
     ``interpolation`` and ``fill`` (v2's per-type fill dict); or the name of a
     ``torchvision.transforms.v2.functional`` function (``"horizontal_flip"``, ``"erase"``,
     ...), called with ``magnitude``, a dict, as its keyword arguments. v2's ops are not v1's
-    (different kernels, tv_tensor wrapping), hence a seam of their own."""
+    (different kernels, tv_tensor wrapping), hence a seam of their own; both go through
+    :mod:`.fast_ops_v2` where it has an exact faster path."""
+    from . import fast_ops_v2  # v2's values, bit for bit, faster on uint8 CPU tensors
+
     if op_name in common.AUTOAUGMENT_OPS:
+        fast = fast_ops_v2.apply_op(img, op_name, magnitude, interpolation, fill)
+        if fast is not None:
+            return fast
         return seams.v2_apply_autoaugment_op(img, op_name, magnitude, interpolation, fill)
+    fast = fast_ops_v2.adjust(img, op_name, magnitude)
+    if fast is not None:
+        return fast
     from torchvision.transforms.v2 import functional as F
 
     return getattr(F, op_name)(img, **magnitude)
@@ -127,8 +136,9 @@ def augmix(t) -> Replay:
         dims = list(img.shape)
         ndim = 5 if isinstance(orig, tv_tensors.Video) else 4
         batch = img.reshape([1] * max(ndim - img.ndim, 0) + dims)
-        batch_dims, weights, mix = common.augmix_mixing(t, batch, gen)
-        for i in range(t.mixture_width):
+        batch_dims, weights, first = common.augmix_mixing(t, batch, gen)
+        chains = []
+        for _ in range(t.mixture_width):
             aug = batch
             for _ in range(common.augmix_depth(t, gen)):
                 op, (fn, signed) = _random_item(space, gen)
@@ -136,8 +146,8 @@ def augmix(t) -> Replay:
                                        lambda: int(torch.randint(t.severity, (), generator=gen)),
                                        signed, gen)
                 aug = apply_op_v2(aug, op, magnitude, t.interpolation, seams.v2_fill(t))
-            mix.add_(weights[:, i].reshape(batch_dims) * aug)
-        mix = mix.reshape(dims).to(dtype=img.dtype)
+            chains.append(aug)
+        mix = common.augmix_combine(batch, batch_dims, first, weights, chains).reshape(dims)
         if isinstance(orig, (tv_tensors.Image, tv_tensors.Video)):
             return tv_tensors.wrap(mix, like=orig)
         return mix if isinstance(orig, torch.Tensor) else F.to_pil_image(mix)

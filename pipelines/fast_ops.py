@@ -12,7 +12,8 @@ Why each fast path is exact:
 
 * Brightness, Contrast, Color, AutoContrast: torchvision's per-pixel float32 arithmetic
   (``_blend``, ``autocontrast``) is replayed op for op (same IEEE multiplications, additions,
-  clamps, same operand order), only in place and without the zero image / temporaries. The
+  clamps, same operand order), only in place and without the zero image / temporaries
+  (the blends and Sharpness in one pass per image, :mod:`.kernels`, where it is built). The
   per-image statistics (grayscale, its mean, per-channel min/max) are computed with the same
   torch ops on same-shaped tensors. The final float -> uint8 cast goes through int32: both
   truncate, and the values are already clamped to [0, 255].
@@ -28,7 +29,9 @@ Why each fast path is exact:
   both are made once by torchvision's own ``_gen_affine_grid``/``grid_sample`` and cached.
   Each image then takes one ``grid_sample`` of its channels (channels are sampled
   independently, so dropping the mask channel from the call changes no value) and
-  torchvision's fill blend, rounding and cast.
+  torchvision's fill blend, rounding and cast. Where :func:`.kernels.grid_sample_ok`
+  confirms it on this machine, that ``grid_sample`` and (without a fill) the rounding run
+  as one C loop on the uint8 planes, torch's arithmetic replayed.
 * Solarize: a per-pixel, per-value map, so its 256-entry table is taken by running torchvision
   itself on a 0..255 ramp (cached per threshold) and applied with one gather.
 """
@@ -41,6 +44,8 @@ from typing import Any
 
 import torch
 from torch import Tensor
+
+from . import kernels
 
 # torchvision's ``_apply_op`` is private API (see torch_seams). Every delegated call, and the
 # Solarize table, goes through this one name.
@@ -80,8 +85,8 @@ def apply_op(img: Any, op_name: str, magnitude: float, interpolation: Any, fill:
                 # torchvision's conv2d rejects more than 4 dimensions.
                 if op_name == "Sharpness" and img.ndim <= 4 and min(img.shape[-2:]) > 2:
                     return _sharpness(img, factor)
-    if op_name in _AFFINE_OPS and _is_fast_input(img) and img.ndim == 3 \
-            and _is_plain_number(magnitude):
+    if op_name in _AFFINE_OPS and _is_fast_input(img) and _is_plain_number(magnitude) \
+            and (img.ndim == 3 or (img.ndim == 4 and img.shape[0] == 1)):
         mode, fills = _grid_mode(interpolation), _fill_values(fill, img.shape[0])
         if mode is not None and fills is not False:
             return _affine(img, op_name, magnitude, mode, fills)
@@ -140,6 +145,8 @@ def _finish_blend(x: Tensor) -> Tensor:
 
 def _brightness(img: Tensor, factor: float) -> Tensor:
     # torchvision: factor * img + (1 - factor) * zeros; adding the (signed) zero changes nothing.
+    if kernels.AVAILABLE:
+        return kernels.blend(img, factor, "zero", fused=False)
     return _finish_blend(img.to(torch.float32).mul_(factor))
 
 
@@ -156,6 +163,8 @@ def _gray(img_f: Tensor) -> Tensor:
 
 
 def _contrast(img: Tensor, factor: float) -> Tensor:
+    if kernels.AVAILABLE:
+        return kernels.blend(img, factor, "mean", fused=False)
     img_f = img.to(torch.float32)
     gray = _gray(img_f) if img.shape[-3] == 3 else img_f
     mean = torch.mean(gray, dim=(-3, -2, -1), keepdim=True)
@@ -163,6 +172,8 @@ def _contrast(img: Tensor, factor: float) -> Tensor:
 
 
 def _color(img: Tensor, factor: float) -> Tensor:
+    if kernels.AVAILABLE:
+        return kernels.blend(img, factor, "gray", fused=False)
     img_f = img.to(torch.float32)
     gray = _gray(img_f).mul_(1.0 - factor)
     return _finish_blend(img_f.mul_(factor).add_(gray))
@@ -180,6 +191,8 @@ def _autocontrast(img: Tensor) -> Tensor:
 
 
 def _sharpness(img: Tensor, factor: float) -> Tensor:
+    if kernels.AVAILABLE:
+        return kernels.sharpen(img, factor, fused=False)
     x = img.to(torch.int32)
     rows = x[..., :-2] + x[..., 1:-1]
     rows += x[..., 2:]
@@ -289,8 +302,15 @@ def _affine(img: Tensor, op_name: str, magnitude: float, mode: str,
     height, width = img.shape[-2:]
     matrix = _affine_matrix(op_name, magnitude, width, height)
     grid, mask = _grid_and_mask(tuple(matrix), width, height, mode)
-    out = torch.nn.functional.grid_sample(img.unsqueeze(0).to(torch.float32), grid, mode=mode,
-                                          padding_mode="zeros", align_corners=False)
+    if kernels.AVAILABLE and kernels.grid_sample_ok():
+        out = kernels.grid_sample(img, grid, mode == "nearest", rounded=fill is None)
+        if fill is None:
+            return out.view(img.shape)
+        out = out.unsqueeze(0)
+    else:
+        batch = img.view(1, *img.shape[-3:])  # one image: torchvision's batch of 1 (AugMix's)
+        out = torch.nn.functional.grid_sample(batch.to(torch.float32), grid, mode=mode,
+                                              padding_mode="zeros", align_corners=False)
     if fill is not None:
         mask = mask.expand_as(out)
         fill_img = torch.tensor(fill, dtype=torch.float32).view(1, len(fill), 1, 1).expand_as(out)
@@ -299,4 +319,4 @@ def _affine(img: Tensor, op_name: str, magnitude: float, mode: str,
             out[outside] = fill_img[outside]
         else:
             out = out * mask + (1.0 - mask) * fill_img
-    return torch.round(out.squeeze(0)).to(torch.uint8)
+    return torch.round(out).to(torch.uint8).view(img.shape)

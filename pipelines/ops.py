@@ -65,7 +65,9 @@ class Op:
     ``tensor_ok``: it takes a uint8 CHW tensor where it would take a PIL image (torchvision's
     classes but ``Lambda`` and ``ToPILImage``). ``cpu_suffix``: on a CPU graph the torch suffix
     runs it faster than DALI's CPU operators, so :func:`~fastload.pipelines.split.split`
-    leaves it there (after a fixed-size step). ``converts`` (computed): it turns a PIL image
+    leaves it there (after a fixed-size step). ``batch_mix``: for a batch transform the
+    reference collate applies (v2 ``MixUp``/``CutMix``), its in-place form on a collated
+    batch (:mod:`~fastload.pipelines.batch_mix`). ``converts`` (computed): it turns a PIL image
     into a tensor (``leaves`` UINT8 or FLOAT from ``PIL``).
     """
 
@@ -81,6 +83,7 @@ class Op:
     after_tail: bool = False
     tensor_ok: bool = True
     cpu_suffix: bool = False
+    batch_mix: Callable[..., Any] | None = None
 
     converts: bool = field(init=False, repr=False, compare=False)
 

@@ -15,7 +15,7 @@ from types import MappingProxyType
 from typing import Any
 
 from . import augment_common as common
-from . import augment_timm
+from . import augment_timm, batch_mix
 from . import augment_v1 as a1
 from . import augment_v2 as a2
 from . import prefix_steps as step
@@ -101,6 +101,9 @@ OPS: tuple[Op, ...] = (
        replay=_both(a1.coin_op("adjust_sharpness", "sharpness_factor"),
                     a2.coin_op("adjust_sharpness", "sharpness_factor"))),
     Op("RandomChannelPermutation", V2, replay=_each(a2.channel_permutation, V2)),
+    # batch transforms of a collate_fn (torchvision's reference script): in place on the batch
+    Op("MixUp", V2, batch_mix=batch_mix.mixup),
+    Op("CutMix", V2, batch_mix=batch_mix.cutmix),
     Op("RandomPhotometricDistort", V2, replay=_each(a2.photometric_distort, V2)),
     # torchvision's that expect what they expect (a PIL image, for ToPILImage's input)
     Op("Lambda", V1V2, tensor_ok=False),

@@ -310,7 +310,13 @@ def _pil_image(x: torch.Tensor) -> Any:
     from PIL import Image
 
     if x.dtype == torch.uint8 and x.ndim == 3 and x.shape[0] == 3 and type(x) is torch.Tensor:
-        hwc = x.cpu().permute(1, 2, 0).contiguous().numpy()
+        from . import kernels
+
+        x = x.cpu()
+        if kernels.AVAILABLE and x.is_contiguous():
+            hwc = kernels.interleave(x)  # one pass; torch's strided permute copy is ~10x slower
+        else:
+            hwc = x.permute(1, 2, 0).contiguous().numpy()
         return Image.frombuffer("RGB", (hwc.shape[1], hwc.shape[0]), hwc, "raw", "RGB", 0, 1)
     from torchvision.transforms.functional import to_pil_image
 

@@ -31,7 +31,9 @@ __all__ = [
     "autoaugment_apply_op", "check_version", "foreach_norm", "gen_affine_grid",
     "inductor_freezing", "interpolation_modes_from_int", "inverse_affine_matrix",
     "perspective_coeffs", "sample_dirichlet", "timm_auto_augment", "upsample_aa_out",
-    "v2_apply_autoaugment_op", "v2_augmentation_space", "v2_fill", "v2_get_fill", "v2_policies",
+    "v2_affine_grid", "v2_apply_autoaugment_op", "v2_augmentation_space", "v2_default_labels_getter",
+    "v2_fill", "v2_get_fill",
+    "v2_inverse_affine_matrix", "v2_policies",
 ]
 
 # package -> (lowest release pyproject.toml allows, highest release the names were checked on)
@@ -86,8 +88,14 @@ SEAMS: tuple[Seam, ...] = (
          "a v2 transform's fill per input type"),
     Seam("torchvision.transforms.v2._utils._get_fill", "torchvision", "0.29",
          "a v2 fill for one input type"),
+    Seam("torchvision.transforms.v2._utils._find_labels_default_heuristic", "torchvision",
+         "0.29", "whether a v2 MixUp/CutMix finds its labels the default way"),
     Seam("torchvision.transforms.v2.functional._geometry._get_perspective_coeffs", "torchvision",
          "0.29", "v2 RandomPerspective's coefficients from its points"),
+    Seam("torchvision.transforms.v2.functional._geometry._get_inverse_affine_matrix",
+         "torchvision", "0.29", "the v2 affine fast path's matrix, v2's own arithmetic"),
+    Seam("torchvision.transforms.v2.functional._geometry._affine_grid", "torchvision", "0.29",
+         "the v2 affine fast path's sampling grid, v2's own"),
     Seam("timm.data.auto_augment.random", "timm", "1.0",
          "timm's auto-augment ops read Python's random through this module global"),
     Seam("timm.data.auto_augment.np", "timm", "1.0",
@@ -202,8 +210,14 @@ gen_affine_grid: Callable[..., torch.Tensor] = resolve(
 interpolation_modes_from_int: Callable[[int], Any] = resolve(
     "torchvision.transforms.functional._interpolation_modes_from_int")
 v2_get_fill: Callable[..., Any] = resolve("torchvision.transforms.v2._utils._get_fill")
+v2_default_labels_getter: Callable[..., Any] = resolve(
+    "torchvision.transforms.v2._utils._find_labels_default_heuristic")
 perspective_coeffs: Callable[..., list[float]] = resolve(
     "torchvision.transforms.v2.functional._geometry._get_perspective_coeffs")
+v2_inverse_affine_matrix: Callable[..., list[float]] = resolve(
+    "torchvision.transforms.v2.functional._geometry._get_inverse_affine_matrix")
+v2_affine_grid: Callable[..., torch.Tensor] = resolve(
+    "torchvision.transforms.v2.functional._geometry._affine_grid")
 
 
 def augmentation_space(t: Any) -> Callable[..., dict]:

@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from torch.utils.data import default_collate
+
 from fastload.loader.presets import IMAGENET_MEAN, IMAGENET_STD
 
 __all__ = ["RECIPE_NAMES", "EvalPreset", "MixupCutmixCollate", "TrainPreset", "recipe",
@@ -83,25 +85,19 @@ class EvalPreset:
 
 
 class MixupCutmixCollate:
-    """The reference script's collate: ``default_collate``, then MixUp or CutMix (v2)."""
+    """The reference script's collate: ``default_collate``, then MixUp or CutMix (v2), in
+    the shape ``fastload.pipelines.batch_mix`` recognises (``return self.mix(*default_collate(
+    batch))``), as the script's own ``collate_fn`` closure is."""
 
     def __init__(self, num_classes: int, mixup_alpha: float = 0.2, cutmix_alpha: float = 1.0):
-        self.num_classes, self.mixup_alpha, self.cutmix_alpha = num_classes, mixup_alpha, cutmix_alpha
-        self._mix: Any = None
-
-    def __call__(self, batch: list) -> Any:
-        from torch.utils.data import default_collate
         from torchvision.transforms import v2
 
-        if self._mix is None:
-            self._mix = v2.RandomChoice([v2.MixUp(alpha=self.mixup_alpha,
-                                                  num_classes=self.num_classes),
-                                         v2.CutMix(alpha=self.cutmix_alpha,
-                                                   num_classes=self.num_classes)])
-        return self._mix(*default_collate(batch))
+        self.num_classes, self.mixup_alpha, self.cutmix_alpha = num_classes, mixup_alpha, cutmix_alpha
+        self.mix = v2.RandomChoice([v2.MixUp(alpha=mixup_alpha, num_classes=num_classes),
+                                    v2.CutMix(alpha=cutmix_alpha, num_classes=num_classes)])
 
-    def __getstate__(self) -> dict:  # the v2 transforms are rebuilt in each worker
-        return {**self.__dict__, "_mix": None}
+    def __call__(self, batch: list) -> Any:
+        return self.mix(*default_collate(batch))
 
 
 def _timm(size: int, **kwargs: Any) -> Any:

@@ -65,6 +65,9 @@ def make_plan(split: Any, collate_fn: Any, device: str, threads: int,
                        "the batch tensor (per-sample outputs stacked where it cannot)")
         else:
             collate = "default_collate of the per-sample suffix outputs"
+    elif device == "cpu" and getattr(stage, "batch_mix", None) is not None:
+        collate = (f"{_name(collate_fn)} on the batch tensor, recognised as default_collate "
+                   f"then {stage.batch_mix.describe()}")
     else:
         collate = f"{_name(collate_fn)} on the list of per-sample (image, label)"
     return LoaderPlan(split, collate, device, threads, reason, stage)

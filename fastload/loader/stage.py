@@ -22,12 +22,28 @@ from fastload.loader.sampling import mix_seed
 __all__ = ["SampleStage"]
 
 
+class _Collated:
+    """A batch ``default_collate`` would make, waiting for ``SampleStage.batch_mix``."""
+
+    def __init__(self, batch: list[Any]) -> None:
+        self.batch = batch
+
+
 class SampleStage:
     """Runs a loader's torch suffix and custom collate on decoded batches."""
 
     def __init__(self, suffix: Any, collate_fn: Any, threads: int) -> None:
         self.suffix = suffix
         self.collate_fn = None if collate_fn is default_collate else collate_fn
+        # torchvision's reference MixUp/CutMix collate, run in place on the batch tensor
+        self.batch_mix = None
+        if self.collate_fn is not None:
+            try:
+                from fastload.pipelines.collate_mix import fused_collate
+            except ImportError:  # an unchecked torch/torchvision: the loader falls back anyway
+                pass
+            else:
+                self.batch_mix = fused_collate(self.collate_fn)
         self._threads = max(1, threads)
         self._pool: Any = None
         self._buffers: Any = None  # BatchBuffers for the batches a lookup tail writes
@@ -96,12 +112,17 @@ class SampleStage:
             samples, written, out = self._run_suffix(images, labels, seed)
         if self.collate_fn is None:
             return self._default_batch(samples, written, out, labels)
+        if self.batch_mix is not None and images.device.type == "cpu":
+            return _Collated(self._default_batch(samples, written, out, labels))
         return list(zip(samples, labels, strict=True))
 
     def finish(self, prepared: Any) -> Any:
         """The batch from what :meth:`prepare` made, on the caller's thread as the batch is
         handed out: ``collate_fn`` (the caller's code, drawing from the caller's generators
-        where torch's loader would call it) on the pairs, its result returned as it comes."""
+        where torch's loader would call it) on the pairs, its result returned as it comes;
+        a recognised MixUp/CutMix collate (``batch_mix``) on the batch already collated."""
+        if isinstance(prepared, _Collated):
+            return self.batch_mix(*prepared.batch)
         return prepared if self.collate_fn is None else self.collate_fn(prepared)
 
     def _run_suffix(self, images: torch.Tensor, labels: list[Any],
