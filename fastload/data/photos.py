@@ -30,6 +30,8 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image
 
+from fastload.data.synth import _check_common, _write_tree
+
 __all__ = ["SOURCES", "SourcePhoto", "photo_image", "photo_size", "photo_tree", "source_paths"]
 
 MEGAPIXELS = (0.2, 0.4)  # default picture area range, in millions of pixels
@@ -209,8 +211,6 @@ def photo_tree(
     the number of source photos; sizes drawn by :func:`photo_size` within ``megapixels``,
     or ``size`` ``(height, width)`` for every picture (e.g. ``(1680, 2100)``).
     """
-    from fastload.data.synth import _check_common, _write_tree
-
     if classes is None:
         classes = len(SOURCES)
     workers, size = _check_common(train, val, classes, seed, quality, workers, size)
@@ -223,5 +223,14 @@ def photo_tree(
     if not 0 < low <= high:
         raise ValueError(f"megapixels should be (low, high) with 0 < low <= high, but got "
                          f"megapixels={megapixels!r}")
-    return _write_tree(out, train, val, classes, seed, quality, workers, progress, "photos",
-                       (low, high), size)
+    return _write_tree(out, train, val, classes, seed, quality, workers, progress,
+                       _photo_picture, (low, high), size)
+
+
+def _photo_picture(rng: np.random.Generator, label: int, classes: int,
+                   size: tuple[int, int] | None, shape: tuple) -> Image.Image:
+    """A picture for the tree writer; ``shape`` = the megapixel range of its drawn size."""
+    height, width = photo_size(rng, shape)
+    if size is not None:  # the draw above still runs: the picture's stream stays aligned
+        height, width = size
+    return photo_image(rng, label, classes, height, width)

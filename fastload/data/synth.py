@@ -198,18 +198,11 @@ def _image_seed(seed: int, split: str, index: int) -> np.random.Generator:
     return np.random.default_rng(np.random.SeedSequence([seed, _SPLIT_IDS[split], index]))
 
 
-def _picture(kind: str, rng: np.random.Generator, label: int, classes: int,
-             size: tuple[int, int] | None, shape: tuple) -> Image.Image:
-    """Picture of ``kind`` ("generated" or "photos"); ``shape`` bounds its drawn size."""
-    if kind == "photos":
-        from fastload.data.photos import photo_image, photo_size
-
-        height, width = photo_size(rng, shape)
-        if size is not None:  # the draw above still runs: the picture's stream stays aligned
-            height, width = size
-        return photo_image(rng, label, classes, height, width)
+def _generated_picture(rng: np.random.Generator, label: int, classes: int,
+                       size: tuple[int, int] | None, shape: tuple) -> Image.Image:
+    """A generated picture; ``shape`` = ``(min_side, max_side)`` bounds its drawn size."""
     height, width = image_size(rng, *shape)
-    if size is not None:
+    if size is not None:  # the draw above still runs: the picture's stream stays aligned
         height, width = size
     return synth_image(rng, label, classes, height, width)
 
@@ -218,11 +211,11 @@ def _write_chunk(
     job: tuple,
 ) -> list[tuple[int, int, int]]:
     """Generate and write images ``start .. stop-1`` of one split; return (w, h, bytes) each."""
-    root, split, start, stop, classes, seed, quality, kind, shape, size, names = job
+    root, split, start, stop, classes, seed, quality, picture_of, shape, size, names = job
     out = []
     for index in range(start, stop):
         label = index % classes
-        picture = _picture(kind, _image_seed(seed, split, index), label, classes, size, shape)
+        picture = picture_of(_image_seed(seed, split, index), label, classes, size, shape)
         buffer = io.BytesIO()
         picture.save(buffer, format="JPEG", quality=quality)
         data = buffer.getvalue()
@@ -290,14 +283,16 @@ def synthesize(
     _check_int("min_side", min_side, 8)
     _check_int("max_side", max_side, min_side)
     return _write_tree(out, train, val, classes, seed, quality, workers, progress,
-                      "generated", (min_side, max_side), size)
+                       _generated_picture, (min_side, max_side), size)
 
 
 def _write_tree(out: str | os.PathLike, train: int, val: int, classes: int, seed: int,
-               quality: int, workers: int, progress: bool, kind: str, shape: tuple,
+               quality: int, workers: int, progress: bool, picture_of, shape: tuple,
                size: tuple[int, int] | None) -> pathlib.Path:
     """Write the tree of checked arguments (the one writer of :func:`synthesize` and
-    :func:`fastload.data.photos.photo_tree`); ``kind`` is "generated" or "photos"."""
+    :func:`fastload.data.photos.photo_tree`): picture ``i`` is
+    ``picture_of(rng, label, classes, size, shape)``, a module-level function (it crosses
+    to the worker processes)."""
     root = pathlib.Path(out)
     names = class_names(classes)
     jobs = []
@@ -306,8 +301,8 @@ def _write_tree(out: str | os.PathLike, train: int, val: int, classes: int, seed
             (root / split / name).mkdir(parents=True, exist_ok=True)
         for start in range(0, count, _CHUNK):
             stop = min(start + _CHUNK, count)
-            jobs.append((str(root), split, start, stop, classes, seed, quality, kind, shape,
-                         size, names))
+            jobs.append((str(root), split, start, stop, classes, seed, quality, picture_of,
+                         shape, size, names))
 
     bar = None
     if progress:
