@@ -12,7 +12,7 @@ machine gives usable ratios):
   + flip, normalised: decode (region decoder where built, else the whole image) + resample
   into the batch, as a share of the floor.
 
-    python benchmarks/highres_floor.py --images 24 --rounds 8
+    python benchmarks/highres_floor.py --images 24 --rounds 10
 """
 
 from __future__ import annotations
