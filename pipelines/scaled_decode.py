@@ -112,7 +112,7 @@ def decode_scale(params: g.SampleParams) -> int:
 
     libjpeg-turbo vectorises only those inverse DCTs (and, at them, can size the chroma
     blocks to skip upsampling). Measured on 2100x1680 photos, whole-image decodes cost 1.0,
-    1.1, 1.4, 1.2, 2.2, 2.4, 2.9, 1.4 times the 1/8 decode for M = 1..8, so 3/8 costs more than
+    1.1, 1.4, 1.2, 2.0, 2.4, 2.9, 1.5 times the 1/8 decode for M = 1..8, so 3/8 costs more than
     4/8 and 5/8-7/8 far more than 8/8 (benchmarks/NOTES.md H6); the larger scale also keeps
     more detail for the resample."""
     m = eighths(params)
@@ -281,10 +281,10 @@ class ScaledBatch:
 def describe(plan: TransformPlan, device: str) -> str:
     """One line: how a plan's JPEGs are decoded on ``device`` ("cpu" or "cuda"/"gpu")."""
     if device == "cpu" and torch_resample.eligible(plan) and available():
-        how = ("the crop's region alone (libjpeg-turbo's region API), a first decode whole "
-               "(simplejpeg)" if region_decoder() else "simplejpeg")
+        how = ("the crop's region only (libjpeg-turbo's region API; a sample's first decode "
+               "whole, simplejpeg)" if region_decoder() else "the whole image (simplejpeg)")
         return (f"decode: sequential JPEGs of >= {MIN_PIXELS / 1e6:g} MP at a 1/8, 2/8, 4/8 or "
-                f"8/8 DCT scale ({how}, in the resample threads) when that decodes <= "
+                f"8/8 DCT scale in the resample threads, {how}, when that decodes <= "
                 f"{MAX_PIXEL_RATIO:.0%} of the pixels of a full-size region decode; "
                 "else DALI's decoder")
     return "decode: DALI's decoder (full size or region)"
