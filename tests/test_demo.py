@@ -81,3 +81,26 @@ def test_demo_finishes_a_conversion_left_unfinished(tmp_path, capsys):
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == 5
     assert "skipped" in lines[1] and "seen 16" in lines[2] and "OK: 16/16" in lines[4]
+
+
+def test_headline_leads_with_the_loaders_gain_at_equal_precision_then_each_technique():
+    from fastload.bench.demo_report import headline
+
+    def row(name, label, rate, stall, own, tree):
+        return {"row": name, "label": label, "images_per_s": rate, "data_stall_share": stall,
+                "peak_mem_mb": own, "tree_pss_mb": tree}
+
+    ab = [row("baseline", "baseline: fp32, torchvision", 10.0, 0.24, 100.0, 1900.0),
+          row("fastload", "+ fastload.DataLoader from LMDB", 13.0, 0.03, 90.0, 1300.0),
+          row("amp", "+ AMP bf16", 19.5, 0.03, 60.0, 1200.0),
+          row("gc", "+ gradient checkpointing", 17.55, 0.03, 45.0, 1150.0)]
+    lines = headline(None, ab).lines()
+    assert lines[0] == ("end to end (fine-tune A/B, same fp32 training): fastload.DataLoader "
+                        "x1.30 images/s against torchvision's DataLoader; data stall 24% -> 3% "
+                        "of each epoch; memory 1,900 -> 1,300 MiB (peak PSS of the whole process "
+                        "tree, loader workers included)")
+    assert lines[1] == ("+ AMP bf16 (a precision technique): x1.50 images/s against the row "
+                        "above, training's peak memory -33%")
+    assert lines[2] == ("+ gradient checkpointing (a memory technique: activations recomputed "
+                        "in backward): x0.90 images/s against the row above, training's peak "
+                        "memory -25%")
