@@ -1,16 +1,18 @@
 """High-resolution photos: fastload vs torchvision's tuned loader, RRC-224 and val, side by side.
 
-Rows, one epoch each, interleaved round by round in one process (a, c, c0, a, c, c0, ...):
+Rows, one epoch each, interleaved round by round in one process (a, c, c0, i, a, ...):
 (a) torchvision ImageFolder + torch DataLoader as the usual advice tunes it, (c) fastload on
 the folder (scaled JPEG decode where it applies), (c0) the same fastload loader with the
-scaled decode off (today's DALI path). Each round gives the ratios c/a and c0/a; the table
-shows their medians and ranges, and the median img/s per row.
+scaled decode off (the DALI path), (i) the entropy-decode floor (each file at 1/8 DCT
+scale on all cores, ``fastload bench``'s row (i)). Each round gives the ratios c/a, c0/a,
+c/i and c0/i; the table shows their medians and ranges, and the median img/s per row.
 
     python benchmarks/test_highres_throughput.py --images 64 --rounds 7   # a measurement
     pytest benchmarks/test_highres_throughput.py --benchmark-disable      # smoke: 4 images
 
-The measurement generates ``--images`` 2100x1680 q90 photos (``fastload synth --size
-2100x1680``) once under ``--workdir``. Timings from a loaded machine are ratios only.
+The measurement makes ``--images`` 2100x1680 q90 collages of crops of real photographs
+(``fastload synth --photos --size 2100x1680``; ``--generated`` for ``fastload synth``'s
+pictures) once under ``--workdir``. Timings from a loaded machine are ratios only.
 """
 
 from __future__ import annotations
@@ -27,18 +29,23 @@ from fastload.bench.rows import RowSpec, make_row
 from fastload.pipelines import scaled_decode
 
 SIZE = (1680, 2100)  # (height, width) of the generated photos
-ROWS = ("a", "c", "c0")
+ROWS = ("a", "c", "c0", "i")
 LABELS = {"a": "torchvision tuned loader", "c": "fastload (scaled decode)",
-          "c0": "fastload, scaled decode off"}
+          "c0": "fastload, scaled decode off", "i": "entropy-decode floor"}
 
 
-def highres_tree(root: Path, images: int, size: tuple[int, int] = SIZE) -> Path:
-    """``root/train`` and ``root/val`` of ``images`` generated photos each (made once)."""
+def highres_tree(root: Path, images: int, size: tuple[int, int] = SIZE,
+                 photos: bool = True) -> Path:
+    """``root/train`` and ``root/val`` of ``images`` camera-sized pictures each (made once):
+    collages of real photographs, or with ``photos=False`` generated pictures."""
+    from fastload.data.photos import photo_tree
     from fastload.data.synth import synthesize
 
-    marker = root / f".done-{images}-{size[0]}x{size[1]}"
+    kind = "photos" if photos else "generated"
+    marker = root / f".done-{kind}-{images}-{size[0]}x{size[1]}"
     if not marker.exists():
-        synthesize(root, train=images, val=images, classes=4, seed=0, size=size)
+        make = photo_tree if photos else synthesize
+        make(root, train=images, val=images, classes=4, seed=0, size=size)
         marker.touch()
     return root
 
@@ -50,7 +57,8 @@ def measure(root: Path, transforms: str, rounds: int, threads: int = 2,
     folder = root / ("train" if transforms == "train" else "val")
     spec = RowSpec(folder=str(folder), batch_size=batch_size, transforms=transforms,
                    threads=threads, device="cpu")
-    runners = {"a": make_row("a", spec), "c": make_row("c", spec), "c0": make_row("c", spec)}
+    runners = {"a": make_row("a", spec), "c": make_row("c", spec), "c0": make_row("c", spec),
+               "i": make_row("i", spec)}
     rates: dict[str, list[float]] = {key: [] for key in ROWS}
     saved = scaled_decode.MIN_PIXELS
     try:
@@ -71,20 +79,25 @@ def measure(root: Path, transforms: str, rounds: int, threads: int = 2,
             runner.close()
     ratios = {key: [r / a for r, a in zip(rates[key], rates["a"], strict=True)]
               for key in ("c", "c0")}
-    return {"rates": rates, "ratios": ratios}
+    floor = {key: [r / f for r, f in zip(rates[key], rates["i"], strict=True)]
+             for key in ("c", "c0")}
+    return {"rates": rates, "ratios": ratios, "floor": floor}
 
 
 def table(results: dict[str, dict]) -> str:
     """One line per transform and row: median img/s, and ratio to (a) median [min-max]."""
-    lines = [f"{'transforms':<10} {'row':<30} {'img/s':>7}  ratio to (a), median [range]"]
+    lines = [f"{'transforms':<10} {'row':<30} {'img/s':>7}  {'ratio to (a), median [range]':<28}"
+             "  share of the floor (i), median [range]"]
     for transforms, result in results.items():
         for key in ROWS:
             rate = statistics.median(result["rates"][key])
-            ratio = ""
-            if key != "a":
+            ratio = share = ""
+            if key in ("c", "c0"):
                 r = result["ratios"][key]
                 ratio = f"{statistics.median(r):.2f}x [{min(r):.2f}-{max(r):.2f}]"
-            lines.append(f"{transforms:<10} {LABELS[key]:<30} {rate:7.1f}  {ratio}")
+                f = result["floor"][key]
+                share = f"{statistics.median(f):.0%} [{min(f):.0%}-{max(f):.0%}]"
+            lines.append(f"{transforms:<10} {LABELS[key]:<30} {rate:7.1f}  {ratio:<28}  {share}")
     return "\n".join(lines)
 
 
@@ -118,9 +131,11 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=16, help="images per batch (16)")
     parser.add_argument("--threads", type=int, default=2, help="workers / threads per row (2)")
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/fastload-highres"),
-                        help="where the photos are generated once")
+                        help="where the photos are made once")
+    parser.add_argument("--generated", action="store_true",
+                        help="fastload synth's generated pictures instead of real photographs")
     args = parser.parse_args()
-    root = highres_tree(args.workdir, args.images)
+    root = highres_tree(args.workdir, args.images, photos=not args.generated)
     results = {t: measure(root, t, args.rounds, args.threads, args.batch_size)
                for t in ("train", "val")}
     print(table(results))

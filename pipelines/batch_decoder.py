@@ -240,7 +240,7 @@ class BatchDecoder:
                       and scaled_decode.worth_it(True, arrays, sizes, params)):
             full_below = scaled_decode.MIN_PIXELS if strict else 0
             batch = scaled_decode.ScaledBatch(self.plan, arrays, params, self._pool,
-                                              self._buffers, full_below)
+                                              self._buffers, full_below, strict)
             self._pending.append((batch, arrays, params))
             self.scaled_batches += 1
             return True

@@ -4,11 +4,20 @@ libjpeg-turbo can run its inverse DCT at ``M/8`` of the size (M = 1..8), which c
 fraction of a full decode and is itself a good low-pass downscale. For each sample the crop
 and resize are drawn by :mod:`geometry` on the FULL-size image (torchvision's arithmetic, so
 the crop boxes and flips are torchvision's); here the smallest ``M/8`` whose decoded region
-still has at least the rows and columns the resample produces is chosen, the region is mapped
-onto the scaled image, and the same antialiased resample, crop, flip and normalisation as
-:mod:`torch_resample` follow. Decoding goes through ``simplejpeg`` (measured fastest of
-Pillow ``draft()``, simplejpeg and a full decode; it releases the GIL, so the pool's threads
-decode in parallel; see benchmarks/NOTES.md, "High-resolution photos").
+still has at least the rows and columns the resample produces is found and rounded up to a
+power of two (:func:`decode_scale`: libjpeg-turbo's 1/8, 2/8, 4/8 and 8/8 inverse DCTs are
+vectorised, the others cost more than the next power of two), the region is mapped onto the
+scaled image, and the same antialiased resample, crop, flip and normalisation as
+:mod:`torch_resample` follow.
+
+Decoding: where the optional ``_jpegroi`` extension is built (libjpeg-turbo's headers at
+install), only the region is decoded (no inverse DCT outside it, and nothing of the file
+below its last row is read: the entropy decoding of the rest is skipped) — for samples
+already found intact; a strict decode (a sample's first, see fastload/loader/damage.py)
+and installs without the extension decode the whole image at that scale with
+``simplejpeg`` (strict; measured fastest of Pillow ``draft()``, simplejpeg and a full
+decode). Both release the GIL, so the pool's threads decode in parallel; both give the same
+pixels for the region (benchmarks/NOTES.md, "High-resolution photos", H5-H7).
 
 Where it cannot apply (not a JPEG, a progressive or arithmetic-coded JPEG, a CMYK JPEG, a
 plan :mod:`torch_resample` cannot finish) the caller runs the DALI graph instead. The
@@ -30,8 +39,8 @@ from . import torch_resample
 from .prefix import TransformPlan
 
 __all__ = ["MAX_PIXEL_RATIO", "MIN_PIXELS", "ScaledBatch", "ScaledDecodeError", "available",
-           "decode_batch",
-           "decode_sample", "describe", "eighths", "jpeg_is_sequential", "worth_it"]
+           "decode_batch", "decode_sample", "decode_scale", "describe", "eighths",
+           "jpeg_is_sequential", "region_decoder", "worth_it"]
 
 # The scaled path pays off when it decodes far fewer pixels than DALI's region decode would
 # (both pay the entropy decoding of the file, which no scale reduces). Measured, in CPU time
@@ -43,6 +52,11 @@ MAX_PIXEL_RATIO = 0.4
 # ImageNet-sized photos (~0.2 MP) keep DALI's path; tiny images would lose parity (the
 # 8x8 DCT blocks of a scaled decode are coarse against a 32-px output).
 MIN_PIXELS = 500_000
+
+try:  # the region decoder (setup.py builds it where libjpeg-turbo's headers are)
+    from ._jpegroi import decode_region as _decode_region
+except ImportError:  # whole-image decodes at the same scale: the same pixels, more work
+    _decode_region = None
 
 _SOF_SEQUENTIAL = (0xC0, 0xC1)  # baseline, extended sequential (Huffman)
 _SOF_OTHER = frozenset(range(0xC2, 0xD0)) - {0xC4, 0xC8, 0xCC}  # progressive, lossless, ...
@@ -80,12 +94,29 @@ def jpeg_is_sequential(data: np.ndarray | bytes) -> bool:
     return False
 
 
+def region_decoder() -> bool:
+    """The ``_jpegroi`` extension is built: regions are decoded alone (see the module)."""
+    return _decode_region is not None
+
+
 def eighths(params: g.SampleParams) -> int:
     """Smallest ``M`` (1..8) such that the decoded region at scale ``M/8`` has at least the
     rows and columns it is resampled to (8: full size, no reduction)."""
     rh, rw, _, _ = torch_resample._full_resize(params)
     dh, dw = params.decode[2], params.decode[3]
     return max(1, math.ceil(8 * rh / dh), math.ceil(8 * rw / dw)) if dh and dw else 8
+
+
+def decode_scale(params: g.SampleParams) -> int:
+    """The ``M`` the sample is decoded at: :func:`eighths` rounded up to 1, 2, 4 or 8.
+
+    libjpeg-turbo vectorises only those inverse DCTs (and, at them, can size the chroma
+    blocks to skip upsampling). Measured on 2100x1680 photos, whole-image decodes cost 1.0,
+    1.1, 1.4, 1.2, 2.0, 2.4, 2.9, 1.5 times the 1/8 decode for M = 1..8, so 3/8 costs more than
+    4/8 and 5/8-7/8 far more than 8/8 (benchmarks/NOTES.md H6); the larger scale also keeps
+    more detail for the resample."""
+    m = eighths(params)
+    return 1 if m <= 1 else 2 if m <= 2 else 4 if m <= 4 else 8
 
 
 def worth_it(plan_ok: bool, encoded: Sequence[np.ndarray], sizes: Sequence[tuple[int, int]],
@@ -100,7 +131,9 @@ def worth_it(plan_ok: bool, encoded: Sequence[np.ndarray], sizes: Sequence[tuple
         return False
     if any(p.resize != params[0].resize for p in params):  # the DALI path names the error
         return False
-    scaled = sum(h * w * eighths(p) ** 2 / 64 for (h, w), p in zip(sizes, params, strict=True))
+    # pixels decoded: the region only with the region decoder, else the whole image
+    scaled = sum((p.decode[2] * p.decode[3] if region_decoder() else h * w)
+                 * decode_scale(p) ** 2 / 64 for (h, w), p in zip(sizes, params, strict=True))
     region = sum(p.decode[2] * p.decode[3] for p in params)
     if scaled > MAX_PIXEL_RATIO * region:
         return False
@@ -119,12 +152,13 @@ def _scratch(nbytes: int) -> np.ndarray:
 
 
 def decode_sample(data: np.ndarray, params: g.SampleParams, full_below: int = 0,
-                  ) -> tuple[np.ndarray, g.SampleParams]:
-    """Decode ``data`` at the scale :func:`eighths` picks (full size for an image of fewer
-    than ``full_below`` pixels); return the HWC uint8 region the resample reads (a view
+                  strict: bool = False) -> tuple[np.ndarray, g.SampleParams]:
+    """Decode ``data`` at the scale :func:`decode_scale` picks (full size for an image of
+    fewer than ``full_below`` pixels); return the HWC uint8 region the resample reads (a view
     into this thread's scratch buffer, valid until its next call) and ``params`` restated
-    for that region (the same output size and crop). The decode is strict: damaged
-    entropy-coded data raises ``ValueError`` with libjpeg's report."""
+    for that region (the same output size and crop). Damaged entropy-coded data in what is
+    decoded raises ``ValueError`` with libjpeg's report; ``strict`` decodes the whole file
+    (simplejpeg), so damage anywhere in it does."""
     import simplejpeg
 
     height, width, _, _ = simplejpeg.decode_jpeg_header(data)
@@ -132,17 +166,27 @@ def decode_sample(data: np.ndarray, params: g.SampleParams, full_below: int = 0,
     if top + dh > height or left + dw > width:  # drawn for another size: as DALI's slice says
         raise ValueError(f"the cropping window (anchor [{top}, {left}], shape [{dh}, {dw}]) "
                          f"is not valid for image dimensions [{height} x {width}]")
-    m = 8 if height * width < full_below else eighths(params)
+    m = 8 if height * width < full_below else decode_scale(params)
     sh, sw = -(-height * m // 8), -(-width * m // 8)
-    image = simplejpeg.decode_jpeg(data, colorspace="RGB", min_height=sh, min_width=sw,
-                                   buffer=_scratch(sh * sw * 3))
-    if image.shape[:2] != (sh, sw):  # libjpeg-turbo picked another scale: state it plainly
-        raise ValueError(f"expected a {sh}x{sw} decode at scale {m}/8 of {height}x{width}, "
-                         f"got {image.shape[0]}x{image.shape[1]}")
     # The region's edges on the scaled grid, rounded to whole pixels.
     y0, x0 = min(sh - 1, round(top * m / 8)), min(sw - 1, round(left * m / 8))
     y1 = max(y0 + 1, min(sh, round((top + dh) * m / 8)))
     x1 = max(x0 + 1, min(sw, round((left + dw) * m / 8)))
+    buf = _scratch(sh * sw * 3)
+    if _decode_region is not None and not strict:
+        buf = buf[: sh * sw * 3]
+        image = buf.reshape(sh, sw, 3)
+        # only the rows and columns the kept output pixels read (a crop after the resize
+        # reads part of the region): the resample of the rest of the canvas is discarded
+        rows, cols = _support(params, m, y1 - y0, x1 - x0)
+        _decode_region(data, m, y0 + rows[0], x0 + cols[0], rows[1] - rows[0],
+                       cols[1] - cols[0], buf)
+    else:
+        image = simplejpeg.decode_jpeg(data, colorspace="RGB", min_height=sh, min_width=sw,
+                                       buffer=buf)
+        if image.shape[:2] != (sh, sw):  # libjpeg-turbo picked another scale: say it plainly
+            raise ValueError(f"expected a {sh}x{sw} decode at scale {m}/8 of {height}x{width}, "
+                             f"got {image.shape[0]}x{image.shape[1]}")
     region = image[y0:y1, x0:x1]
     fy, fx = (y1 - y0) / dh, (x1 - x0) / dw
     (a, b), (c, d) = params.resize_roi
@@ -151,15 +195,36 @@ def decode_sample(data: np.ndarray, params: g.SampleParams, full_below: int = 0,
     return region, scaled
 
 
+def _support(params: g.SampleParams, m: int, height: int, width: int
+             ) -> tuple[tuple[int, int], tuple[int, int]]:
+    """``((row0, row1), (col0, col1))`` of the ``height`` x ``width`` decoded region that the
+    resample reads for the output pixels it keeps, with a pixel of margin: torch's (and
+    Pillow's) filter for output pixel i spans ``s * (i + 0.5) +- support`` source pixels,
+    ``s`` the scale and ``support`` the kernel's half width (1 bilinear, 2 bicubic) times
+    ``max(s, 1)``."""
+    rh, rw, top, left = torch_resample._full_resize(params)
+    oh, ow = params.resize
+    half = 1 if params.interpolation == "linear" else 2  # None (the plan's mode): bicubic's
+
+    def span(size: int, resized: int, first: int, count: int) -> tuple[int, int]:
+        s = size / resized
+        support = half * max(s, 1.0)
+        lo = math.floor(s * (first + 0.5) - support + 0.5) - 1
+        hi = math.ceil(s * (first + count - 0.5) + support + 0.5) + 1
+        return max(0, lo), min(size, hi)
+
+    return span(height, rh, top, oh), span(width, rw, left, ow)
+
+
 def decode_batch(plan: TransformPlan, encoded: Sequence[np.ndarray],
                  params: Sequence[g.SampleParams], out: torch.Tensor,
-                 indices: Sequence[int], full_below: int = 0) -> None:
+                 indices: Sequence[int], full_below: int = 0, strict: bool = False) -> None:
     """Decode, resample, flip and normalise samples ``indices`` of the batch into ``out``
     (N x C x H x W of ``plan.output_dtype``); ``ValueError`` names a sample that fails."""
     writer = torch_resample.SampleWriter(plan, out)
     for i in indices:
         try:
-            region, scaled = decode_sample(encoded[i], params[i], full_below)
+            region, scaled = decode_sample(encoded[i], params[i], full_below, strict)
         except Exception as err:  # any failure names the sample
             raise ScaledDecodeError(str(err), [i]) from None
         writer.write(i, region, scaled)
@@ -179,14 +244,16 @@ class ScaledBatch:
     at construction; :meth:`result` waits and returns the N x C x H x W batch."""
 
     def __init__(self, plan: TransformPlan, encoded: Sequence[np.ndarray],
-                 params: Sequence[g.SampleParams], pool, buffers=None, full_below: int = 0):
+                 params: Sequence[g.SampleParams], pool, buffers=None, full_below: int = 0,
+                 strict: bool = False):
         n = len(params)
         h, w = torch_resample.check_sizes(params)
         shape = (n, 3, h, w)
         out = (torch.empty(shape, dtype=plan.output_dtype) if buffers is None
                else buffers.empty(shape, plan.output_dtype))
         self._out = out
-        self._futures = [pool.submit(decode_batch, plan, encoded, params, out, share, full_below)
+        self._futures = [pool.submit(decode_batch, plan, encoded, params, out, share, full_below,
+                                     strict)
                          for share in torch_resample.thread_shares(pool, n)]
 
     def result(self) -> torch.Tensor:
@@ -214,8 +281,10 @@ class ScaledBatch:
 def describe(plan: TransformPlan, device: str) -> str:
     """One line: how a plan's JPEGs are decoded on ``device`` ("cpu" or "cuda"/"gpu")."""
     if device == "cpu" and torch_resample.eligible(plan) and available():
-        return (f"decode: sequential JPEGs of >= {MIN_PIXELS / 1e6:g} MP at a 1/8..8/8 DCT scale "
-                "(simplejpeg, in the resample threads) when that decodes <= "
+        how = ("the crop's region only (libjpeg-turbo's region API; a sample's first decode "
+               "whole, simplejpeg)" if region_decoder() else "the whole image (simplejpeg)")
+        return (f"decode: sequential JPEGs of >= {MIN_PIXELS / 1e6:g} MP at a 1/8, 2/8, 4/8 or "
+                f"8/8 DCT scale in the resample threads, {how}, when that decodes <= "
                 f"{MAX_PIXEL_RATIO:.0%} of the pixels of a full-size region decode; "
                 "else DALI's decoder")
     return "decode: DALI's decoder (full size or region)"

@@ -23,6 +23,7 @@ def test_bench_runs_two_rows_and_writes_table_json_and_png(synth_root, tmp_path,
     table = capsys.readouterr().out
     assert "(a)  torchvision ImageFolder + torch DataLoader" in table
     assert "(f)  decode ceiling" in table
+    assert "PSS summed over the tree" in table and "PSS MiB  USS MiB" in table
 
     report = json.loads(out_json.read_text())
     assert report["format"] == 1
@@ -35,7 +36,9 @@ def test_bench_runs_two_rows_and_writes_table_json_and_png(synth_root, tmp_path,
         assert r["images_per_epoch"] == 16
         assert len(r["epoch_images_per_s"]) == 1
         assert r["spread_min"] <= r["images_per_s"] <= r["spread_max"]
-        assert r["peak_rss_mib"] > 50  # a Python process with torch imported
+        # the row's process tree; PSS counts pages shared with other processes in part
+        assert 50 < r["peak_pss_mib"] <= r["peak_rss_mib"]  # a process with torch imported
+        assert 0 < r["peak_uss_mib"] <= r["peak_pss_mib"]
         assert r["cpu_percent"] >= 0  # CPU times tick in 10 ms: a tiny epoch may read 0
     assert rows["a"]["ratio_to_a"] == pytest.approx(1.0)
     assert rows["f"]["share_of_f"] == pytest.approx(1.0)
@@ -79,7 +82,7 @@ def test_bench_rejects_unknown_row_letter_naming_the_choices(synth_root, capsys)
     status = cli.main(["bench", str(synth_root), "--rows", "a,z"])
     assert status == 2
     err = capsys.readouterr().err
-    assert "rows should be distinct letters from 'abcdefgh'" in err and "'az'" in err
+    assert "rows should be distinct letters from 'abcdefghi'" in err and "'az'" in err
 
 
 def test_bench_missing_data_folder_is_one_clear_error_and_a_failed_run(tmp_path, capsys):
@@ -102,6 +105,41 @@ def test_decode_ceiling_decodes_every_file_once_per_epoch(synth_root):
         ceiling.close()
     with pytest.raises(RuntimeError, match="closed"):
         ceiling.run_epoch()
+
+
+def test_decode_floor_entropy_decodes_each_jpeg_at_one_eighth_and_other_files_in_full(
+        synth_root, tmp_path):
+    from PIL import Image
+
+    from fastload.bench.ceiling import DecodeCeiling, decode_file_floor
+    from fastload.bench.rows import folder_samples
+
+    jpeg = folder_samples(synth_root / "val")[0][0]
+    with Image.open(jpeg) as picture:
+        assert decode_file_floor(jpeg) == picture.width * picture.height
+        picture.save(tmp_path / "same.png")
+    assert decode_file_floor(str(tmp_path / "same.png")) == picture.width * picture.height
+    files = [path for path, _ in folder_samples(synth_root / "val")]
+    floor = DecodeCeiling(files, processes=1, decode=decode_file_floor)
+    try:
+        assert floor.run_epoch() == len(files)
+    finally:
+        floor.close()
+
+
+def test_rows_relate_to_the_floor_row_when_it_runs():
+    from fastload.bench.harness import BenchReport, RowResult, _relate, format_table
+
+    rows = {key: RowResult(key, key, images_per_s=rate, spread_min=rate, spread_max=rate)
+            for key, rate in (("a", 50.0), ("c", 270.0), ("f", 150.0), ("i", 300.0))}
+    _relate(rows)
+    assert rows["c"].share_of_i == pytest.approx(0.9) and rows["i"].share_of_i == 1.0
+    report = BenchReport({"images_per_epoch": 48, "transforms": "val", "batch_size": 16,
+                          "image_size": 224, "threads": 2, "device": "cpu", "epochs": 3,
+                          "warmup_epochs": 1}, {"cpu": "x", "usable_cores": 2},
+                         list(rows.values()), "", 0.0)
+    table = format_table(report)
+    assert "% of (i)" in table and " 90% " in table.splitlines()[6]
 
 
 @pytest.mark.parametrize("train", [True, False])

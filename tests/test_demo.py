@@ -14,10 +14,10 @@ def test_demo_generates_converts_verifies_measures_learns_and_reports_then_skips
     workdir = tmp_path / "demo"
     assert main(["demo", "--workdir", str(workdir), "--tiny", "--workers", "1"]) == 0
     first = capsys.readouterr().out.strip().splitlines()
-    assert [line.split(":")[0] for line in first[:9]] == [
-        "[1/9] synth", "[2/9] convert train", "[3/9] convert val",
-        "[4/9] verify train", "[5/9] verify val", "[6/9] bench", "[7/9] recipe ra",
-        "[8/9] finetune A/B", "[9/9] report",
+    assert [line.split(":")[0] for line in first[:10]] == [
+        "[1/10] synth", "[2/10] convert train", "[3/10] convert val",
+        "[4/10] verify train", "[5/10] verify val", "[6/10] photos", "[7/10] bench",
+        "[8/10] recipe ra", "[9/10] finetune A/B", "[10/10] report",
     ]
     assert "stored 48 + skipped 0 = seen 48" in first[1]
     assert "OK: 16/16 records" in first[4]
@@ -26,9 +26,18 @@ def test_demo_generates_converts_verifies_measures_learns_and_reports_then_skips
         dataset = LMDBDataset(workdir / "data" / f"{split}.lmdb")
         assert len(dataset) == count
         assert dataset.classes == ["class_00", "class_01", "class_02", "class_03"]
-    # The headline names the measured speed-up against torchvision's loader.
-    assert any(line.strip().startswith("loader: fastload x") for line in first[9:])
-    assert any(line.strip().startswith("augmentation recipe 'ra'") for line in first[9:])
+    # The headline leads with the loader's own end-to-end gain at equal precision, then the
+    # loader alone on the photographs, then each technique row for what it is.
+    headline = [line.strip() for line in first[10:]]
+    assert headline[0].startswith("end to end (fine-tune A/B, same fp32 training): "
+                                  "fastload.DataLoader x")
+    assert "data stall" in headline[0] and "peak PSS of the whole process tree" in headline[0]
+    assert headline[1].startswith("loader alone (bench on photographs): fastload x")
+    assert headline[2].startswith("augmentation recipe 'ra'")
+    assert headline[3].startswith("+ AMP bf16 (a precision technique): x")
+    assert headline[4].startswith("+ gradient checkpointing (a memory technique")
+    assert "training's peak memory" in headline[4]
+    assert len(list((workdir / "photos" / "train").rglob("*.jpg"))) == 28
     recipe = json.loads((workdir / "recipe.json").read_text(encoding="utf-8"))["bench"]
     assert recipe["config"]["recipe"] == "ra"
     assert {r["row"] for r in recipe["rows"] if r["images_per_s"]} == {"a", "c"}
@@ -38,7 +47,9 @@ def test_demo_generates_converts_verifies_measures_learns_and_reports_then_skips
     assert [r["row"] for r in ab] == ["baseline", "fastload", "amp", "gc"]
     # Two epochs of a ViT-Tiny on 48 generated images: labels line up, so it beats chance.
     assert all(r["epochs"][-1]["images"] == 48 for r in ab)
-    assert ab[1]["val_top1"] > 0.4, first[7]
+    assert ab[1]["val_top1"] > 0.4, first[8]
+    assert all(r["tree_pss_mb"] > 50 and r["tree_uss_mb"] <= r["tree_pss_mb"] for r in ab)
+    assert ab[0]["tree_processes"] > 1  # torch's loader: the training process and its workers
     report = (workdir / "report.md").read_text(encoding="utf-8")
     assert "## An augmentation recipe: `ra`" in report
     for chart in ("throughput.png", "step_time.png", "training.png", "memory.png"):
@@ -47,7 +58,7 @@ def test_demo_generates_converts_verifies_measures_learns_and_reports_then_skips
 
     assert main(["demo", "--workdir", str(workdir), "--tiny", "--workers", "1"]) == 0
     second = capsys.readouterr().out.strip().splitlines()
-    assert all("skipped" in line for line in second[:3] + second[5:8])
+    assert all("skipped" in line for line in second[:3] + second[5:9])
     assert "OK" in second[3] and "OK" in second[4]
 
 
@@ -70,3 +81,26 @@ def test_demo_finishes_a_conversion_left_unfinished(tmp_path, capsys):
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == 5
     assert "skipped" in lines[1] and "seen 16" in lines[2] and "OK: 16/16" in lines[4]
+
+
+def test_headline_leads_with_the_loaders_gain_at_equal_precision_then_each_technique():
+    from fastload.bench.demo_report import headline
+
+    def row(name, label, rate, stall, own, tree):
+        return {"row": name, "label": label, "images_per_s": rate, "data_stall_share": stall,
+                "peak_mem_mb": own, "tree_pss_mb": tree}
+
+    ab = [row("baseline", "baseline: fp32, torchvision", 10.0, 0.24, 100.0, 1900.0),
+          row("fastload", "+ fastload.DataLoader from LMDB", 13.0, 0.03, 90.0, 1300.0),
+          row("amp", "+ AMP bf16", 19.5, 0.03, 60.0, 1200.0),
+          row("gc", "+ gradient checkpointing", 17.55, 0.03, 45.0, 1150.0)]
+    lines = headline(None, ab).lines()
+    assert lines[0] == ("end to end (fine-tune A/B, same fp32 training): fastload.DataLoader "
+                        "x1.30 images/s against torchvision's DataLoader; data stall 24% -> 3% "
+                        "of each epoch; memory 1,900 -> 1,300 MiB (peak PSS of the whole process "
+                        "tree, loader workers included)")
+    assert lines[1] == ("+ AMP bf16 (a precision technique): x1.50 images/s against the row "
+                        "above, training's peak memory -33%")
+    assert lines[2] == ("+ gradient checkpointing (a memory technique: activations recomputed "
+                        "in backward): x0.90 images/s against the row above, training's peak "
+                        "memory -25%")

@@ -78,9 +78,12 @@ def test_compare_rows_add_one_technique_at_a_time(tmp_path):
     only_gc = row_configs(base, ["gc", "baseline"])  # a subset stays cumulative, in table order
     assert [n for n, _ in only_gc] == ["baseline", "gc"] and only_gc[1][1].loader == "torch"
     table = format_table([{"label": "a", "time_per_epoch_s": 2.0, "images_per_s": 10.0,
-                           "data_stall_share": 0.5, "peak_mem_mb": 100.0, "val_top1": 0.5},
+                           "data_stall_share": 0.5, "peak_mem_mb": 100.0, "val_top1": 0.5,
+                           "tree_pss_mb": 1500.0, "tree_uss_mb": 1200.0},
                           {"label": "b", "time_per_epoch_s": 1.0, "images_per_s": 20.0,
-                           "data_stall_share": 0.1, "peak_mem_mb": 50.0, "val_top1": None}])
-    assert "| b | 1.00 | 20.0 | 2.00x | 10% | 50 | n/a |" in table
+                           "data_stall_share": 0.1, "peak_mem_mb": 50.0, "val_top1": None,
+                           "tree_pss_mb": 900.0, "tree_uss_mb": None}])
+    assert "peak PSS, process tree (MiB) | peak USS, process tree (MiB)" in table
+    assert "| b | 1.00 | 20.0 | 2.00x | 10% | 900 | n/a | n/a |" in table
     with pytest.raises(ValueError, match="'fast'"):
         row_configs(base, ["fast"])

@@ -209,3 +209,70 @@ def test_the_plan_names_the_decode_per_device():
     plan = translate(VAL)
     assert "DCT scale" in sd.describe(plan, "cpu")
     assert sd.describe(plan, "cuda") == "decode: DALI's decoder (full size or region)"
+
+
+needs_region = pytest.mark.skipif(not sd.region_decoder(),
+                                  reason="the _jpegroi extension is not built")
+
+
+@needs_region
+def test_region_decode_gives_a_whole_decodes_pixels_at_every_scale(highres):
+    import simplejpeg
+
+    from fastload.pipelines._jpegroi import decode_region
+
+    data = highres[0][0]
+    rng = np.random.default_rng(0)
+    for m in range(1, 9):
+        full = simplejpeg.decode_jpeg(data, colorspace="RGB", min_height=-(-1280 * m // 8),
+                                      min_width=-(-1600 * m // 8))
+        h, w = full.shape[:2]
+        canvas = np.zeros((h, w, 3), np.uint8)
+        for _ in range(3):
+            rh, rw = int(rng.integers(1, h + 1)), int(rng.integers(1, w + 1))
+            top, left = int(rng.integers(0, h - rh + 1)), int(rng.integers(0, w - rw + 1))
+            decode_region(data, m, top, left, rh, rw, canvas.reshape(-1))
+            assert np.array_equal(canvas[top:top + rh, left:left + rw],
+                                  full[top:top + rh, left:left + rw]), (m, top, left, rh, rw)
+
+
+@needs_region
+@pytest.mark.parametrize("transform", [VAL, TRAIN], ids=["val", "train"])
+def test_region_path_batches_equal_whole_decode_batches(highres, transform):
+    plan = translate(transform)
+    encoded = [np.frombuffer(p[0], np.uint8) for p in highres]
+    gen = torch.Generator().manual_seed(5)
+    params = [g.draw_sample(plan.steps, *p[1], gen) for p in highres]
+    outs = []
+    for strict in (False, True):  # the region alone / the whole image (simplejpeg)
+        out = torch.empty((len(highres), 3, 224, 224), dtype=plan.output_dtype)
+        sd.decode_batch(plan, encoded, params, out, range(len(highres)), strict=strict)
+        outs.append(out)
+    assert torch.equal(outs[0], outs[1])
+
+
+@needs_region
+def test_region_decoder_reports_damage_in_what_it_reads_without_writing_to_stderr(
+        highres, capfd):
+    from fastload.pipelines._jpegroi import decode_region
+
+    data = highres[0][0]
+    canvas = np.zeros(320 * 400 * 3, np.uint8)
+    with pytest.raises(ValueError, match="Premature end of JPEG file"):
+        decode_region(data[: len(data) // 2], 2, 0, 0, 320, 400, canvas)
+    with pytest.raises(ValueError, match="Not a JPEG file"):
+        decode_region(b"not a jpeg", 2, 0, 0, 1, 1, canvas)
+    with pytest.raises(ValueError, match="is not inside the 320x400 image at scale 2/8"):
+        decode_region(data, 2, 0, 0, 321, 400, canvas)
+    with pytest.raises(ValueError, match="the 320x400 canvas 384000"):
+        decode_region(data, 2, 0, 0, 1, 1, canvas[:-3])
+    assert capfd.readouterr().err == ""
+
+
+def test_decode_scale_rounds_up_to_a_vectorised_eighth():
+    steps = translate(VAL).steps
+    scales = {}
+    for short in (1680, 1400, 1000, 800, 600, 300):  # eighths 2, 2, 3, 3, 4, 7
+        params = g.draw_sample(steps, short, short * 5 // 4, torch.Generator())
+        scales[sd.eighths(params)] = sd.decode_scale(params)
+    assert scales == {2: 2, 3: 4, 4: 4, 7: 8}

@@ -14,7 +14,8 @@ _ROWS_HELP = (
     "b torch DataLoader + fastload.LMDBDataset; c fastload.DataLoader on the folder; "
     "d fastload.DataLoader on the LMDB; e on an LMDB converted with --max-side; "
     "f decode ceiling (Pillow full decode, all cores); g hand-written DALI graph; "
-    "h FFCV (skipped unless ffcv is installed)"
+    "h FFCV (skipped unless ffcv is installed); i entropy-decode floor (each JPEG at 1/8 DCT "
+    "scale, all cores)"
 )
 
 
@@ -24,7 +25,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         help="measure loaders side by side (table, --json, --plot)",
         description="Measure data loaders side by side on the same images in interleaved "
         "rounds: images/s (median over epochs after warm-up), ratio to (a), share of the "
-        "decode ceiling (f), peak RSS and CPU use of each loader's process tree.",
+        "decode ceiling (f) and of the entropy-decode floor (i), memory and CPU use of each "
+        "loader's process tree.",
     )
     parser.add_argument("data", type=Path,
                         help="ImageFolder tree, or a folder with train/ and val/ (fastload synth)")

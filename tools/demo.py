@@ -7,14 +7,20 @@ finished one reruns in seconds::
     DIR/synth.json              arguments of the finished generation (its completion marker)
     DIR/data/{train,val}/       generated ImageFolder tree (fastload.data.synth)
     DIR/data/{train,val}.lmdb/  fastload LMDB databases (fastload.data.convert)
-    DIR/bench.json              `fastload bench` rows on the train images
-    DIR/recipe.json             `fastload bench --recipe ra`: torchvision's loader and
-                                fastload on the reference RandAugment preset
-    DIR/ab.json                 the fine-tune A/B rows (fastload.train.compare)
+    DIR/photos.json, DIR/photos/train/
+                                crops of real photographs, ImageNet-sized
+                                (fastload.data.photos, `fastload synth --photos`)
+    DIR/bench.json              `fastload bench` rows on the photographs
+    DIR/recipe.json             `fastload bench --recipe ra` on the photographs:
+                                torchvision's loader and fastload on the reference
+                                RandAugment preset
+    DIR/ab.json                 the fine-tune A/B rows on the generated set
+                                (fastload.train.compare)
     DIR/report.md, DIR/*.png    the report and its charts (fastload.bench.demo_report)
 
-The A/B trains a ViT-Tiny from scratch on the generated classes, which are learnable, so
-validation top-1 far above chance shows that images and labels line up end to end.
+Loader figures come from photographs (camera content decodes and augments as users' data
+does); the A/B trains a ViT-Tiny from scratch on the generated classes, which are learnable,
+so validation top-1 far above chance shows that images and labels line up end to end.
 """
 
 from __future__ import annotations
@@ -45,6 +51,14 @@ class DemoConfig:
 
 
 @dataclass(frozen=True)
+class DemoPhotos:
+    """The photographic set the loader benches read (fastload.data.photos)."""
+
+    train: int = 1000
+    megapixels: tuple[float, float] = (0.2, 0.4)
+
+
+@dataclass(frozen=True)
 class DemoTraining:
     """The measured parts: a short loader bench and the fine-tune A/B."""
 
@@ -60,6 +74,7 @@ class DemoTraining:
 
 
 TINY = DemoConfig(classes=4, train=48, val=16, seed=0, min_side=64, max_side=160)
+TINY_PHOTOS = DemoPhotos(train=28, megapixels=(0.01, 0.02))
 TINY_TRAINING = DemoTraining(img_size=32, epochs=2, batch_size=16, bench_rows="adf",
                              bench_epochs=1, bench_limit=None, recipe_limit=None)
 
@@ -70,8 +85,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         help="generate images, convert, verify, bench and fine-tune, then write a report "
         "(what `make demo` runs)",
         description="Generate an ImageNet-like data set, convert it to fastload LMDB and "
-        "verify it, measure loaders side by side, run a short fine-tune A/B, and write "
-        "DIR/report.md with charts. Steps whose output exists are skipped.",
+        "verify it, measure loaders side by side on crops of real photographs, run a short "
+        "fine-tune A/B on the generated set, and write DIR/report.md with charts. Steps "
+        "whose output exists are skipped.",
     )
     parser.add_argument("--workdir", default="runs/demo",
                         help="working folder (default runs/demo)")
@@ -154,6 +170,27 @@ def _synth_step(workdir: Path, config: DemoConfig, workers: int | None, progress
     )
 
 
+def _photos_step(workdir: Path, photos: DemoPhotos, seed: int, workers: int | None,
+                 progress: bool) -> str:
+    from fastload.data.photos import photo_tree
+    from fastload.data.synth import tree_stats
+
+    marker = workdir / "photos.json"
+    wanted = {**asdict(photos), "seed": seed}
+    wanted["megapixels"] = list(photos.megapixels)
+    if marker.exists() and json.loads(marker.read_text(encoding="utf-8")) == wanted:
+        stats = tree_stats(workdir / "photos")
+        return f"photos: {stats['count']} images already in {workdir / 'photos'}, skipped"
+    start = time.perf_counter()
+    root = photo_tree(workdir / "photos", train=photos.train, val=0, seed=seed,
+                      workers=workers, progress=progress, megapixels=photos.megapixels)
+    marker.write_text(json.dumps(wanted, indent=2) + "\n", encoding="utf-8")
+    stats = tree_stats(root)
+    return (f"photos: {stats['count']} crops of photographs in {root}, mean "
+            f"{stats['mean_width']:.0f}x{stats['mean_height']:.0f} px, "
+            f"{stats['mean_kb']:.1f} KB, {time.perf_counter() - start:.1f} s")
+
+
 def _convert_step(workdir: Path, split: str, workers: int | None, progress: bool) -> str:
     from fastload.data.convert import convert_folder, is_complete
 
@@ -180,13 +217,13 @@ def _verify_step(workdir: Path, split: str) -> tuple[bool, str]:
 
 def _bench_command(workdir: Path, training: DemoTraining, device: str) -> str:
     limit = f" --limit {training.bench_limit}" if training.bench_limit else ""
-    return (f"fastload bench {workdir / 'data'} --rows {training.bench_rows} --epochs "
+    return (f"fastload bench {workdir / 'photos'} --rows {training.bench_rows} --epochs "
             f"{training.bench_epochs}{limit} --device {device}")
 
 
 def _bench_step(workdir: Path, training: DemoTraining, seed: int, device: str) -> tuple[dict, str]:
     settings = {"rows": training.bench_rows, "epochs": training.bench_epochs,
-                "limit": training.bench_limit, "seed": seed, "device": device}
+                "limit": training.bench_limit, "seed": seed, "device": device, "data": "photos"}
     return _bench_record(workdir, "bench", "bench", settings,
                          rows=training.bench_rows, epochs=training.bench_epochs,
                          limit=training.bench_limit, device=device, seed=seed)
@@ -194,14 +231,15 @@ def _bench_step(workdir: Path, training: DemoTraining, seed: int, device: str) -
 
 def _recipe_command(workdir: Path, training: DemoTraining, device: str) -> str:
     limit = f" --limit {training.recipe_limit}" if training.recipe_limit else ""
-    return (f"fastload bench {workdir / 'data'} --recipe {training.recipe} --epochs "
+    return (f"fastload bench {workdir / 'photos'} --recipe {training.recipe} --epochs "
             f"{training.bench_epochs}{limit} --device {device}")
 
 
 def _recipe_step(workdir: Path, training: DemoTraining, seed: int,
                  device: str) -> tuple[dict, str]:
     settings = {"recipe": training.recipe, "epochs": training.bench_epochs,
-                "limit": training.recipe_limit, "seed": seed, "device": device}
+                "limit": training.recipe_limit, "seed": seed, "device": device,
+                "data": "photos"}
     return _bench_record(workdir, "recipe", f"recipe {training.recipe}", settings, rows="ac",
                          recipe=training.recipe, epochs=training.bench_epochs,
                          limit=training.recipe_limit, device=device, seed=seed)
@@ -217,9 +255,9 @@ def _bench_record(workdir: Path, name: str, title: str, settings: dict,
     from fastload.bench.harness import BenchConfig, run_bench
     from fastload.bench.report import write_json
 
-    report = run_bench(BenchConfig(data=workdir / "data", workdir=workdir / "bench-cache",
+    report = run_bench(BenchConfig(data=workdir / "photos", workdir=workdir / "photos-bench",
                                    **config), log=lambda line: None)
-    bench = json.loads(write_json(report, workdir / "bench-cache" / f"{name}.json").read_text())
+    bench = json.loads(write_json(report, workdir / "photos-bench" / f"{name}.json").read_text())
     rows = {r["row"]: r for r in bench["rows"] if r.get("images_per_s")}
     parts = [f"({k}) {r['images_per_s']:,.0f} img/s" for k, r in rows.items()]
     line = ", ".join(parts) + f" [{report.seconds:.0f} s]"
@@ -246,9 +284,11 @@ def _ab_step(workdir: Path, training: DemoTraining, seed: int, device: str,
     rows = run_compare(base, rows=list(AB_ROWS), progress=progress)
     seconds = time.perf_counter() - start
     top1 = rows[-1]["val_top1"]
+    by_row = {r["row"]: r for r in rows}
+    loader = by_row["fastload"]["images_per_s"] / by_row["baseline"]["images_per_s"]
     line = (f"{len(rows)} configurations, {training.model} from scratch at {training.img_size} "
-            f"px, {training.epochs} epochs: {rows[-1]['images_per_s'] / rows[0]['images_per_s']:.2f}x "
-            f"images/s against the baseline, val top-1 "
+            f"px, {training.epochs} epochs: fastload.DataLoader x{loader:.2f} images/s against "
+            f"torchvision's (both fp32), val top-1 "
             f"{'n/a' if top1 is None else f'{100 * top1:.0f}%'} [{seconds:.0f} s]")
     (workdir / "ab.json").write_text(
         json.dumps({"settings": settings, "line": line, "rows": rows}, indent=2) + "\n",
@@ -256,13 +296,15 @@ def _ab_step(workdir: Path, training: DemoTraining, seed: int, device: str,
     return rows, "finetune A/B: " + line
 
 
-def _report_step(workdir: Path, config: DemoConfig, training: DemoTraining, device: str,
-                 bench: dict | None, recipe: dict | None,
+def _report_step(workdir: Path, config: DemoConfig, photos: DemoPhotos,
+                 training: DemoTraining, device: str, bench: dict | None, recipe: dict | None,
                  ab_rows: list[dict] | None) -> list[str]:
     from fastload.bench.demo_report import headline, write_report
 
-    data = (f"{config.train} train / {config.val} val generated JPEGs, {config.classes} "
-            f"classes, {config.min_side}-{config.max_side} px")
+    low, high = photos.megapixels
+    data = (f"loader benches: {photos.train} crops of real photographs, {low:g}-{high:g} MP; "
+            f"fine-tune A/B: {config.train} train / {config.val} val generated JPEGs, "
+            f"{config.classes} classes, {config.min_side}-{config.max_side} px")
     finetune = (f"fastload finetune {workdir / 'data'} --compare {','.join(AB_ROWS)} "
                 f"--img-size {training.img_size} --epochs {training.epochs} "
                 f"--batch-size {training.batch_size}")
@@ -277,10 +319,10 @@ def _report_step(workdir: Path, config: DemoConfig, training: DemoTraining, devi
 
 def run(args: argparse.Namespace) -> int:
     if args.tiny:
-        config, training = TINY, TINY_TRAINING
+        config, photos, training = TINY, TINY_PHOTOS, TINY_TRAINING
     else:
         config = DemoConfig(classes=args.classes, train=args.train, val=args.val, seed=args.seed)
-        training = DemoTraining(img_size=args.img_size)
+        photos, training = DemoPhotos(), DemoTraining(img_size=args.img_size)
     if args.epochs is not None:
         if args.epochs < 0:
             print(f"fastload demo: error: --epochs should be 0 or more, but got {args.epochs}",
@@ -291,7 +333,7 @@ def run(args: argparse.Namespace) -> int:
     workdir.mkdir(parents=True, exist_ok=True)
     progress = sys.stderr.isatty()
     measured = training.epochs > 0
-    steps = 1 + 2 * len(SPLITS) + (4 if measured else 0)
+    steps = 1 + 2 * len(SPLITS) + (5 if measured else 0)
     step = 0
 
     def say(line: str) -> None:
@@ -313,13 +355,15 @@ def run(args: argparse.Namespace) -> int:
             if device == "gpu":
                 print("a CUDA GPU is present: DALI decodes on it and training runs on it",
                       flush=True)
+            say(_photos_step(workdir, photos, config.seed, args.workers, progress))
             bench, line = _bench_step(workdir, training, config.seed, device)
             say(line)
             recipe, line = _recipe_step(workdir, training, config.seed, device)
             say(line)
             ab_rows, line = _ab_step(workdir, training, config.seed, device, progress)
             say(line)
-            lines = _report_step(workdir, config, training, device, bench, recipe, ab_rows)
+            lines = _report_step(workdir, config, photos, training, device, bench, recipe,
+                                 ab_rows)
             say(lines[0])
             for line in lines[1:]:
                 print(line, flush=True)

@@ -6,9 +6,11 @@ one epoch at a time in interleaved rounds (a, b, c, ..., a, b, c, ...), so drift
 shared machine hits every row alike. The first ``warmup_epochs`` rounds are not measured.
 
 Per row: images/s (median over measured epochs, with min–max), ratio to row (a), share of
-row (f) (the decode ceiling), peak RSS of the row's process tree (main + children, summed,
-sampled every 50 ms by a thread of the harness) and CPU use (process-tree CPU seconds over
-wall seconds of the measured epochs; 200% = two cores busy).
+row (f) (the decode ceiling) and of row (i) (the entropy-decode floor) when they run, the
+peak memory of the row's process tree (the row process and its workers: PSS and USS summed
+over the tree, and the summed RSS, which counts shared pages once per process; sampled by a
+thread of the harness, :class:`fastload.utils.memory.TreeMemory`) and CPU use (process-tree
+CPU seconds over wall seconds of the measured epochs; 200% = two cores busy).
 
 An epoch's time runs from ``iter()`` to its last batch, plus any work the row's processes
 keep doing after that batch (DALI decodes ahead across the epoch boundary): the row process
@@ -30,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fastload.bench.process import PeakRss, RowProcess
+from fastload.bench.process import RowProcess
 from fastload.bench.recipes import recipe
 from fastload.bench.report import format_table, machine_info, write_json, write_plot
 from fastload.bench.rows import (
@@ -42,6 +44,7 @@ from fastload.bench.rows import (
 )
 from fastload.data.ensure import ensure_lmdb
 from fastload.utils.checks import check_positive_int
+from fastload.utils.memory import TreeMemory
 
 __all__ = [
     "BenchConfig",
@@ -113,7 +116,10 @@ class RowResult:
     spread_max: float | None = None
     ratio_to_a: float | None = None
     share_of_f: float | None = None
-    peak_rss_mib: float | None = None
+    share_of_i: float | None = None  # share of row (i), the entropy-decode floor
+    peak_pss_mib: float | None = None  # the row's process tree, PSS summed (smaps_rollup)
+    peak_uss_mib: float | None = None  # the same tree, private pages only
+    peak_rss_mib: float | None = None  # the same tree, RSS summed (shared pages counted per process)
     cpu_percent: float | None = None
     setup_s: float | None = None
 
@@ -218,7 +224,7 @@ def run_bench(config: BenchConfig, log: Callable[[str], None] = print) -> BenchR
     results = {key: RowResult(key, row_label(key, config.max_side), images_per_epoch=count)
                for key in config.rows}
     context = multiprocessing.get_context("spawn")
-    sampler = PeakRss()
+    sampler = TreeMemory()
     sampler.start()
     procs: dict[str, RowProcess] = {}
     cpu: dict[str, list[float]] = {key: [0.0, 0.0] for key in config.rows}
@@ -268,8 +274,11 @@ def run_bench(config: BenchConfig, log: Callable[[str], None] = print) -> BenchR
             proc.stop(wait_s=1.0)
         sampler.stop()
     for key, result in results.items():
-        if key in sampler.peaks:
-            result.peak_rss_mib = sampler.peaks[key] / _MIB
+        peak = sampler.peaks.get(key)
+        if peak is not None:
+            result.peak_rss_mib = peak.rss / _MIB if peak.rss else None
+            result.peak_pss_mib = None if peak.pss is None else peak.pss / _MIB
+            result.peak_uss_mib = None if peak.uss is None else peak.uss / _MIB
         if result.epoch_images_per_s and result.status == "ok":
             rates = result.epoch_images_per_s
             result.images_per_s = statistics.median(rates)
@@ -311,6 +320,7 @@ def run_recipes(names: list[str], log: Callable[[str], None] = print,
 def _relate(results: dict[str, RowResult]) -> None:
     base = results.get("a")
     ceiling = results.get("f")
+    floor = results.get("i")
     for result in results.values():
         if result.images_per_s is None:
             continue
@@ -318,3 +328,5 @@ def _relate(results: dict[str, RowResult]) -> None:
             result.ratio_to_a = result.images_per_s / base.images_per_s
         if ceiling is not None and ceiling.images_per_s:
             result.share_of_f = result.images_per_s / ceiling.images_per_s
+        if floor is not None and floor.images_per_s:
+            result.share_of_i = result.images_per_s / floor.images_per_s

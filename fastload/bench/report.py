@@ -58,7 +58,9 @@ def _fmt(value: float | None, pattern: str) -> str:
 
 def format_table(report) -> str:
     """The report as an aligned text table (one line per row, notes below)."""
-    header = ["row", "loader", "img/s", "spread", "× (a)", "% of (f)", "peak RSS MiB", "CPU %"]
+    floor = any(r.share_of_i is not None for r in report.rows)
+    header = ["row", "loader", "img/s", "spread", "× (a)", "% of (f)",
+              *(["% of (i)"] if floor else []), "PSS MiB", "USS MiB", "CPU %"]
     lines = []
     notes = []
     for r in report.rows:
@@ -73,7 +75,10 @@ def format_table(report) -> str:
             spread,
             _fmt(r.ratio_to_a, "{:.2f}"),
             _fmt(None if r.share_of_f is None else 100 * r.share_of_f, "{:.0f}%"),
-            _fmt(r.peak_rss_mib, "{:,.0f}"),
+            *([_fmt(None if r.share_of_i is None else 100 * r.share_of_i, "{:.0f}%")]
+              if floor else []),
+            _fmt(r.peak_pss_mib, "{:,.0f}"),
+            _fmt(r.peak_uss_mib, "{:,.0f}"),
             _fmt(r.cpu_percent, "{:.0f}%"),
         ])
         if r.note:
@@ -94,7 +99,10 @@ def format_table(report) -> str:
     machine = report.machine
     where = f"machine: {machine['cpu']}, {machine['usable_cores']} cores" + (
         f", GPU {machine['gpu']}" if machine.get("gpu") else "")
-    out = [title, where, render(header), render(["-" * w for w in widths])]
+    memory = ("memory: peak of each row's whole process tree (loader process + its workers), "
+              "PSS summed over the tree (shared pages split among the processes mapping them) "
+              "and USS (private pages), from /proc/<pid>/smaps_rollup")
+    out = [title, where, memory, render(header), render(["-" * w for w in widths])]
     out += [render(cells) for cells in lines]
     return "\n".join(out + notes)
 
@@ -124,7 +132,7 @@ def write_plot(report, path: str | os.PathLike) -> Path:
     values = [r.images_per_s for r in rows][::-1]
     low = [r.images_per_s - r.spread_min for r in rows][::-1]
     high = [r.spread_max - r.images_per_s for r in rows][::-1]
-    colours = ["#7f7f7f" if r.row == "f" else "#1f77b4" if r.row in "cde" else "#ff7f0e"
+    colours = ["#7f7f7f" if r.row in "fi" else "#1f77b4" if r.row in "cde" else "#ff7f0e"
                for r in rows][::-1]
     positions = range(len(rows))
     axes.barh(positions, values, xerr=[low, high], color=colours, capsize=3)
@@ -136,10 +144,13 @@ def write_plot(report, path: str | os.PathLike) -> Path:
             text += f"  ×{r.ratio_to_a:.2f} (a)"
         if r.share_of_f is not None and r.row != "f":
             text += f"  {100 * r.share_of_f:.0f}% (f)"
+        if r.share_of_i is not None and r.row != "i":
+            text += f"  {100 * r.share_of_i:.0f}% (i)"
         axes.text(r.spread_max + 0.01 * peak, pos, text, va="center", fontsize=8)
     from matplotlib.patches import Patch
 
-    kinds = [("#ff7f0e", "baselines"), ("#1f77b4", "fastload"), ("#7f7f7f", "decode ceiling")]
+    kinds = [("#ff7f0e", "baselines"), ("#1f77b4", "fastload"),
+             ("#7f7f7f", "decode ceiling / floor")]
     shown = set(colours)
     axes.legend(handles=[Patch(color=c, label=label) for c, label in kinds if c in shown],
                 loc="lower right", fontsize=8, frameon=False)

@@ -14,6 +14,7 @@ Rows:
     (f) decode ceiling: Pillow full decode on all cores, nothing else
     (g) hand-written DALI graph (pipelines.reference_graph)
     (h) FFCV Loader on a .beton, when ffcv is installed
+    (i) entropy-decode floor: each JPEG at 1/8 DCT scale to grey on all cores (see ceiling)
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ __all__ = [
     "row_unavailable",
 ]
 
-ROW_KEYS = "abcdefgh"
+ROW_KEYS = "abcdefghi"
 _LABELS = {
     "a": "torchvision ImageFolder + torch DataLoader",
     "b": "torch DataLoader + fastload.LMDBDataset",
@@ -44,6 +45,7 @@ _LABELS = {
     "f": "decode ceiling: Pillow full decode, all cores",
     "g": "hand-written DALI graph",
     "h": "FFCV Loader, .beton",
+    "i": "entropy-decode floor: 1/8 DCT scale, all cores",
 }
 
 
@@ -184,13 +186,19 @@ class _FastloadRow(_LoaderRow):
 
 
 class _CeilingRow(_Row):
-    """(f): Pillow full decode of the same files on all cores (no batches, no tensors)."""
+    """(f): Pillow full decode of the same files on all cores (no batches, no tensors);
+    (i), ``floor=True``: each JPEG entropy-decoded at 1/8 scale instead."""
+
+    def __init__(self, spec: RowSpec, floor: bool = False) -> None:
+        super().__init__(spec)
+        self._floor = floor
 
     def _build(self) -> None:
-        from fastload.bench.ceiling import DecodeCeiling
+        from fastload.bench.ceiling import DecodeCeiling, decode_file, decode_file_floor
 
         files = [path for path, _ in folder_samples(self.spec.folder)]
-        self._ceiling = DecodeCeiling(files, processes=self.spec.threads)
+        self._ceiling = DecodeCeiling(files, processes=self.spec.threads,
+                                      decode=decode_file_floor if self._floor else decode_file)
 
     def run_epoch(self) -> int:
         return self._ceiling.run_epoch()
@@ -341,6 +349,7 @@ def make_row(key: str, spec: RowSpec) -> _Row:
         "f": lambda: _CeilingRow(spec),
         "g": lambda: _DaliRow(spec),
         "h": lambda: _FfcvRow(spec),
+        "i": lambda: _CeilingRow(spec, floor=True),
     }
     if key not in factories:
         raise ValueError(f"row should be one of {', '.join(ROW_KEYS)}, but got row={key!r}")

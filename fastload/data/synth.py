@@ -198,19 +198,24 @@ def _image_seed(seed: int, split: str, index: int) -> np.random.Generator:
     return np.random.default_rng(np.random.SeedSequence([seed, _SPLIT_IDS[split], index]))
 
 
+def _generated_picture(rng: np.random.Generator, label: int, classes: int,
+                       size: tuple[int, int] | None, shape: tuple) -> Image.Image:
+    """A generated picture; ``shape`` = ``(min_side, max_side)`` bounds its drawn size."""
+    height, width = image_size(rng, *shape)
+    if size is not None:  # the draw above still runs: the picture's stream stays aligned
+        height, width = size
+    return synth_image(rng, label, classes, height, width)
+
+
 def _write_chunk(
     job: tuple,
 ) -> list[tuple[int, int, int]]:
     """Generate and write images ``start .. stop-1`` of one split; return (w, h, bytes) each."""
-    root, split, start, stop, classes, seed, quality, min_side, max_side, size, names = job
+    root, split, start, stop, classes, seed, quality, picture_of, shape, size, names = job
     out = []
     for index in range(start, stop):
         label = index % classes
-        rng = _image_seed(seed, split, index)
-        height, width = image_size(rng, min_side, max_side)
-        if size is not None:  # the draw above still runs: the picture's stream stays aligned
-            height, width = size
-        picture = synth_image(rng, label, classes, height, width)
+        picture = picture_of(_image_seed(seed, split, index), label, classes, size, shape)
         buffer = io.BytesIO()
         picture.save(buffer, format="JPEG", quality=quality)
         data = buffer.getvalue()
@@ -218,7 +223,7 @@ def _write_chunk(
         tmp = path.with_suffix(".jpg.tmp")
         tmp.write_bytes(data)
         os.replace(tmp, path)
-        out.append((width, height, len(data)))
+        out.append((picture.width, picture.height, len(data)))
     return out
 
 
@@ -227,6 +232,29 @@ def _check_int(name: str, value: int, low: int) -> None:
         raise TypeError(f"{name} should be an integer, but got {name}={value!r}")
     if value < low:
         raise ValueError(f"{name} should be at least {low}, but got {name}={value}")
+
+
+def _check_common(train: int, val: int, classes: int, seed: int, quality: int,
+                  workers: int | None, size: tuple[int, int] | None
+                  ) -> tuple[int, tuple[int, int] | None]:
+    """Check the arguments both kinds of tree share; return ``(workers, size)`` resolved."""
+    _check_int("train", train, 0)
+    _check_int("val", val, 0)
+    _check_int("classes", classes, 1)
+    _check_int("seed", seed, 0)
+    _check_int("quality", quality, 1)
+    if quality > 100:
+        raise ValueError(f"quality should be in [1, 100], but got quality={quality}")
+    if size is not None:
+        if len(size) != 2:
+            raise ValueError(f"size should be (height, width), but got size={size!r}")
+        _check_int("size[0]", size[0], 8)
+        _check_int("size[1]", size[1], 8)
+        size = (int(size[0]), int(size[1]))
+    if workers is None:
+        workers = os.cpu_count() or 1
+    _check_int("workers", workers, 1)
+    return workers, size
 
 
 def synthesize(
@@ -249,26 +277,22 @@ def synthesize(
     and ``progress``. ``workers`` processes generate in parallel (default: all cores).
     Existing files of the same names are overwritten. ``size``: ``(height, width)`` of every
     picture (e.g. ``(1680, 2100)`` for camera-sized photos) instead of drawn sizes.
+    For crops of real photographs instead, see :func:`fastload.data.photos.photo_tree`.
     """
-    _check_int("train", train, 0)
-    _check_int("val", val, 0)
-    _check_int("classes", classes, 1)
-    _check_int("seed", seed, 0)
+    workers, size = _check_common(train, val, classes, seed, quality, workers, size)
     _check_int("min_side", min_side, 8)
     _check_int("max_side", max_side, min_side)
-    _check_int("quality", quality, 1)
-    if quality > 100:
-        raise ValueError(f"quality should be in [1, 100], but got quality={quality}")
-    if size is not None:
-        if len(size) != 2:
-            raise ValueError(f"size should be (height, width), but got size={size!r}")
-        _check_int("size[0]", size[0], 8)
-        _check_int("size[1]", size[1], 8)
-        size = (int(size[0]), int(size[1]))
-    if workers is None:
-        workers = os.cpu_count() or 1
-    _check_int("workers", workers, 1)
+    return _write_tree(out, train, val, classes, seed, quality, workers, progress,
+                       _generated_picture, (min_side, max_side), size)
 
+
+def _write_tree(out: str | os.PathLike, train: int, val: int, classes: int, seed: int,
+               quality: int, workers: int, progress: bool, picture_of, shape: tuple,
+               size: tuple[int, int] | None) -> pathlib.Path:
+    """Write the tree of checked arguments (the one writer of :func:`synthesize` and
+    :func:`fastload.data.photos.photo_tree`): picture ``i`` is
+    ``picture_of(rng, label, classes, size, shape)``, a module-level function (it crosses
+    to the worker processes)."""
     root = pathlib.Path(out)
     names = class_names(classes)
     jobs = []
@@ -277,10 +301,8 @@ def synthesize(
             (root / split / name).mkdir(parents=True, exist_ok=True)
         for start in range(0, count, _CHUNK):
             stop = min(start + _CHUNK, count)
-            jobs.append(
-                (str(root), split, start, stop, classes, seed, quality, min_side, max_side, size,
-                 names)
-            )
+            jobs.append((str(root), split, start, stop, classes, seed, quality, picture_of,
+                         shape, size, names))
 
     bar = None
     if progress:

@@ -13,18 +13,26 @@ Rows (cumulative, in this order unless ``rows=`` picks a subset, which stays cum
 Each row runs in its own fresh Python process
 (:func:`fastload.utils.process.call_in_fresh_process`, the runner ``fastload bench`` uses too),
 so its peak memory is its own: ``ru_maxrss`` and RSS never go down within a process.
+Memory is that of the row's whole process tree — the training process and, for torch's
+DataLoader, its worker processes — sampled from this process while the row runs
+(:class:`fastload.utils.memory.TreeMemory`): PSS summed over the tree (each shared page
+split among the processes mapping it, so torch's workers' shared libraries count once) and
+USS (private pages). The training process's own peak above its pre-training level (CUDA
+memory on a GPU) stays in each epoch's record as ``peak_mem_mb``.
 ``train.lmdb``/``val.lmdb`` are kept fresh by :func:`fastload.data.ensure.ensure_lmdb`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import pathlib
 import sys
 
 from fastload.data.ensure import ensure_lmdb
 from fastload.train.config import FinetuneConfig
+from fastload.utils.memory import TreeMemory
 from fastload.utils.process import call_in_fresh_process
 
 __all__ = ["ROWS", "check_rows", "format_table", "row_configs", "run_compare"]
@@ -99,7 +107,10 @@ def _ensure_lmdb(data: pathlib.Path, progress: bool) -> None:
             ensure_lmdb(data / split, data / f"{split}.lmdb", progress=progress)
 
 
-def _summarise(row: str, config: FinetuneConfig, record: dict) -> dict:
+_MIB = 1 << 20
+
+
+def _summarise(row: str, config: FinetuneConfig, record: dict, tree) -> dict:
     epochs = record["epochs"]
     timed = epochs[1:] if len(epochs) > 1 else epochs  # the first epoch pays start-up costs
     mean = lambda key: sum(e[key] for e in timed) / len(timed)  # noqa: E731
@@ -111,7 +122,13 @@ def _summarise(row: str, config: FinetuneConfig, record: dict) -> dict:
         "data_stall_share": mean("data_stall_share"),
         "peak_mem_mb": max(e["peak_mem_mb"] for e in epochs),
         "peak_rss_mb": max(e["peak_rss_mb"] for e in epochs),
+        # the row's whole process tree (training process + loader workers), peaks
+        "tree_pss_mb": None if tree.pss is None else tree.pss / _MIB,
+        "tree_uss_mb": None if tree.uss is None else tree.uss / _MIB,
+        "tree_rss_mb": tree.rss / _MIB,
+        "tree_processes": tree.processes,
         "val_top1": epochs[-1]["val_top1"],
+        "cuda": record.get("cuda", False),  # peak_mem_mb is CUDA memory
         "epochs": epochs,
         "config": dataclasses.asdict(config),
     }
@@ -134,18 +151,32 @@ def run_compare(base: FinetuneConfig, rows: list[str] | None = None, out: str | 
     for row, config in configs:
         if progress:
             print(f"[compare] {row}: {ROWS[row]}", file=sys.stderr, flush=True)
-        record = call_in_fresh_process(_run_row, config, name=f"fastload-compare-{row}")
-        results.append(_summarise(row, config, record))
+        memory = TreeMemory()
+        memory.start()
+        try:
+            record = call_in_fresh_process(_run_row, config, name=f"fastload-compare-{row}",
+                                           on_start=functools.partial(memory.watch, row))
+        finally:
+            memory.stop()
+        results.append(_summarise(row, config, record, memory.peaks[row]))
     if out:
         pathlib.Path(out).write_text(json.dumps(results, indent=2))
     return results
 
 
+def _mib(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:,.0f}"
+
+
 def format_table(results: list[dict]) -> str:
-    """A Markdown table of :func:`run_compare` rows, speed relative to the first row."""
+    """A Markdown table of :func:`run_compare` rows, speed relative to the first row; memory
+    is the row's whole process tree (training process + loader workers), PSS and USS."""
+    cuda = any(r.get("cuda") for r in results)
     lines = [
-        "| configuration | time/epoch (s) | images/s | speed-up | data stall | peak mem (MiB) | val top-1 |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| configuration | time/epoch (s) | images/s | speed-up | data stall | "
+        "peak PSS, process tree (MiB) | peak USS, process tree (MiB) | "
+        + ("peak CUDA (MiB) | " if cuda else "") + "val top-1 |",
+        "|---|---:|---:|---:|---:|---:|---:|" + ("---:|" if cuda else "") + "---:|",
     ]
     base = results[0]["images_per_s"] if results else 0.0
     for r in results:
@@ -153,14 +184,19 @@ def format_table(results: list[dict]) -> str:
         speed = r["images_per_s"] / base if base else 0.0
         lines.append(
             f"| {r['label']} | {r['time_per_epoch_s']:.2f} | {r['images_per_s']:.1f} | "
-            f"{speed:.2f}x | {100 * r['data_stall_share']:.0f}% | {r['peak_mem_mb']:.0f} | {top1} |"
+            f"{speed:.2f}x | {100 * r['data_stall_share']:.0f}% | {_mib(r.get('tree_pss_mb'))} | "
+            f"{_mib(r.get('tree_uss_mb'))} | "
+            + (f"{r['peak_mem_mb']:,.0f} | " if cuda else "") + f"{top1} |"
         )
     return "\n".join(lines)
 
 
 def _run_row(config: FinetuneConfig) -> dict:
     """In the row's fresh process: run ``config``; its epochs (as dicts) and step count."""
+    import torch
+
     from fastload.train.finetune import finetune
 
     result = finetune(config)
-    return {"epochs": [e.as_dict() for e in result.epochs], "steps": result.steps}
+    cuda = (config.device or ("cuda" if torch.cuda.is_available() else "cpu")).startswith("cuda")
+    return {"epochs": [e.as_dict() for e in result.epochs], "steps": result.steps, "cuda": cuda}

@@ -87,12 +87,16 @@ def _call_main(conn, fn: Callable[..., Any], args: tuple) -> None:
 
 
 def call_in_fresh_process(fn: Callable[..., Any], *args: Any, name: str = "fastload-fresh",
-                          timeout_s: float = 7 * 24 * 3600.0) -> Any:
+                          timeout_s: float = 7 * 24 * 3600.0,
+                          on_start: Callable[[int], Any] | None = None) -> Any:
     """``fn(*args)`` in a new spawned process; its (picklable) result, or
     :class:`FreshProcessError` with the child's message and traceback. ``fn`` must be
-    importable by name (a module-level function)."""
+    importable by name (a module-level function). ``on_start(pid)``, if given, is called
+    with the child's pid once it has started (e.g. to sample its memory)."""
     proc = FreshProcess(_call_main, (fn, args), name=name)
     try:
+        if on_start is not None:
+            on_start(proc.pid)
         answer = proc.answer(timeout_s)
     finally:
         proc.stop()

@@ -1,0 +1,206 @@
+/* A region of a JPEG at a DCT scale, and nothing more: libjpeg-turbo's region API.
+ *
+ * decode_region(data, m, top, left, height, width, out) decodes ``data`` at scale m/8 and
+ * writes the rows top .. top+height-1, columns left .. left+width-1 of the scaled image into
+ * their places in ``out``, a uint8 RGB canvas of the whole scaled image (H x W x 3, the
+ * size libjpeg gives: ceil(h * m / 8) x ceil(w * m / 8), exactly); what lies outside the region is
+ * left as it was (a few columns either side are written too: libjpeg-turbo widens the
+ * columns to whole iMCUs). Returns ``(first_column, row_width)``, the columns written.
+ *
+ * What this saves over a whole-image decode at the same scale (simplejpeg's), for the
+ * crop of a RandomResizedCrop or a CenterCrop: rows above the region are entropy-decoded
+ * only (jpeg_skip_scanlines: no inverse DCT, upsampling or colour conversion), columns
+ * outside it get no inverse DCT either (jpeg_crop_scanline), and nothing below its last row
+ * is read at all (jpeg_abort_decompress): the entropy decoding of the rest of the file,
+ * which no DCT scale reduces, is skipped. The pixels of the region are the ones a
+ * whole-image decode gives (islow inverse DCT, fancy upsampling: simplejpeg's defaults).
+ *
+ * Because the tail of the file is never read, damage there goes unseen: callers use this
+ * for data already found intact (fastload decodes each sample strictly once; see
+ * fastload/loader/damage.py). Any libjpeg warning (corrupt data inside what was read) is an
+ * error here, and no message goes to stderr: errors come back as ValueError with
+ * libjpeg's text. The GIL is released while libjpeg runs.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <setjmp.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <jpeglib.h>
+
+typedef struct {
+    struct jpeg_error_mgr pub;
+    jmp_buf jump;
+    char message[JMSG_LENGTH_MAX];
+} ErrorManager;
+
+static void
+on_error(j_common_ptr cinfo)
+{
+    ErrorManager *err = (ErrorManager *)cinfo->err;
+    (*cinfo->err->format_message)(cinfo, err->message);
+    longjmp(err->jump, 1);
+}
+
+static void
+on_message(j_common_ptr cinfo, int level)
+{
+    if (level < 0) /* a warning: corrupt data. Strict: it fails the call. */
+        on_error(cinfo);
+    /* trace messages (level >= 0) are dropped: nothing is written to stderr */
+}
+
+typedef struct {
+    const unsigned char *data;
+    unsigned long size;
+    int m, top, left, height, width;
+    unsigned char *out;
+    Py_ssize_t out_size;
+    /* results */
+    int first_column, row_width;
+    char message[JMSG_LENGTH_MAX];
+} Job;
+
+#define ROWS_AT_ONCE 16
+
+/* Runs without the GIL. Returns 0, or -1 with job->message set. */
+static int
+run(Job *job)
+{
+    struct jpeg_decompress_struct cinfo;
+    ErrorManager err;
+    /* volatile: read after a longjmp */
+    volatile int created = 0;
+
+    cinfo.err = jpeg_std_error(&err.pub);
+    err.pub.error_exit = on_error;
+    err.pub.emit_message = on_message;
+    err.message[0] = '\0';
+    if (setjmp(err.jump)) {
+        snprintf(job->message, sizeof job->message, "%s", err.message);
+        if (created)
+            jpeg_destroy_decompress(&cinfo);
+        return -1;
+    }
+    jpeg_create_decompress(&cinfo);
+    created = 1;
+    jpeg_mem_src(&cinfo, job->data, job->size);
+    jpeg_read_header(&cinfo, TRUE);
+    if (cinfo.num_components != 1 && cinfo.num_components != 3) {
+        snprintf(job->message, sizeof job->message,
+                 "a JPEG of %d components (only grey and three-component JPEGs here)",
+                 cinfo.num_components);
+        jpeg_destroy_decompress(&cinfo);
+        return -1;
+    }
+    cinfo.out_color_space = JCS_RGB;
+    cinfo.scale_num = (unsigned int)job->m;
+    cinfo.scale_denom = 8;
+    cinfo.dct_method = JDCT_ISLOW;
+    cinfo.do_fancy_upsampling = TRUE;
+    jpeg_start_decompress(&cinfo);
+    if (job->top < 0 || job->left < 0 || job->height < 1 || job->width < 1 ||
+        (JDIMENSION)(job->top + job->height) > cinfo.output_height ||
+        (JDIMENSION)(job->left + job->width) > cinfo.output_width) {
+        snprintf(job->message, sizeof job->message,
+                 "the region (top %d, left %d, %dx%d) is not inside the %ux%u image at scale %d/8",
+                 job->top, job->left, job->height, job->width, cinfo.output_height,
+                 cinfo.output_width, job->m);
+        jpeg_destroy_decompress(&cinfo);
+        return -1;
+    }
+    /* the canvas: jpeg_crop_scanline sets output_width to the cropped width */
+    JDIMENSION canvas_width = cinfo.output_width;
+    /* One column more on each side: fancy upsampling treats the first and last column of a
+     * cropped row as image edges (measured: they differ from a whole decode at 8/8 with
+     * subsampled chroma), so the region must not touch them unless the image's edge does. */
+    JDIMENSION x = job->left > 0 ? (JDIMENSION)job->left - 1 : 0;
+    JDIMENSION end = (JDIMENSION)(job->left + job->width) + 1;
+    if (end > cinfo.output_width)
+        end = cinfo.output_width;
+    JDIMENSION w = end - x;
+    if (w < cinfo.output_width)
+        jpeg_crop_scanline(&cinfo, &x, &w);
+    else
+        x = 0, w = cinfo.output_width;
+    size_t stride = (size_t)canvas_width * 3;
+    if ((Py_ssize_t)(stride * cinfo.output_height) != job->out_size) {
+        snprintf(job->message, sizeof job->message, "the output buffer holds %zd bytes, "
+                 "the %ux%u canvas %zu", job->out_size, cinfo.output_height,
+                 canvas_width, stride * cinfo.output_height);
+        jpeg_destroy_decompress(&cinfo);
+        return -1;
+    }
+    unsigned char *origin = job->out + (size_t)job->top * stride + (size_t)x * 3;
+    if (job->top > 0)
+        jpeg_skip_scanlines(&cinfo, (JDIMENSION)job->top);
+    JSAMPROW rows[ROWS_AT_ONCE];
+    int done = 0;
+    while (done < job->height) {
+        int ask = job->height - done < ROWS_AT_ONCE ? job->height - done : ROWS_AT_ONCE;
+        for (int r = 0; r < ask; r++)
+            rows[r] = origin + (size_t)(done + r) * stride;
+        JDIMENSION got = jpeg_read_scanlines(&cinfo, rows, (JDIMENSION)ask);
+        if (got == 0) {
+            snprintf(job->message, sizeof job->message, "the decoder returned no rows at "
+                     "row %d of the region", done);
+            jpeg_destroy_decompress(&cinfo);
+            return -1;
+        }
+        done += (int)got;
+    }
+    jpeg_abort_decompress(&cinfo); /* the rows below the region are never decoded */
+    jpeg_destroy_decompress(&cinfo);
+    job->first_column = (int)x;
+    job->row_width = (int)w;
+    return 0;
+}
+
+static PyObject *
+decode_region(PyObject *Py_UNUSED(self), PyObject *args)
+{
+    Py_buffer data, out;
+    Job job;
+    if (!PyArg_ParseTuple(args, "y*iiiiiw*", &data, &job.m, &job.top, &job.left, &job.height,
+                          &job.width, &out))
+        return NULL;
+    if (job.m < 1 || job.m > 8) {
+        PyBuffer_Release(&data);
+        PyBuffer_Release(&out);
+        return PyErr_Format(PyExc_ValueError, "the scale should be 1..8 (eighths), but got %d",
+                            job.m);
+    }
+    job.data = (const unsigned char *)data.buf;
+    job.size = (unsigned long)data.len;
+    job.out = (unsigned char *)out.buf;
+    job.out_size = out.len;
+    job.message[0] = '\0';
+    int status;
+    Py_BEGIN_ALLOW_THREADS
+    status = run(&job);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&out);
+    if (status != 0)
+        return PyErr_Format(PyExc_ValueError, "%s", job.message);
+    return Py_BuildValue("(ii)", job.first_column, job.row_width);
+}
+
+static PyMethodDef methods[] = {
+    {"decode_region", decode_region, METH_VARARGS,
+     "decode_region(data, m, top, left, height, width, out) -> (first_column, row_width)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_jpegroi",
+    "A region of a JPEG at an M/8 DCT scale (libjpeg-turbo's region API).", -1, methods,
+    NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC
+PyInit__jpegroi(void)
+{
+    return PyModule_Create(&module);
+}
