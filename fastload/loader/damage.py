@@ -88,3 +88,20 @@ class DamageCheck:
         pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
+
+
+def dali_failure(err: BaseException) -> str:
+    """What DALI's multi-line error text says failed (operator and cause, without its
+    "C++ context" and "Current pipeline object is no longer valid." lines)."""
+    lines = [line.strip() for line in getattr(err, "message", str(err)).splitlines()]
+    failed = [line for line in lines if line.startswith("Failed to decode")]
+    if failed:
+        return failed[0]
+    # "Error in CPU operator `...decoders.image`, ... encountered: <cause>", then a
+    # "C++ context" line and DALI's "Current pipeline object is no longer valid." lines.
+    operator = next((line.split("`")[1] for line in lines
+                     if line.startswith("Error in") and line.count("`") >= 2), None)
+    after = lines[lines.index("encountered:") + 1:] if "encountered:" in lines else lines
+    cause = " ".join(line for line in after if line and not line.startswith("C++ context")
+                     and line != "Current pipeline object is no longer valid.")
+    return f"{operator}: {cause}" if operator and operator not in cause else cause

@@ -29,7 +29,6 @@ import threading
 import weakref
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -37,24 +36,10 @@ from PIL.Image import DecompressionBombError
 from torch.utils.data import default_collate
 
 from fastload.loader.context import EpochContext
-from fastload.loader.damage import damage_reason
+from fastload.loader.maker import Handoff, NothingYet, run_maker
+from fastload.loader.recovery import Batch, DamageRecovery
 from fastload.loader.sampling import mix_seed
 from fastload.loader.sources import SampleError
-
-
-@dataclass
-class _Batch:
-    position: int
-    indices: list[int]
-    encoded: list[Any]
-    sizes: list[tuple[int, int]]
-    seed: int
-    error: BaseException | None = None
-    submitted: bool = False
-    strict: bool = False  # decoded strictly: damaged JPEG data fails it (see loader/damage)
-    unchecked: list[tuple[int, Any]] = field(default_factory=list)  # (index, stamp) to mark
-    empty: bool = False  # the sampler gave no index: collated as torch collates []
-    pulled: bool = True  # False for the error of a sampler that raised instead of a batch
 
 
 class _EpochIterator:
@@ -89,7 +74,7 @@ class _EpochIterator:
         self._core.close()
 
 
-class _EpochCore:
+class _EpochCore(DamageRecovery):
     """One epoch of a DataLoader on the DALI path, keeping ``prefetch_factor`` batches in
     the decoder while the caller works. A newer ``iter()`` on the loader supersedes it."""
 
@@ -114,7 +99,7 @@ class _EpochCore:
         self._private = context.owns_decoder
         self._decoder = context.decoder
         self._depth = max(1, context.prefetch)
-        self._queue: deque[_Batch] = deque()
+        self._queue: deque[Batch] = deque()
         # Outcomes not yet handed out, in order, each (kind, value, pulled): ("batch",
         # (batch, result, Future or _Later)), ("skip", None) for a batch whose samples were all
         # skipped, ("empty", None) for an empty batch, ("error", exception). ``pulled``:
@@ -129,7 +114,7 @@ class _EpochCore:
         self._done = False
         # The maker thread (CPU): the caller pulls up to `_lead` batches ahead of what it has
         # been handed, the maker makes their outcomes into `_out`; `_handoff` holds both ends.
-        self._handoff = _Handoff() if self._ahead else None
+        self._handoff = Handoff() if self._ahead else None
         self._lead = self._depth + 1
         self._pulled_ahead = 0  # batches pulled and not yet handed out (caller side)
         self._pulls_done = False
@@ -188,8 +173,9 @@ class _EpochCore:
         handoff = self._handoff
         self._pull_ahead()
         if self._maker is None:
-            self._maker = threading.Thread(target=_maker_main, name="fastload-maker",
-                                           args=(self, handoff), daemon=True)
+            self._maker = threading.Thread(
+                target=run_maker, name="fastload-maker", daemon=True,
+                args=(self._make_one, lambda: self._exhausted and not self._queue, handoff))
             self._maker.start()
         with handoff.cond:
             while not self._out and not handoff.finished:
@@ -287,7 +273,7 @@ class _EpochCore:
         prepared = made.result() if isinstance(made, Future | _Later) else made
         return self._stage.finish(prepared)  # a custom collate: here, as torch's
 
-    def _stage_batch(self, batch: _Batch, images: torch.Tensor) -> Any:
+    def _stage_batch(self, batch: Batch, images: torch.Tensor) -> Any:
         """What the loader's sample stage prepares for ``images`` (see ``SampleStage``): a
         Future of it when it runs in this iterator's stage thread, beside the caller's step;
         a ``_Later`` when it must wait for ``next()`` to hand the batch out, on the caller's
@@ -301,7 +287,7 @@ class _EpochCore:
             self._stage_thread = ThreadPoolExecutor(1, thread_name_prefix="fastload-stage")
         return self._stage_thread.submit(self._deliver, batch, images)
 
-    def _deliver(self, batch: _Batch, images: torch.Tensor) -> Any:
+    def _deliver(self, batch: Batch, images: torch.Tensor) -> Any:
         if self._stage.active:  # a torch suffix or a custom collate_fn: see loader/stage.py
             labels = self._source.sample_labels(batch.indices)
             return self._stage.prepare(images, labels, batch.seed)
@@ -321,11 +307,11 @@ class _EpochCore:
         while len(self._queue) < self._depth and not self._exhausted:
             try:
                 pulled = self._pull()
-            except _NothingYet:  # the caller has not pulled the next batch yet
+            except NothingYet:  # the caller has not pulled the next batch yet
                 break
             except Exception as err:  # the sampler raised: its error ends the epoch
                 self._exhausted = True
-                self._queue.append(_Batch(-1, [], [], [], 0, error=err, pulled=False))
+                self._queue.append(Batch(-1, [], [], [], 0, error=err, pulled=False))
                 break
             if pulled is None:
                 self._exhausted = True
@@ -337,7 +323,7 @@ class _EpochCore:
 
     def _pull(self) -> tuple[int, list[int]] | None:
         """The next batch of the epoch: from the sampler (in ``next()``), or what the caller
-        pulled for the maker (``_NothingYet`` when it has pulled nothing more yet)."""
+        pulled for the maker (``NothingYet`` when it has pulled nothing more yet)."""
         if self._handoff is None:
             return self._epoch.next()
         pulled = self._handoff.take()
@@ -345,7 +331,7 @@ class _EpochCore:
             raise pulled[1]
         return pulled
 
-    def _submit_ahead(self, batch: _Batch) -> None:
+    def _submit_ahead(self, batch: Batch) -> None:
         """Submit a batch made ahead; what its parameters' draw raises (a crop larger than
         an image, say) becomes the batch's error, raised at its turn."""
         try:
@@ -353,16 +339,16 @@ class _EpochCore:
         except ValueError as err:
             batch.error, batch.indices = err, []
 
-    def _submit(self, batch: _Batch) -> None:
+    def _submit(self, batch: Batch) -> None:
         gen = torch.Generator()
         gen.manual_seed(batch.seed)
         # strict refused only for samples of different output sizes, which DALI refuses too
         batch.strict = self._decoder.submit(batch.encoded, batch.sizes, gen, strict=batch.strict)
         batch.submitted = True
 
-    def _read(self, position: int, indices: list[int]) -> _Batch:
+    def _read(self, position: int, indices: list[int]) -> Batch:
         seed = mix_seed(self._order.seed, self._epoch.epoch, self._rank, position)
-        batch = _Batch(position, [], [], [], seed, empty=not indices)
+        batch = Batch(position, [], [], [], seed, empty=not indices)
         for raw in indices:
             try:  # an index the dataset would refuse (2.5, 999) fails its batch in both modes
                 i = self._source.index(raw)
@@ -385,78 +371,6 @@ class _EpochCore:
             batch.sizes.append(size)
         self._drop_damaged(batch)
         return batch
-
-    def _drop_damaged(self, batch: _Batch) -> None:
-        """Samples not yet found intact are decoded strictly where the decoder can (see
-        loader/damage), else checked now: a damaged one is an error of its read (in raise
-        mode the batch ends before the first one, else each is skipped)."""
-        pending = self._damage.pending(self._source, batch.indices)
-        if not pending:
-            return
-        if self._decoder.strict_capable(batch.encoded):
-            batch.strict = True
-            batch.unchecked = [(i, stamp) for _, i, stamp in pending]
-            return
-        damaged = self._damage.find(self._source, batch.encoded, pending)
-        if not damaged:
-            return
-        for j in sorted(damaged):
-            i = batch.indices[j]
-            name = self._source.name(i)
-            reason = damage_reason(damaged[j])
-            if self._on_error == "raise":
-                batch.error = SampleError(f"sample {i}: cannot decode {name}: {reason}", [name])
-                del batch.indices[j:], batch.encoded[j:], batch.sizes[j:]
-                return
-            self._note_skip([name], reason)
-        keep = [j for j in range(len(batch.indices)) if j not in damaged]
-        batch.indices = [batch.indices[j] for j in keep]
-        batch.encoded = [batch.encoded[j] for j in keep]
-        batch.sizes = [batch.sizes[j] for j in keep]
-
-    def _recover(self, head: _Batch, err: BaseException) -> torch.Tensor | None:
-        """The decoder failed on ``head`` (``err``): find the culprit samples by decoding
-        each alone, then raise naming them (the first in order first) or (on_error="skip")
-        decode the batch without them."""
-        self._decoder.reset()
-        for batch in self._queue:
-            batch.submitted = False
-        bad, reasons = [], []
-        if getattr(err, "exact", False):  # the scaled path's decoder names its samples
-            bad = list(err.sample_indices)
-            reasons = [damage_reason(err.message)] * len(bad)
-        for j in range(len(head.indices)) if not bad else ():
-            single = _Batch(-1, [head.indices[j]], [head.encoded[j]], [head.sizes[j]], head.seed,
-                            strict=head.strict)
-            try:
-                self._submit(single)
-                self._decoder.fetch()
-            except self._decode_error as single_err:
-                bad.append(j)
-                reasons.append(damage_reason(single_err.message) if single_err.exact
-                               else _last_line(single_err))
-        names = [self._source.name(head.indices[j]) for j in bad]
-        message = getattr(err, "message", str(err))
-        if not bad or self._on_error == "raise":
-            if not bad:
-                names = [self._source.name(i) for i in head.indices]
-                raise SampleError(f"decoding failed for a batch of {', '.join(names)}, though "
-                                  f"each decodes alone: {message}", names) from err
-            raise SampleError(f"cannot decode {names[0]}: {reasons[0]}"
-                              + (f" (and {len(names) - 1} more: {', '.join(names[1:])})"
-                                 if len(names) > 1 else ""), names) from err
-        self._note_skip(names, reasons[0])
-        keep = [j for j in range(len(head.indices)) if j not in set(bad)]
-        head.indices = [head.indices[j] for j in keep]
-        head.encoded = [head.encoded[j] for j in keep]
-        head.sizes = [head.sizes[j] for j in keep]
-        if not head.indices:
-            return None
-        self._submit(head)
-        for batch in list(self._queue)[1:]:
-            if batch.error is None and batch.indices:
-                self._submit(batch)
-        return self._decoder.fetch()
 
     def _finish(self) -> None:
         self._active = False
@@ -483,73 +397,6 @@ class _EpochCore:
             self._decoder.close()
 
 
-class _NothingYet(Exception):
-    """The maker has made every batch the caller has pulled so far."""
-
-
-_PENDING = object()
-
-
-class _Handoff:
-    """What the caller and an iterator's maker thread share, under ``cond``: the batches the
-    caller pulled (``put``, ``take``), the end (``close``), the maker's own failure."""
-
-    def __init__(self) -> None:
-        self.cond = threading.Condition()
-        self.pulled: deque[Any] = deque()
-        self.closed = False  # the iterator ended, was closed or collected: the maker stops
-        self.finished = False  # the maker stopped: nothing more comes into the outcomes
-        self.failure: BaseException | None = None
-
-    def put(self, pulled: Any) -> None:
-        with self.cond:
-            self.pulled.append(pulled)
-            self.cond.notify_all()
-
-    def take(self) -> Any:
-        with self.cond:
-            if not self.pulled:
-                raise _NothingYet
-            return self.pulled.popleft()
-
-    def wait_for_work(self) -> bool:
-        """Block until the caller pulled a batch or the iterator ended; whether to go on."""
-        with self.cond:
-            while not self.pulled and not self.closed:
-                self.cond.wait()
-            return not self.closed
-
-    def close(self) -> None:
-        with self.cond:
-            self.closed = True
-            self.cond.notify_all()
-
-    def stop(self, failure: BaseException | None = None) -> None:
-        with self.cond:
-            self.finished = True
-            self.failure = failure
-            self.cond.notify_all()
-
-
-def _maker_main(core: _EpochCore, handoff: _Handoff) -> None:
-    """The maker thread: make outcomes while the caller pulls batches, until the epoch is
-    made or closed (which a dropped ``_EpochIterator`` does)."""
-    from fastload.pipelines.torch_resample import one_omp_thread
-
-    one_omp_thread()  # its torch ops (collate, labels) start no OpenMP team of their own
-    failure = None
-    try:
-        while not handoff.closed:
-            made = core._make_one()
-            if not made and core._exhausted and not core._queue:
-                break  # the epoch is made
-            if not made and not handoff.wait_for_work():
-                break
-    except BaseException as err:  # a fault of fastload's own: raised in the caller's next()
-        failure = err
-    handoff.stop(failure)
-
-
 class _Later:
     """A call made when its batch is handed out (``result()``, in ``next()``)."""
 
@@ -558,20 +405,3 @@ class _Later:
 
     def result(self) -> Any:
         return self._fn(*self._args)
-
-
-def _last_line(err: BaseException) -> str:
-    """What DALI's multi-line error text says failed (operator and cause, without its
-    "C++ context" and "Current pipeline object is no longer valid." lines)."""
-    lines = [line.strip() for line in getattr(err, "message", str(err)).splitlines()]
-    failed = [line for line in lines if line.startswith("Failed to decode")]
-    if failed:
-        return failed[0]
-    # "Error in CPU operator `...decoders.image`, ... encountered: <cause>", then a
-    # "C++ context" line and DALI's "Current pipeline object is no longer valid." lines.
-    operator = next((line.split("`")[1] for line in lines
-                     if line.startswith("Error in") and line.count("`") >= 2), None)
-    after = lines[lines.index("encountered:") + 1:] if "encountered:" in lines else lines
-    cause = " ".join(line for line in after if line and not line.startswith("C++ context")
-                     and line != "Current pipeline object is no longer valid.")
-    return f"{operator}: {cause}" if operator and operator not in cause else cause
