@@ -124,7 +124,8 @@ def worth_it(plan_ok: bool, encoded: Sequence[np.ndarray], sizes: Sequence[tuple
     """The batch goes the scaled way: ``plan_ok`` (device and plan allow it), every sample a
     sequential JPEG of at least ``MIN_PIXELS`` (``sizes``: (height, width) each), and the
     scaled decodes produce at most ``MAX_PIXEL_RATIO`` of the pixels that decoding each
-    sample's region at full size would."""
+    sample's region at full size would (with the region decoder that ratio is (M/8)^2:
+    batches decoded at 4/8 or less qualify; without it, the whole image at M/8 counts)."""
     if not plan_ok or not params:
         return False
     if any(h * w < MIN_PIXELS for h, w in sizes):
