@@ -42,6 +42,15 @@ def train_transform(*, tensor_input: bool = False):
                       T.Normalize(IMAGENET_MEAN, IMAGENET_STD)])
 
 
+def preload() -> None:
+    """Import torch and torchvision's transforms now, before any clock starts: Mosaic imports
+    them with itself, LitData and fastload only when the transform is built, and a module
+    import (seconds on a busy machine) is not the dataset's setup."""
+    import torch  # noqa: F401
+    import torchvision.datasets  # noqa: F401
+    import torchvision.transforms  # noqa: F401
+
+
 def image_folder_samples(root: str | os.PathLike) -> tuple[list[tuple[str, int]], list[str]]:
     """ImageFolder's own ``(path, label)`` list and class names: every row writes these."""
     from torchvision.datasets import ImageFolder

@@ -128,6 +128,7 @@ def main() -> None:
 
     _allow_plain_http(os.environ.get("AWS_ENDPOINT_URL"))
     args = pc.row_parser(__doc__.splitlines()[0]).parse_args()
+    pc.preload()
     pc.emit({"convert": convert, "read": read, "resume": resume}[args.command](args))
 
 

@@ -106,6 +106,7 @@ def resume(args) -> dict:
 
 def main() -> None:
     args = pc.row_parser(__doc__.splitlines()[0]).parse_args()
+    pc.preload()
     pc.emit({"convert": convert, "read": read, "resume": resume}[args.command](args))
 
 

@@ -59,8 +59,11 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "namespace (needs sch_netem in the kernel), or none (skip)")
     p.add_argument("--delay-ms", type=float, default=20.0, help="one-way delay of the link")
     p.add_argument("--rate-mbit", type=float, default=1000.0, help="bandwidth of the link, each way")
-    p.add_argument("--skip", default="", help="comma-separated phases to skip: resume, link")
+    p.add_argument("--skip", default="", help="comma-separated phases to skip: reads, resume, link")
     p.add_argument("--json", default=None, help="output JSON (default: WORKDIR/results.json)")
+    p.add_argument("--render", nargs="+", metavar="JSON", default=None,
+                   help="run nothing: print the table of earlier results (later files' phases "
+                        "replace earlier ones'); with --json, write the merged results there")
     p.add_argument("--row-timeout", type=float, default=1200.0)
     p.add_argument("--retries", type=int, default=1,
                    help="a failed phase is run again this many times; failures are kept in the JSON")
@@ -372,8 +375,9 @@ def markdown(results: dict) -> str:
 def run_system(args, system: str, r: dict, *, src, env, server, work, count, skip) -> None:
     """Every phase of one system into ``r``; a failed phase is retried ``--retries`` times
     (each failure kept in ``r["failures"]``), then the system's remaining phases are skipped."""
-    phases = [("convert", partial(phase_convert, args, system, src, env, server)),
-              ("reads", partial(phase_reads, args, system, env, work))]
+    phases = [("convert", partial(phase_convert, args, system, src, env, server))]
+    if "reads" not in skip:
+        phases.append(("reads", partial(phase_reads, args, system, env, work)))
     if "resume" not in skip:
         phases.append(("resume", partial(phase_resume, args, system, env, work, server, count)))
     if "link" not in skip and args.link != "none":
@@ -394,8 +398,29 @@ def run_system(args, system: str, r: dict, *, src, env, server, work, count, ski
         print(f"   {phase}: {_progress(phase, r[phase])}", flush=True)
 
 
+def render(paths: list[str]) -> dict:
+    """Results merged from earlier runs' JSON files: a later file's phases replace an
+    earlier one's, system by system (e.g. a `--skip reads,resume` rerun of the link)."""
+    merged: dict = {"meta": {"merged_from": paths}, "systems": {}}
+    for path in paths:
+        data = json.loads(Path(path).read_text())
+        merged["meta"].setdefault("runs", []).append(data["meta"])
+        for system, phases in data["systems"].items():
+            target = merged["systems"].setdefault(system, {})
+            if "error" in phases and any(k in phases for k in ("convert", "reads")):
+                target.pop("error", None)
+            target.update(phases)
+    return merged
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.render:
+        merged = render(args.render)
+        if args.json:
+            Path(args.json).write_text(json.dumps(merged, indent=1))
+        print(markdown(merged))
+        return 0
     systems = [s.strip() for s in args.systems.split(",") if s.strip()]
     unknown = [s for s in systems if s not in ROWS]
     if unknown:

