@@ -62,17 +62,11 @@ def _check_remaining(remaining: Any, num_items: int) -> dict[str, torch.Tensor]:
                         f"remaining={_short(remaining)}")
     tensors = {}
     for key in ("indices", "batch_sizes"):
-        value = remaining[key]
-        if not isinstance(value, torch.Tensor):
-            try:
-                value = torch.as_tensor(value)
-            except (TypeError, ValueError, RuntimeError):
-                value = None
-        if (value is None or value.dim() != 1 or value.is_floating_point()
-                or value.is_complex() or value.dtype == torch.bool):
+        value = _int64_vector(remaining[key])
+        if value is None:
             raise TypeError(f"state field remaining[{key!r}] should be a 1-D integer tensor, "
                             f"but got {_short(remaining[key])}")
-        tensors[key] = value.to(torch.int64)
+        tensors[key] = value
     sizes, indices = tensors["batch_sizes"], tensors["indices"]
     if len(sizes) and int(sizes.min()) < 0:
         raise ValueError(f"state field remaining['batch_sizes'] holds a negative batch size "
@@ -103,14 +97,22 @@ def check_order_fields(state: dict[str, Any]) -> None:
         _integer(state, "shard_window", low=1)
     stored = state.get("shard_order")
     if stored is not None:
-        value = stored
-        if not isinstance(value, torch.Tensor):
-            try:
-                value = torch.as_tensor(value)
-            except (TypeError, ValueError, RuntimeError):
-                value = None
-        if (value is None or value.dim() != 1 or value.is_floating_point()
-                or value.is_complex() or value.dtype == torch.bool):
+        value = _int64_vector(stored)
+        if value is None:
             raise TypeError(f"state field shard_order should be None or a 1-D integer tensor, "
                             f"but got {_short(stored)}")
-        state["shard_order"] = value.to(torch.int64)
+        state["shard_order"] = value
+
+
+def _int64_vector(value: object) -> torch.Tensor | None:
+    """``value`` (a tensor, or what ``torch.as_tensor`` takes) as a 1-D int64 tensor; None
+    when it is not a 1-D tensor of integers (floats, complex and bools are not)."""
+    if not isinstance(value, torch.Tensor):
+        try:
+            value = torch.as_tensor(value)
+        except (TypeError, ValueError, RuntimeError):
+            return None
+    if (value.dim() != 1 or value.is_floating_point() or value.is_complex()
+            or value.dtype == torch.bool):
+        return None
+    return value.to(torch.int64)
