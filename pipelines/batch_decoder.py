@@ -10,7 +10,8 @@ Queue handling: the pipeline is driven one iteration per fed batch (``feed_input
 backend's ``Run``; ``Outputs`` to collect). DALI's Python ``schedule_run``/``run`` would, on
 the first call, run ``prefetch_queue_depth`` iterations at once and fail with "Attempted to
 peek the data batch that doesn't exist" when fewer batches have been fed. The backend
-calls go through :mod:`.dali_backend`, the one seam with DALI's private handle.
+calls go through :mod:`.dali_backend`, the one seam with DALI's private handle; the arrays
+fed to the graph and the tensors made of its output are :mod:`.graph_io`'s.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from . import dali_backend, geometry, graph, scaled_decode, torch_resample
+from . import dali_backend, geometry, graph, graph_io, scaled_decode, torch_resample
 from .buffers import BatchBuffers
 from .prefix import TransformPlan
 from .scaled_decode import available as scaled_decode_available
@@ -71,23 +72,6 @@ class BatchDecodeError(RuntimeError):
             else ""
         )
         super().__init__(f"DALI could not decode a batch{hint}: {message}")
-
-
-def _as_array(data) -> np.ndarray:
-    if isinstance(data, np.ndarray):
-        if data.dtype != np.uint8 or data.ndim != 1:
-            data = data.reshape(-1).view(np.uint8)
-        return data
-    if isinstance(data, (bytes, bytearray, memoryview)):
-        return np.frombuffer(data, dtype=np.uint8)
-    raise TypeError(
-        f"encoded images should be bytes, memoryview or numpy arrays, but got {type(data).__name__}"
-    )
-
-
-def _split(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(N, 4) -> two contiguous (N, 2) arrays (DALI takes densely packed data only)."""
-    return np.ascontiguousarray(rows[:, :2]), np.ascontiguousarray(rows[:, 2:])
 
 
 def _unreadable(encoded: Sequence[np.ndarray]) -> list[int]:
@@ -199,7 +183,7 @@ class BatchDecoder:
         """Whether :meth:`submit` can decode these images with ``strict=True``: each a
         sequential JPEG and the plan one the scaled path finishes (CPU, torch resample)."""
         return self.scaled_decode == "auto" and all(
-            scaled_decode.jpeg_is_sequential(_as_array(e)) for e in encoded)
+            scaled_decode.jpeg_is_sequential(graph_io.as_array(e)) for e in encoded)
 
     def submit(
         self,
@@ -229,7 +213,7 @@ class BatchDecoder:
             raise RuntimeError(
                 f"{self.queue_depth} batches are already in flight (queue_depth); call fetch() first"
             )
-        arrays = [_as_array(e) for e in encoded]
+        arrays = [graph_io.as_array(e) for e in encoded]
         params = [
             geometry.draw_sample(self.plan.steps, int(h), int(w), generator) for h, w in sizes
         ]
@@ -244,7 +228,7 @@ class BatchDecoder:
             self._pending.append((batch, arrays, params))
             self.scaled_batches += 1
             return True
-        feeds = self._feeds(arrays, params)
+        feeds = graph_io.feed_arrays(self._names, arrays, params)
         self._pending.append((feeds, arrays, params))
         self._run(feeds)
         return False
@@ -271,7 +255,8 @@ class BatchDecoder:
             return torch_resample.resample_batch(
                 self.plan, out, params, self._pool, self._buffers
             )
-        return self._to_torch(out)
+        return graph_io.to_torch(out, self.device, self.plan.output_dtype, self.device_id,
+                                 self._buffers)
 
     @property
     def outstanding(self) -> int:
@@ -349,54 +334,3 @@ class BatchDecoder:
         for feeds, _, _ in self._pending:
             if not isinstance(feeds, scaled_decode.ScaledBatch):
                 self._run(feeds)
-
-    def _feeds(self, arrays: list[np.ndarray], params: list[geometry.SampleParams]) -> dict:
-        """One array per input, batch first (one DALI conversion each, not one per sample)."""
-        names = set(self._names)
-        feeds: dict = {"encoded": arrays}
-        if "decode_anchor" in names:
-            decode = np.array([p.decode for p in params], np.int32)
-            feeds["decode_anchor"], feeds["decode_shape"] = _split(decode)
-        if "resize_size" in names:
-            if any(p.resize is None for p in params):  # cannot happen when the plan resamples
-                raise ValueError("a resampling plan produced a sample without a resize")
-            feeds["resize_size"] = np.array([p.resize for p in params], np.float32)
-            roi = np.array([p.resize_roi for p in params], np.float32).reshape(len(params), 4)
-            feeds["roi_start"], feeds["roi_end"] = _split(roi)
-        if "interp" in names:  # a random interpolation: each sample's drawn mode
-            feeds["interp"] = graph.interp_codes(p.interpolation for p in params)
-        if "crop_anchor" in names:
-            crops = np.array(
-                [p.crop if p.crop is not None else (0, 0, *p.output_size) for p in params], np.int32
-            )
-            feeds["crop_anchor"], feeds["crop_shape"] = _split(crops)
-        for k, key in enumerate(("brightness", "contrast", "saturation", "hue")):
-            if key in names:
-                feeds[key] = np.array([p.jitter[k] for p in params], np.float32)
-        if "vflip" in names:
-            feeds["vflip"] = np.array([p.vflip for p in params], np.int32)
-        feeds["hflip"] = np.array([p.hflip for p in params], np.int32)
-        return feeds
-
-    def _to_torch(self, out) -> torch.Tensor:
-        shapes = {tuple(out[i].shape()) for i in range(len(out))}
-        if len(shapes) != 1:
-            raise ValueError(
-                f"the images of a batch have different sizes {sorted(shapes)}; "
-                "add a crop (e.g. CenterCrop) so they can be stacked"
-            )
-        if self.device == "gpu":
-            return _gpu_copy(out, self.plan.output_dtype, self.device_id)
-        dense = np.asarray(out.as_tensor())  # a view of DALI's buffer, reused next batch
-        result = self._buffers.empty(dense.shape, self.plan.output_dtype)
-        result.copy_(torch.from_numpy(dense))
-        return result
-
-
-def _gpu_copy(out, dtype: torch.dtype, device_id: int) -> torch.Tensor:
-    from nvidia.dali.plugin.pytorch import feed_ndarray
-
-    dense = out.as_tensor()
-    result = torch.empty(dense.shape(), dtype=dtype, device=torch.device("cuda", device_id))
-    feed_ndarray(dense, result, cuda_stream=torch.cuda.current_stream(device_id))
-    return result

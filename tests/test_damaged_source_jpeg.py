@@ -19,7 +19,8 @@ from fastload.data.format import META_FILE
 from fastload.data.reader import LMDBReader
 from fastload.data.shards import ShardedReader
 from fastload.data.verify import verify_lmdb
-from fastload.loader.sources import SampleError, make_source
+from fastload.loader.datasets import make_source
+from fastload.loader.sources import SampleError
 from fastload.tools.cli import main as cli
 
 BAD = 6  # the scrambled file's index in the folder (and its record's key when stored)

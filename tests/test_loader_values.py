@@ -101,7 +101,7 @@ def test_image_sizes_from_headers_match_pillow(synth_root, tmp_path):
     import numpy as np
     from PIL import Image
 
-    from fastload.loader.sources import image_size, jpeg_size
+    from fastload.loader.image_headers import image_size, jpeg_size
 
     for path in sorted((synth_root / "val").rglob("*.jpg")):
         with Image.open(path) as img:

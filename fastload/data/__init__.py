@@ -2,9 +2,9 @@
 ``fastload verify`` checks.
 
 datum (the Caffe ``Datum`` codec), format (constants, sidecar schema), writer/reader (+ atomic
-writes, the folder lock, LMDB meta-page checks), dataset (``LMDBDataset``), manifest/shards
-(sharded sets), remote (sets at URLs: the shard cache, transfers, upload), convert (+ its
-sources and per-image checks), verify, ensure (convert if missing or stale), synth
-(generated photos), jpeg (header reads). Imports only ``fastload.utils`` (and fsspec, lazily,
-for URLs).
+writes, the folder lock, destination: resume, replace or refuse, LMDB meta-page checks),
+dataset (``LMDBDataset``), manifest/shards (sharded sets), remote (sets at URLs: the shard
+cache, transfers, upload), convert (+ its sources and per-image checks), verify, ensure
+(convert if missing or stale), synth (generated photos), jpeg (header reads). Imports only
+``fastload.utils`` (and fsspec, lazily, for URLs).
 """

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from fastload.data.destination import prepare_destination
 from fastload.data.dst_lock import unlock_destination
 from fastload.data.format import META_FILE, STATE_COMPLETE
 from fastload.data.image_check import (
@@ -31,7 +32,7 @@ from fastload.data.image_check import (
     kept_record_problem,
 )
 from fastload.data.sources.base import iter_records
-from fastload.data.writer import LMDBWriter, MapFull, prepare_destination
+from fastload.data.writer import LMDBWriter, MapFull
 
 __all__ = ["ConvertError", "ConvertReport", "convert_one", "is_complete"]
 

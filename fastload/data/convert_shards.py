@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 
 from fastload.data.convert_database import ConvertReport, convert_one, is_complete
+from fastload.data.destination import prepare_destination
 from fastload.data.dst_lock import set_lock, unlock_destination
 from fastload.data.format import META_FILE
 from fastload.data.manifest import (
@@ -27,7 +28,6 @@ from fastload.data.manifest import (
     shard_folders,
     shard_name,
 )
-from fastload.data.writer import prepare_destination
 
 __all__ = ["convert_shards", "finished_shard", "identity_of_shard", "shard_differences"]
 

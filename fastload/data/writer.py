@@ -2,7 +2,8 @@
 
 Durability protocol (one writer process):
 
-1. ``fastload.partial.json`` is written (atomically) before the LMDB environment exists:
+1. ``fastload.partial.json`` is written (atomically) before the LMDB environment exists
+   (``destination.prepare_destination``, which also decides resume, replace or refuse):
    it names the source, its fingerprint and the options, so a directory holding records
    but no sidecar is always recognisable as a partial, never as a finished database.
 2. Records are put in batches of source files (``commit`` marks the end of one), written
@@ -25,7 +26,6 @@ Durability protocol (one writer process):
 from __future__ import annotations
 
 import errno
-import json
 import os
 import signal
 import sys
@@ -40,7 +40,7 @@ from fastload.data.atomic import (
     write_json_atomic,
 )
 from fastload.data.datum import datum_fields
-from fastload.data.dst_lock import lock_destination, unlock_destination
+from fastload.data.dst_lock import unlock_destination
 from fastload.data.format import (
     CHECKSUM_DTYPE,
     CHECKSUM_FILE,
@@ -52,7 +52,6 @@ from fastload.data.format import (
     LABELS_DTYPE,
     LABELS_FILE,
     META_FILE,
-    OWNED_FILES,
     PARTIAL_FILE,
     STATE_COMPLETE,
     STATE_PARTIAL,
@@ -69,85 +68,6 @@ RECORDS_PER_TXN = 32
 CRASH_ENV = "FASTLOAD_TEST_CRASH"  # test hook: "<point>:<n>" SIGKILLs at the n-th <point>
 _CRASH_SEEN = [0]  # <point>s this process has passed
 CRASH_POINTS = ("mid_txn", "after_commit", "after_progress")
-
-
-def _read_json(path: Path) -> dict | None:
-    try:
-        with open(path, encoding="utf-8") as handle:
-            value = json.load(handle)
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError):
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
-def _remove_owned(dst: Path) -> None:
-    """Delete the fastload files in ``dst``: the completion marker first, the partial last."""
-    order = [META_FILE] + [n for n in OWNED_FILES if n not in (META_FILE, PARTIAL_FILE)]
-    for name in [*order, PARTIAL_FILE]:
-        (dst / name).unlink(missing_ok=True)
-
-
-def prepare_destination(dst: Path, identity: dict, *, overwrite: bool) -> dict:
-    """Make ``dst`` ready for writing and return the progress to resume from.
-
-    ``identity`` (source, fingerprint, options) must equal a partial's to resume it.
-    A finished database is replaced only with ``overwrite``; a folder holding anything
-    that is not a fastload file is never touched.
-    """
-    fresh = {"stored": 0, "seen": 0, "skipped": [], "counts": {}}
-    if dst.exists() and not dst.is_dir():
-        raise FileExistsError(f"destination {str(dst)!r} is a file; pass a new or empty folder")
-    dst.mkdir(parents=True, exist_ok=True)
-    lock_destination(dst)
-    try:
-        return _prepare_locked(dst, identity, overwrite, fresh)
-    except BaseException:
-        unlock_destination(dst)
-        raise
-
-
-def _prepare_locked(dst: Path, identity: dict, overwrite: bool, fresh: dict) -> dict:
-    names = {entry.name for entry in os.scandir(dst)}
-    foreign = sorted(n for n in names if n not in OWNED_FILES and not n.startswith("."))
-    meta = _read_json(dst / META_FILE)
-    partial = _read_json(dst / PARTIAL_FILE)
-    if foreign:
-        raise FileExistsError(
-            f"destination {str(dst)!r} holds files that are not part of a fastload database "
-            f"({', '.join(foreign[:3])}{', ...' if len(foreign) > 3 else ''}); choose a new "
-            "or empty folder"
-        )
-    if meta and meta.get("state") == STATE_COMPLETE:
-        if not overwrite:
-            raise FileExistsError(
-                f"destination {str(dst)!r} already holds a finished fastload database "
-                f"({meta.get('count')} records); pass overwrite=True to replace it"
-            )
-        _remove_owned(dst)
-    elif partial is not None:
-        ours = {k: partial.get(k) for k in identity}
-        if ours == identity and partial.get("state") == STATE_PARTIAL:
-            return {**fresh, **{k: partial[k] for k in fresh if k in partial}, "resumed": True}
-        if not overwrite:
-            differs = [k for k in identity if partial.get(k) != identity[k]] or ["state"]
-            detail = "; ".join(
-                f"{k}: partial has {partial.get(k)!r}, now {identity[k]!r}"
-                for k in differs if k in identity
-            ) or "the partial's progress file is unreadable"
-            raise ValueError(
-                f"destination {str(dst)!r} holds a partial conversion made from a different "
-                f"source or with different options ({detail}); rerun the original command to "
-                "finish it, or pass overwrite=True to start over"
-            )
-        _remove_owned(dst)
-    elif names & set(OWNED_FILES):
-        _remove_owned(dst)  # leftovers of an interrupted overwrite: nothing to keep
-    # Not flushed: a process crash keeps it, and the first timed flush makes it durable.
-    write_json_atomic(dst / PARTIAL_FILE, {"state": STATE_PARTIAL, **identity, **fresh},
-                      durable=False)
-    return fresh
 
 
 def _delete_from(cursor, index: int) -> None:

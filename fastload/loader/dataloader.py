@@ -18,6 +18,7 @@ from torch.utils.data import DataLoader as TorchDataLoader
 
 from fastload.loader.context import EpochContext
 from fastload.loader.damage import DamageCheck
+from fastload.loader.datasets import NotASource, make_source, resolve_dataset
 from fastload.loader.devices import resolve_device
 from fastload.loader.epoch import _EpochIterator
 from fastload.loader.plan import make_plan
@@ -28,7 +29,7 @@ from fastload.loader.shard_order import (
     resolve_order,
     warn_if_class_sorted,
 )
-from fastload.loader.sources import NotASource, SampleError, make_source, resolve_dataset
+from fastload.loader.sources import SampleError
 from fastload.loader.stage import SampleStage
 
 __all__ = ["DataLoader", "FallbackWarning", "SampleError"]

@@ -19,7 +19,9 @@ it; the next ``next()`` goes on with the batch after it (after the sampler itsel
 the epoch ends there, as torch's single-process loader's does).
 
 The loader hands the iterator what it needs in an ``EpochContext`` (``loader/context.py``)
-and ends it with :meth:`_EpochIterator.close`; neither reads the other's private state.
+and ends it with :meth:`_EpochIterator.close`; neither reads the other's private state. The
+core's maker-thread handoff is ``loader/maker.py``'s ``MakerHandoff``, its recovery from
+damaged samples ``loader/recovery.py``'s ``DamageRecovery``.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from PIL.Image import DecompressionBombError
 from torch.utils.data import default_collate
 
 from fastload.loader.context import EpochContext
-from fastload.loader.maker import Handoff, NothingYet, run_maker
+from fastload.loader.maker import Handoff, MakerHandoff, NothingYet
 from fastload.loader.recovery import Batch, DamageRecovery
 from fastload.loader.sampling import mix_seed
 from fastload.loader.sources import SampleError
@@ -74,7 +76,7 @@ class _EpochIterator:
         self._core.close()
 
 
-class _EpochCore(DamageRecovery):
+class _EpochCore(MakerHandoff, DamageRecovery):
     """One epoch of a DataLoader on the DALI path, keeping ``prefetch_factor`` batches in
     the decoder while the caller works. A newer ``iter()`` on the loader supersedes it."""
 
@@ -168,48 +170,6 @@ class _EpochCore(DamageRecovery):
                 self._finish()
                 raise StopIteration
 
-    def _next_made_ahead(self) -> list[Any]:
-        """``next()`` with a maker thread: pull indices ahead, hand out the oldest outcome."""
-        handoff = self._handoff
-        self._pull_ahead()
-        if self._maker is None:
-            self._maker = threading.Thread(
-                target=run_maker, name="fastload-maker", daemon=True,
-                args=(self._make_one, lambda: self._exhausted and not self._queue, handoff))
-            self._maker.start()
-        with handoff.cond:
-            while not self._out and not handoff.finished:
-                handoff.cond.wait()
-            if handoff.failure is not None:
-                raise handoff.failure
-            if not self._out:
-                finished = True
-            else:
-                finished = False
-                self._pulled_ahead -= self._out[0][2]
-        if finished:
-            self._finish()
-            raise StopIteration
-        return self._pop_outcome()
-
-    def _pull_ahead(self) -> None:
-        """Pull batches from the epoch (on the caller's thread, where torch's loader iterates
-        its sampler) until ``_lead`` are pulled and not yet handed out; the maker makes them."""
-        handoff = self._handoff
-        while self._pulled_ahead < self._lead and not self._pulls_done:
-            try:
-                pulled = self._epoch.next()
-            except Exception as err:  # the sampler raised: its error ends the epoch
-                self._pulls_done = True
-                handoff.put(("error", err))
-                break
-            if pulled is None:
-                self._pulls_done = True
-                handoff.put(None)
-                break
-            self._pulled_ahead += 1
-            handoff.put(pulled)
-
     def _make_one(self) -> bool:
         """Make the oldest pulled batch's outcome into ``_out`` (reading and submitting the
         batches behind it, up to the decoder's depth); False when none is left to make."""
@@ -246,15 +206,6 @@ class _EpochCore(DamageRecovery):
             else:
                 self._emit(("batch", (head, made), True))
         return True
-
-    def _emit(self, outcome: tuple[str, Any, bool]) -> None:
-        handoff = self._handoff
-        if handoff is None:
-            self._out.append(outcome)
-            return
-        with handoff.cond:
-            self._out.append(outcome)
-            handoff.cond.notify_all()
 
     def _pop_outcome(self) -> Any:
         """The oldest outcome, in order: a batch, or the error its making raised."""
@@ -321,16 +272,6 @@ class _EpochCore(DamageRecovery):
             if batch.indices:
                 self._submit_ahead(batch)
 
-    def _pull(self) -> tuple[int, list[int]] | None:
-        """The next batch of the epoch: from the sampler (in ``next()``), or what the caller
-        pulled for the maker (``NothingYet`` when it has pulled nothing more yet)."""
-        if self._handoff is None:
-            return self._epoch.next()
-        pulled = self._handoff.take()
-        if isinstance(pulled, tuple) and pulled[0] == "error":
-            raise pulled[1]
-        return pulled
-
     def _submit_ahead(self, batch: Batch) -> None:
         """Submit a batch made ahead; what its parameters' draw raises (a crop larger than
         an image, say) becomes the batch's error, raised at its turn."""
@@ -379,15 +320,6 @@ class _EpochCore(DamageRecovery):
         self._release()
         if self._order.current is self._epoch:
             self._order.finish_epoch()
-
-    def _stop_maker(self) -> None:
-        """End the maker thread and wait for it (it may be in a fetch): the decoder is then
-        the caller's again (a new epoch resets it)."""
-        if self._handoff is not None:
-            self._handoff.close()
-        maker = self._maker
-        if maker is not None and maker is not threading.current_thread():
-            maker.join()
 
     def _release(self) -> None:
         self._damage.close()

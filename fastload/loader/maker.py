@@ -3,7 +3,9 @@
 The caller pulls batches of indices from the sampler (on its own thread, as torch's loader
 iterates its sampler) and ``put``s them; the maker ``take``s them, reads, decodes and
 resamples them, and appends their outcomes for ``next()`` to hand out. ``Handoff.cond``
-guards both ends; closing it ends the maker after the batch it is making.
+guards both ends; closing it ends the maker after the batch it is making. ``MakerHandoff``
+is the part of the epoch's core that uses them: its ``next()`` with a maker, its pulls and
+its outcomes.
 """
 
 from __future__ import annotations
@@ -13,12 +15,11 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["Handoff", "NothingYet", "run_maker"]
+__all__ = ["Handoff", "MakerHandoff", "NothingYet", "run_maker"]
 
 
 class NothingYet(Exception):
     """The maker has made every batch the caller has pulled so far."""
-
 
 
 class Handoff:
@@ -82,3 +83,83 @@ def run_maker(make_one: Callable[[], bool], all_made: Callable[[], bool],
     except BaseException as err:  # a fault of fastload's own: raised in the caller's next()
         failure = err
     handoff.stop(failure)
+
+
+class MakerHandoff:
+    """A part of the epoch's core (as ``DamageRecovery`` is): its ``next()`` when a maker
+    thread makes the batches, and the two ends of its ``Handoff`` (``_handoff``; None on a
+    GPU, where ``next()`` makes each batch itself).
+
+    The core that mixes it in has ``_handoff``, ``_maker``, ``_epoch``, ``_out``, ``_queue``,
+    ``_lead``, ``_pulled_ahead``, ``_pulls_done``, ``_exhausted``, ``_make_one``,
+    ``_pop_outcome`` and ``_finish``."""
+
+    def _next_made_ahead(self) -> list[Any]:
+        """``next()`` with a maker thread: pull indices ahead, hand out the oldest outcome."""
+        handoff = self._handoff
+        self._pull_ahead()
+        if self._maker is None:
+            self._maker = threading.Thread(
+                target=run_maker, name="fastload-maker", daemon=True,
+                args=(self._make_one, lambda: self._exhausted and not self._queue, handoff))
+            self._maker.start()
+        with handoff.cond:
+            while not self._out and not handoff.finished:
+                handoff.cond.wait()
+            if handoff.failure is not None:
+                raise handoff.failure
+            if not self._out:
+                finished = True
+            else:
+                finished = False
+                self._pulled_ahead -= self._out[0][2]
+        if finished:
+            self._finish()
+            raise StopIteration
+        return self._pop_outcome()
+
+    def _pull_ahead(self) -> None:
+        """Pull batches from the epoch (on the caller's thread, where torch's loader iterates
+        its sampler) until ``_lead`` are pulled and not yet handed out; the maker makes them."""
+        handoff = self._handoff
+        while self._pulled_ahead < self._lead and not self._pulls_done:
+            try:
+                pulled = self._epoch.next()
+            except Exception as err:  # the sampler raised: its error ends the epoch
+                self._pulls_done = True
+                handoff.put(("error", err))
+                break
+            if pulled is None:
+                self._pulls_done = True
+                handoff.put(None)
+                break
+            self._pulled_ahead += 1
+            handoff.put(pulled)
+
+    def _pull(self) -> tuple[int, list[int]] | None:
+        """The next batch of the epoch: from the sampler (in ``next()``), or what the caller
+        pulled for the maker (``NothingYet`` when it has pulled nothing more yet)."""
+        if self._handoff is None:
+            return self._epoch.next()
+        pulled = self._handoff.take()
+        if isinstance(pulled, tuple) and pulled[0] == "error":
+            raise pulled[1]
+        return pulled
+
+    def _emit(self, outcome: tuple[str, Any, bool]) -> None:
+        handoff = self._handoff
+        if handoff is None:
+            self._out.append(outcome)
+            return
+        with handoff.cond:
+            self._out.append(outcome)
+            handoff.cond.notify_all()
+
+    def _stop_maker(self) -> None:
+        """End the maker thread and wait for it (it may be in a fetch): the decoder is then
+        the caller's again (a new epoch resets it)."""
+        if self._handoff is not None:
+            self._handoff.close()
+        maker = self._maker
+        if maker is not None and maker is not threading.current_thread():
+            maker.join()

@@ -2,10 +2,9 @@
 
 A source turns a dataset into encoded image bytes, the image's ``(height, width)``, a label
 and a name for error messages (the file path or the LMDB key), without decoding anything in
-Python. ``make_source`` accepts torchvision ``ImageFolder``/``DatasetFolder`` (its
-``.samples``, ``.targets``, ``.transform``, ``.target_transform``), ``fastload.LMDBDataset``
-(its ``.reader``) and ``torch.utils.data.Subset`` of either. Anything else raises
-``NotASource`` with the reason, which the loader turns into its torch fallback.
+Python: ``FileSource`` (an image folder's files), ``LMDBSource`` (a fastload LMDB set's
+records), ``SubsetSource`` (a ``Subset`` of either). Which dataset gets which source is
+``fastload.loader.datasets.make_source``'s decision.
 
 What the dataset's own ``__getitem__`` would do, a source does too: ``len(source)`` is
 ``len(dataset)`` (a subclass's ``__len__`` included), :meth:`index` takes and refuses
@@ -20,28 +19,15 @@ from __future__ import annotations
 import io
 import operator
 import os
-import pathlib
-import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
-from fastload.data.jpeg import Unreadable, parse_jpeg
+from fastload.loader.image_headers import check_pixel_limit, jpeg_size
 
-__all__ = [
-    "FileSource",
-    "SampleError",
-    "LMDBSource",
-    "NotASource",
-    "SubsetSource",
-    "check_pixel_limit",
-    "image_size",
-    "jpeg_size",
-    "make_source",
-    "resolve_dataset",
-]
+__all__ = ["FileSource", "LMDBSource", "SampleError", "SubsetSource"]
 
 
 class SampleError(ValueError):
@@ -51,60 +37,6 @@ class SampleError(ValueError):
     def __init__(self, message: str, names: Sequence[str] = ()) -> None:
         super().__init__(message)
         self.names = list(names)
-
-
-class NotASource(ValueError):
-    """The dataset cannot be read without running its own ``__getitem__``; ``str()`` says why."""
-
-
-def jpeg_size(data: bytes | memoryview | np.ndarray) -> tuple[int, int] | None:
-    """``(height, width)`` from a JPEG's start-of-frame header, or None if ``data`` is not a
-    JPEG, its header is broken or cut short, or it gives no size (a DNL-marker height)."""
-    buf = memoryview(data).cast("B") if not isinstance(data, np.ndarray) else memoryview(data)
-    if len(buf) < 4 or buf[0] != 0xFF or buf[1] != 0xD8:
-        return None
-    try:
-        _, _, height, width, _ = parse_jpeg(buf)
-    except Unreadable:
-        return None
-    return (height, width) if height and width else None
-
-
-def image_size(data: bytes | memoryview | np.ndarray) -> tuple[int, int] | None:
-    """``(height, width)`` of an encoded image: the JPEG header when it is one, else Pillow's
-    header parse (PNG, BMP, ...); None when neither can read it."""
-    size = jpeg_size(data)
-    if size is not None:
-        return size
-    from PIL import Image
-
-    try:
-        with Image.open(io.BytesIO(bytes(data))) as img:
-            width, height = img.size
-    except Exception:  # noqa: BLE001 - any parse failure means "unreadable"
-        return None
-    return (height, width)
-
-
-def check_pixel_limit(size: tuple[int, int], name: str) -> None:
-    """Pillow's decompression-bomb rule, as ``Image.open`` applies it, for an image of
-    ``size`` (height, width): over twice ``PIL.Image.MAX_IMAGE_PIXELS`` raise
-    ``DecompressionBombError`` naming ``name``, over it warn ``DecompressionBombWarning``. The limit is read
-    at each call, so the user's own setting applies from the next read on."""
-    from PIL import Image
-
-    limit = Image.MAX_IMAGE_PIXELS
-    pixels = size[0] * size[1]
-    if limit is None or pixels <= limit:
-        return
-    if pixels > 2 * limit:
-        raise Image.DecompressionBombError(
-            f"{name} is {size[1]}x{size[0]} = {pixels} pixels, more than twice "
-            f"PIL.Image.MAX_IMAGE_PIXELS ({limit}), Pillow's decompression-bomb limit; if the "
-            "file is trusted, raise PIL.Image.MAX_IMAGE_PIXELS or set it to None")
-    # Pillow's own words, so the warnings filter shows them as often as with torch's loader
-    warnings.warn(f"Image size ({pixels} pixels) exceeds limit of {limit} pixels, could be "
-                  "decompression bomb DOS attack.", Image.DecompressionBombWarning, stacklevel=2)
 
 
 def list_index(index: Any, count: int) -> int:
@@ -363,101 +295,3 @@ def _read_file(path: str) -> tuple[np.ndarray, int]:
     finally:
         os.close(fd)
     return (data if got == st.st_size else data[:got]), st.st_mtime_ns
-
-
-def _folder_source(dataset: Any) -> FileSource:
-    from torchvision.datasets.folder import DatasetFolder, default_loader, pil_loader
-
-    cls = type(dataset)
-    if cls.__getitem__ is not DatasetFolder.__getitem__:  # its own __len__ is honoured
-        raise NotASource(f"{cls.__name__} overrides __getitem__, so its samples are not the "
-                         "plain (loader(path), target) pairs fastload can read")
-    if dataset.loader not in (default_loader, pil_loader):
-        name = getattr(dataset.loader, "__name__", type(dataset.loader).__name__)
-        raise NotASource(f"{cls.__name__} uses a custom loader={name}, not torchvision's "
-                         "default PIL loader")
-    from torchvision import get_image_backend
-
-    if get_image_backend() != "PIL":
-        raise NotASource(f"torchvision's image backend is {get_image_backend()!r}, not 'PIL'")
-    transforms = getattr(dataset, "transforms", None)
-    if transforms is not None and type(transforms).__name__ != "StandardTransform":
-        raise NotASource(f"{cls.__name__} has a joint transforms={type(transforms).__name__}")
-    paths = [path for path, _ in dataset.samples]
-    targets = [target for _, target in dataset.samples]
-    return FileSource(paths, targets, dataset.transform, dataset.target_transform)
-
-
-def make_source(dataset: Any) -> _Source:
-    """The source for ``dataset``, or NotASource naming why the torch path must read it.
-    Its length is ``len(dataset)``, as torch's samplers take it."""
-    source = _make_source(dataset)
-    source.length = len(dataset)
-    return source
-
-
-def _make_source(dataset: Any) -> _Source:
-    from torch.utils.data import Subset
-    from torchvision.datasets import DatasetFolder
-
-    if isinstance(dataset, Subset):
-        return SubsetSource(make_source(dataset.dataset), dataset.indices)
-    if isinstance(dataset, DatasetFolder):
-        return _folder_source(dataset)
-    from fastload.data.dataset import LMDBDataset
-
-    if isinstance(dataset, LMDBDataset):
-        if type(dataset).__getitem__ is not LMDBDataset.__getitem__:
-            raise NotASource(f"{type(dataset).__name__} overrides __getitem__")
-        return LMDBSource(dataset.reader, dataset.transform, dataset.target_transform)
-    raise NotASource(f"dataset type {type(dataset).__name__} is not an ImageFolder, "
-                     "DatasetFolder, fastload.LMDBDataset or a Subset of one")
-
-
-def resolve_dataset(dataset: Any, transform: Any, target_transform: Any,
-                    remote: dict | None = None) -> Any:
-    """A dataset object for ``dataset``: a str/Path to an LMDB directory becomes
-    ``fastload.LMDBDataset``, to any other folder an ``ImageFolder``, a URL a remote
-    ``LMDBDataset`` (``remote``: its storage_options, cache_dir, cache_bytes); dataset
-    objects pass through (then ``transform``/``target_transform`` must be None)."""
-    remote = {key: value for key, value in (remote or {}).items() if value is not None}
-    if not isinstance(dataset, str | os.PathLike):
-        if transform is not None or target_transform is not None or remote:
-            what = ("transform= and target_transform=" if not remote
-                    else ", ".join(f"{key}=" for key in remote))
-            raise ValueError(
-                f"{what} apply only when dataset is a path; "
-                f"set them on the {type(dataset).__name__} itself"
-            )
-        return dataset
-    from fastload.data.remote import is_url, locate
-
-    if is_url(dataset) or remote:
-        from fastload.data import dataset as lmdb_dataset
-
-        locate(dataset, remote.get("storage_options"), "dataset path")  # refuses the unknown
-        return lmdb_dataset.LMDBDataset(dataset, transform=transform,
-                                        target_transform=target_transform, **remote)
-    root = pathlib.Path(locate(dataset, None, "dataset path"))  # file:// is a local path
-    from fastload.data.manifest import is_sharded_set
-
-    if is_sharded_set(root):  # a sharded set's folder or manifest: one LMDBDataset
-        from fastload.data import dataset as lmdb_dataset
-
-        return lmdb_dataset.LMDBDataset(root, transform=transform,
-                                        target_transform=target_transform)
-    if not root.is_dir():
-        raise FileNotFoundError(
-            f"dataset path '{root}' is not a directory; pass an image folder (one "
-            "subfolder per class) or a fastload LMDB directory"
-        )
-    from fastload.data.format import META_FILE
-
-    if (root / META_FILE).exists() or (root / "data.mdb").exists():
-        from fastload.data import dataset as lmdb_dataset
-
-        return lmdb_dataset.LMDBDataset(root, transform=transform,
-                                        target_transform=target_transform)
-    from torchvision.datasets import ImageFolder
-
-    return ImageFolder(root, transform=transform, target_transform=target_transform)
