@@ -193,3 +193,12 @@ def s3_env(s3_server, monkeypatch, tmp_path):
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
     monkeypatch.setenv("FASTLOAD_CACHE", str(tmp_path / "cache"))
     return tmp_path / "cache"
+
+
+@pytest.fixture(scope="session")
+def s3_sharded_set(s3_server, sharded_set):
+    """``sharded_set`` uploaded once per session to the S3 server, file by file (as ``aws
+    s3 sync`` would): its ``s3://`` URL (do not modify; damage a copy)."""
+    from seaweed import upload_tree
+
+    return upload_tree(s3_server, sharded_set, "session/train.set")

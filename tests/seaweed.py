@@ -128,3 +128,99 @@ def upload_tree(server: WeedServer, folder: Path, prefix: str) -> str:
         if path.is_file() and path.name not in ("lock.mdb", ".fastload-set.lock"):
             fs.put_file(str(path), f"{BUCKET}/{prefix}/{path.relative_to(folder).as_posix()}")
     return f"s3://{BUCKET}/{prefix}"
+
+
+class CountingRelay:
+    """A second endpoint for ``server``: a TCP relay on another loopback port that passes
+    bytes through unchanged and records each HTTP request it carries (``requests``:
+    ``(method, path)``, the path unquoted, the query dropped), so a test counts what a
+    client fetched from the server. A context manager; ``endpoint`` is its URL."""
+
+    def __init__(self, server: WeedServer) -> None:
+        import threading
+
+        self.upstream = server.s3_port
+        self.requests: list[tuple[str, str]] = []
+        self._lock = threading.Lock()
+        self._listener = socket.socket()
+        self._listener.bind(("127.0.0.1", 0))
+        self._listener.listen(64)
+        self.endpoint = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
+        self._threads: list = []
+        self._closed = False
+
+    def gets(self, suffix: str = "") -> list[str]:
+        """The paths of the GET requests so far (those ending with ``suffix``)."""
+        with self._lock:
+            return [path for method, path in self.requests
+                    if method == "GET" and path.endswith(suffix)]
+
+    def __enter__(self) -> CountingRelay:
+        import threading
+
+        thread = threading.Thread(target=self._accept, daemon=True, name="relay-accept")
+        thread.start()
+        self._threads.append(thread)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._closed = True
+        self._listener.close()
+
+    def _accept(self) -> None:
+        import threading
+
+        while not self._closed:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", self.upstream))
+            for source, sink, watch in ((client, upstream, True), (upstream, client, False)):
+                thread = threading.Thread(target=self._pipe, args=(source, sink, watch),
+                                          daemon=True, name="relay-pipe")
+                thread.start()
+
+    def _pipe(self, source: socket.socket, sink: socket.socket, watch: bool) -> None:
+        pending = b""
+        body_left = 0
+        try:
+            while True:
+                data = source.recv(1 << 16)
+                if not data:
+                    break
+                sink.sendall(data)
+                if watch:
+                    pending, body_left = self._parse(pending + data, body_left)
+        except OSError:
+            pass
+        finally:
+            for sock in (source, sink):
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                sock.close()
+
+    def _parse(self, data: bytes, body_left: int) -> tuple[bytes, int]:
+        """Record the requests whose heads ``data`` completes; returns what is left of an
+        unfinished head, and of a request body still to pass."""
+        from urllib.parse import unquote
+
+        while data:
+            if body_left:
+                skip = min(body_left, len(data))
+                data, body_left = data[skip:], body_left - skip
+                continue
+            end = data.find(b"\r\n\r\n")
+            if end < 0:
+                return data, 0
+            head, data = data[:end].decode("latin-1"), data[end + 4:]
+            method, target = head.split(" ", 2)[:2]
+            with self._lock:
+                self.requests.append((method, unquote(target.split("?", 1)[0])))
+            for line in head.split("\r\n")[1:]:
+                name, _, value = line.partition(":")
+                if name.strip().lower() == "content-length":
+                    body_left = int(value.strip() or 0)
+        return b"", body_left

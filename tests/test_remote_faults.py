@@ -19,8 +19,8 @@ SHARD1 = "shard-00001-of-00003"
 
 
 @pytest.fixture(scope="module")
-def remote_set(s3_server, sharded_set):
-    return upload_tree(s3_server, sharded_set, "faults/train.set")
+def remote_set(s3_sharded_set):
+    return s3_sharded_set
 
 
 def damaged_copy(s3_server, sharded_set, tmp_path, prefix, damage) -> str:
@@ -54,7 +54,7 @@ def test_a_truncated_object_on_the_server_is_refused_naming_its_url(s3_env, s3_s
     reader = fastload.LMDBDataset(url).reader
     with pytest.raises(ValueError, match=rf"{url}/{SHARD1} is damaged: .*truncated"):
         reader.record(reader.entries[1].start)
-    assert not list(s3_env.glob(f"sets/*/{SHARD1}"))  # never installed in the cache
+    assert not list(s3_env.glob(f"shards/{SHARD1}-*"))  # never installed in the cache
     assert reader.record(0) == fastload.LMDBDataset(sharded_set).reader.record(0)
 
 
@@ -92,7 +92,7 @@ def test_a_shard_cut_short_in_the_cache_is_fetched_again(s3_env, remote_set, sha
     first = fastload.LMDBDataset(remote_set).reader
     first.record(first.entries[1].start)
     first.close()
-    (cached,) = s3_env.glob(f"sets/*/{SHARD1}/data.mdb")
+    (cached,) = s3_env.glob(f"shards/{SHARD1}-*/data.mdb")
     cached.write_bytes(cached.read_bytes()[:1000])
     reader = fastload.LMDBDataset(remote_set).reader
     local = fastload.LMDBDataset(sharded_set).reader
@@ -135,7 +135,7 @@ def test_prefetch_retries_leave_the_global_random_generator_alone(
     with pytest.raises(fetch.RemoteError, match=f"{remote_set}/shard-00002-of-00003"):
         future.result(timeout=60)
     assert random.getstate() == state
-    assert not list(s3_env.glob(f"sets/*/shard-00002-of-00003/{MARKER}"))
+    assert not list(s3_env.glob(f"shards/shard-00002-of-00003-*/{MARKER}"))
 
 
 def test_a_wrong_secret_is_refused_naming_the_url_and_where_credentials_go(

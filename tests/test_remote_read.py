@@ -23,9 +23,9 @@ SCRIPTS = Path(__file__).parent / "scripts"
 
 
 @pytest.fixture(scope="module")
-def remote_set(s3_server, sharded_set):
-    """``sharded_set`` uploaded file by file (as ``aws s3 sync`` would): its URL."""
-    return upload_tree(s3_server, sharded_set, "read/train.set")
+def remote_set(s3_sharded_set):
+    """``sharded_set`` on the S3 server (uploaded once per session): its URL."""
+    return s3_sharded_set
 
 
 def shard_bytes(sharded_set: Path, k: int) -> int:
@@ -34,7 +34,7 @@ def shard_bytes(sharded_set: Path, k: int) -> int:
 
 
 def installed(cache: Path) -> set[str]:
-    return {p.parent.name for p in cache.glob(f"sets/*/shard-*/{MARKER}")}
+    return {p.parent.name.rsplit("-", 1)[0] for p in cache.glob(f"shards/shard-*/{MARKER}")}
 
 
 def test_a_set_read_from_s3_equals_the_local_set_record_for_record(s3_env, remote_set,
@@ -60,11 +60,11 @@ def test_the_loader_given_an_s3_url_makes_the_batches_of_the_local_set(s3_env, r
 def test_a_warm_cache_serves_a_second_open_without_downloading(s3_env, remote_set):
     first = fastload.LMDBDataset(remote_set)
     records = [first.reader.record(i) for i in range(len(first))]
-    inodes = {p: p.stat().st_ino for p in s3_env.glob("sets/*/shard-*/data.mdb")}
+    inodes = {p: p.stat().st_ino for p in s3_env.glob("shards/shard-*/data.mdb")}
     second = fastload.LMDBDataset(remote_set)
     assert [second.reader.record(i) for i in range(len(second))] == records
     assert second.reader.cache.downloads == 0
-    assert {p: p.stat().st_ino for p in s3_env.glob("sets/*/shard-*/data.mdb")} == inodes
+    assert {p: p.stat().st_ino for p in s3_env.glob("shards/shard-*/data.mdb")} == inodes
 
 
 def test_the_cache_stays_within_cache_bytes_evicting_the_least_recently_used_shard(

@@ -6,19 +6,16 @@ writes OUT/rank<R>.json with the dataset indices it received, epoch by epoch, an
 shards its process opened. MODE:
 
 * ``epochs E``: run E epochs (``set_epoch`` each).
-* ``stop K``: run K batches of epoch 0, save ``state_dict()`` to OUT/state<R>.pt; rank 0
-  also saves the state of a loader driven by a DistributedSampler after one batch to
-  OUT/user_sampler_state.pt.
+* ``stop K``: run K batches of epoch 0, save ``state_dict()`` to OUT/state<R>.pt; then the
+  same with the shard-aware order (``order="shards", shard_window=1``): its batches under
+  ``shard_epochs``, its state in OUT/shard_state<R>.pt; rank 0 also saves the state of a
+  loader driven by a DistributedSampler after one batch to OUT/user_sampler_state.pt.
 * ``resume STATE``: load STATE, finish its epoch, then run the next one.
-
-``SET_WORKER_ORDER=shards`` in the environment builds the loader with ``order="shards",
-shard_window=1`` (the shard-aware order) instead of the global one.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import pathlib
 import sys
 
@@ -45,11 +42,13 @@ def main(data: str, out_dir: str, mode: str, arg: str) -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
     out = pathlib.Path(out_dir)
     transform = T.Compose([T.Resize((8, 8)), T.ToTensor()])
-    order = {"order": "shards", "shard_window": 1} if os.environ.get(
-        "SET_WORKER_ORDER") == "shards" else {}
-    loader = fastload.DataLoader(data, batch_size=4, shuffle=True, seed=5, transform=transform,
-                                 device="cpu", strict=True, **order)
-    epochs = []
+
+    def make(**order):
+        return fastload.DataLoader(data, batch_size=4, shuffle=True, seed=5, transform=transform,
+                                   device="cpu", strict=True, **order)
+
+    loader = make()
+    epochs, extra = [], {}
     if mode == "epochs":
         for epoch in range(int(arg)):
             loader.set_epoch(epoch)
@@ -57,6 +56,9 @@ def main(data: str, out_dir: str, mode: str, arg: str) -> None:
     elif mode == "stop":
         epochs.append(batches(loader, limit=int(arg)))
         torch.save(loader.state_dict(), out / f"state{rank}.pt")
+        shards = make(order="shards", shard_window=1)
+        extra["shard_epochs"] = [batches(shards, limit=int(arg))]
+        torch.save(shards.state_dict(), out / f"shard_state{rank}.pt")
         if rank == 0:
             from torch.utils.data import DistributedSampler
 
@@ -73,7 +75,7 @@ def main(data: str, out_dir: str, mode: str, arg: str) -> None:
     else:
         raise ValueError(f"MODE should be 'epochs', 'stop' or 'resume', but got {mode!r}")
     record = {"rank": rank, "world_size": world, "epochs": epochs,
-              "opened": loader.dataset.reader.opened_shards}
+              "opened": loader.dataset.reader.opened_shards, **extra}
     (out / f"rank{rank}.json").write_text(json.dumps(record))
     dist.barrier()
     dist.destroy_process_group()

@@ -2,8 +2,8 @@
 shard cache, written by uploading finished shards.
 
 url (which strings are URLs, the file system each names), fetch (transfers with retries),
-cache (the bounded, shared, locked shard cache), sets (reading a remote set or LMDB),
-upload (``convert`` to a URL). :func:`open_any` is the entry point of the dataset, the
+cache (the bounded, shared, locked shard cache; its names and markers in cache_layout, its
+file locks in leases), sets (reading a remote set or LMDB), upload (``convert`` to a URL). :func:`open_any` is the entry point of the dataset, the
 loader and ``verify``: a URL opens remotely, a local path as before.
 """
 

@@ -4,13 +4,20 @@ Layout (``root`` is ``cache_dir=``, else ``$FASTLOAD_CACHE``, else ``~/.cache/fa
 
     root/
       .fastload-cache.lock          serialises the byte accounting (reserving, evicting)
-      sets/<name>-<hash>/           one remote set (hash: its URL and endpoint)
-        fastload-set.json labels.i32    the set's manifest and labels, fetched at open
-        .locks/<shard>.lock         one lock file per shard
-        <shard>/                    an installed shard: its files and .fastload-cache.json
-        .part-<shard>-<pid>-<n>/    a download in progress (reserved.json: its bytes)
+      shards/                       every set's shards, named by content (cache_layout)
+        <shard>-<hash>/             an installed shard: its files and .fastload-cache.json
+        .locks/<shard>-<hash>.lock  one lock file per shard
+        .part-<shard>-<hash>-<pid>-<n>/  a download in progress (reserved.json: its bytes)
+      sets/set-<hash>/              one set's manifest and labels (hash: the manifest's bytes)
+      sets/<name>-<hash>/lmdb/      a single LMDB read from a URL (hash: its URL and endpoint)
 
-Per shard, an ``flock`` on its lock file says who uses it:
+A shard's name is a hash of what the set's manifest says of it (its set's identity, its
+index, record range and the CRC-32 of its checksum file), not of its URL: a run resumed
+through another endpoint, another spelling of the URL or a copy of the set, at any world
+size, uses what the cache holds. A copy is still used only after it was checked against
+that description (below), so a name never stands in for a check.
+
+Per shard, an ``flock`` on its lock file says who uses it (:mod:`~fastload.data.remote.leases`):
 
 * a reader holds it **shared** while it has the shard open (a :class:`Lease`);
 * a download holds it **exclusive**: a second process (or thread) wanting the same shard
@@ -32,79 +39,36 @@ read then goes over the bound with one warning, a prefetch does not start.
 
 from __future__ import annotations
 
-import hashlib
-import itertools
 import json
 import os
-import re
 import shutil
 import threading
-import time
 import warnings
-from collections.abc import Callable
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Lease", "ShardCache", "default_cache_dir", "set_key"]
+import fastload.data.remote.cache_layout as layout
+from fastload.data.remote.cache_layout import (
+    LOCKS,
+    MARKER,
+    RESERVED,
+    SHARDS,
+    content_name,
+    default_cache_dir,
+    set_key,
+)
+from fastload.data.remote.leases import (
+    Lease,
+    global_lock,
+    install_fork_hook,
+    is_held,
+    lease,
+    open_lock,
+    try_exclusive,
+)
 
-MARKER = ".fastload-cache.json"
-RESERVED = "reserved.json"
-LOCKS = ".locks"
-GLOBAL_LOCK = ".fastload-cache.lock"
-MAX_MARKER_BYTES = 1 << 20
-_COUNTER = itertools.count()
-_LEASE_FDS: dict[int, int] = {}  # descriptor -> pid that opened it (closed in a fork child)
-_FORK_HOOK: list[bool] = []
-
-
-def default_cache_dir() -> Path:
-    """``$FASTLOAD_CACHE``, else ``$XDG_CACHE_HOME/fastload``, else ``~/.cache/fastload``."""
-    if os.environ.get("FASTLOAD_CACHE"):
-        return Path(os.environ["FASTLOAD_CACHE"]).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "fastload"
-
-
-def set_key(url: str, endpoint: str | None = None) -> str:
-    """The cache folder name of the set at ``url`` (served by ``endpoint``): its last part,
-    made safe, and a hash of both (two servers' ``s3://b/set`` do not share a folder)."""
-    digest = hashlib.sha256(f"{endpoint or ''}\n{url}".encode()).hexdigest()[:16]
-    tail = re.sub(r"[^A-Za-z0-9._-]", "_", url.rstrip("/").rsplit("/", 1)[-1])[:40]
-    return f"{tail or 'set'}-{digest}"
-
-
-def _forget_in_child() -> None:
-    """A forked child does not hold its parent's leases: close its copies (the parent's
-    locks stay, as they live on the parent's descriptors too)."""
-    for fd in list(_LEASE_FDS):
-        try:
-            os.close(fd)
-        except OSError:
-            pass
-    _LEASE_FDS.clear()
-
-
-@dataclass
-class Lease:
-    """A shared lock on one installed shard: it is not evicted until :meth:`release`."""
-
-    folder: Path
-    fd: int
-    pid: int
-
-    def release(self) -> None:
-        """Let the shard go (idempotent; a no-op in a forked child, which never held it)."""
-        if self.fd >= 0 and self.pid == os.getpid():
-            _LEASE_FDS.pop(self.fd, None)
-            os.close(self.fd)
-        self.fd = -1
-
-    def __del__(self) -> None:  # a reader dropped without close() lets its shards go
-        try:
-            self.release()
-        except Exception:  # noqa: BLE001 - interpreter shutdown
-            pass
+__all__ = ["MARKER", "Lease", "ShardCache", "content_name", "default_cache_dir", "set_key"]
 
 
 @dataclass
@@ -139,9 +103,7 @@ class ShardCache:
         self.downloaded_bytes = 0
         self._stats_lock = threading.Lock()
         self._warned = False
-        if not _FORK_HOOK:
-            os.register_at_fork(after_in_child=_forget_in_child)
-            _FORK_HOOK.append(True)
+        install_fork_hook()
 
     def __repr__(self) -> str:
         return f"ShardCache({str(self.root)!r}, max_bytes={self.max_bytes})"
@@ -159,14 +121,20 @@ class ShardCache:
     def max_bytes(self) -> int:
         """The bound in bytes (the default is measured once, on first use)."""
         if self._max_bytes is None:
-            self._folder(self.root)
+            layout.make_folder(self.root)
             free = shutil.disk_usage(self.root).free
             self._max_bytes = max(1, (free + self.usage()) // 2)
         return self._max_bytes
 
     def set_folder(self, key: str) -> Path:
-        """The folder of the set named ``key`` (:func:`set_key`), made on first use."""
-        return self._folder(self.root / "sets" / key)
+        """The folder of the set named ``key`` (:func:`content_name` of its manifest, or
+        :func:`set_key` of its URL), made on first use."""
+        return layout.make_folder(self.root / "sets" / key)
+
+    def shard_store(self) -> Path:
+        """The folder every set's shards are installed in, each under the
+        :func:`content_name` of its description (made on first use)."""
+        return layout.make_folder(self.root / SHARDS)
 
     def usage(self) -> int:
         """Bytes held: installed shards plus downloads in progress."""
@@ -176,7 +144,7 @@ class ShardCache:
     def holds(self, folder: Path, fingerprint: dict) -> bool:
         """Whether the shard ``folder`` is installed with ``fingerprint`` right now (it may
         be evicted a moment later unless leased)."""
-        return self._valid(folder, fingerprint)
+        return layout.valid(folder, fingerprint)
 
     def acquire(self, folder: Path, fingerprint: dict,
                 listing: Callable[[], dict[str, int]],
@@ -190,21 +158,19 @@ class ShardCache:
         with ``overflow=False``)."""
         import fcntl
 
-        locks = self._folder(folder.parent / LOCKS)
-        fd = os.open(locks / f"{folder.name}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        locks = layout.make_folder(folder.parent / LOCKS)
+        fd = open_lock(locks / f"{folder.name}.lock")
         try:
             for _ in range(4):  # a lock conversion is not atomic: an evictor may slip in
                 fcntl.flock(fd, fcntl.LOCK_SH)
-                if self._valid(folder, fingerprint):
-                    _touch(folder / MARKER)  # its last use, for the LRU order
+                if layout.valid(folder, fingerprint):
+                    layout.touch(folder / MARKER)  # its last use, for the LRU order
                     if not keep:
                         return True
-                    lease = Lease(folder, fd, os.getpid())
-                    _LEASE_FDS[fd] = lease.pid
-                    fd = -1
-                    return lease
+                    held, fd = lease(folder, fd), -1
+                    return held
                 fcntl.flock(fd, fcntl.LOCK_EX)  # waits for a download of it elsewhere
-                if not self._valid(folder, fingerprint) and not self._install(
+                if not layout.valid(folder, fingerprint) and not self._install(
                         folder, fingerprint, listing, fill, make_room, overflow):
                     return False
             raise OSError(f"the cached shard {str(folder)!r} was evicted four times while it "
@@ -223,13 +189,9 @@ class ShardCache:
         try:
             fill(part, files)
             (part / RESERVED).unlink()
-            sizes = {entry.name: entry.stat().st_size for entry in os.scandir(part)
-                     if entry.is_file()}
-            (part / MARKER).write_text(json.dumps({"fingerprint": fingerprint,
-                                                   "files": sizes}))
-            _touch(part / MARKER)
+            sizes = layout.write_marker(part, fingerprint)
             if folder.exists():
-                self._discard(folder)
+                layout.discard(folder)
             os.rename(part, folder)
         except BaseException:
             shutil.rmtree(part, ignore_errors=True)
@@ -272,134 +234,71 @@ class ShardCache:
             with self._global_lock():
                 return self._part(folder, size)
 
-    def _part(self, folder: Path, size: int) -> Path:
-        part = folder.parent / f".part-{folder.name}-{os.getpid()}-{next(_COUNTER)}"
+    @staticmethod
+    def _part(folder: Path, size: int) -> Path:
+        part = layout.part_name(folder)
         part.mkdir()
         (part / RESERVED).write_text(json.dumps({"shard": folder.name, "bytes": size}))
         return part
+
+    def _stores(self) -> Iterator[Path]:
+        """The folders shards are installed in: the shard store, and each set's folder
+        (a single LMDB's ``lmdb/``, and the shards of caches written before the store)."""
+        if (self.root / SHARDS).is_dir():
+            yield self.root / SHARDS
+        sets = self.root / "sets"
+        if sets.is_dir():
+            for entry in os.scandir(sets):
+                if entry.is_dir():
+                    yield Path(entry.path)
 
     def _scan(self, skip: Path | None) -> tuple[int, list[_Held]]:
         """``(bytes held, installed shards other than skip)``; downloads in progress count
         while their shard's lock is held (a dead downloader's part counts nothing)."""
         used, held = 0, []
-        sets = self.root / "sets"
-        if not sets.is_dir():
-            return 0, []
-        for set_dir in os.scandir(sets):
-            if not set_dir.is_dir():
-                continue
-            for entry in os.scandir(set_dir.path):
+        for store in self._stores():
+            for entry in os.scandir(store):
                 path = Path(entry.path)
                 if not entry.is_dir() or entry.name == LOCKS:
                     continue
                 if entry.name.startswith(".part-"):
                     used += self._in_progress(path)
                 elif not entry.name.startswith(".") and path != skip:
-                    marker = _read_marker(path)
+                    marker = layout.read_marker(path)
                     if marker is not None:
-                        size = sum(int(v) for v in marker.get("files", {}).values())
+                        size = layout.marker_bytes(marker)
                         used += size
-                        held.append(_Held(path, path.parent / LOCKS / f"{entry.name}.lock",
-                                          size, (path / MARKER).stat().st_mtime))
+                        try:
+                            last_use = (path / MARKER).stat().st_mtime
+                        except OSError:  # evicted by another process a moment ago
+                            continue
+                        held.append(_Held(path, store / LOCKS / f"{entry.name}.lock", size,
+                                          last_use))
         return used, held
 
     @staticmethod
     def _in_progress(part: Path) -> int:
-        import fcntl
-
         try:
             reserved = json.loads((part / RESERVED).read_text())
             lock = part.parent / LOCKS / f"{reserved['shard']}.lock"
-            fd = os.open(lock, os.O_RDWR | os.O_CLOEXEC)
+            size = int(reserved.get("bytes", 0))
         except (OSError, ValueError, KeyError, TypeError):
             return 0
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            return 0  # nobody downloads it: a crashed download's leftovers
-        except BlockingIOError:
-            return int(reserved.get("bytes", 0))
-        finally:
-            os.close(fd)
+        return size if is_held(lock) else 0  # else: a crashed download's leftovers
 
-    def _evict(self, shard: _Held) -> bool:
+    @staticmethod
+    def _evict(shard: _Held) -> bool:
         """Delete ``shard`` if nobody holds it (a lock taken without waiting)."""
-        import fcntl
-
-        try:
-            fd = os.open(shard.lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
-        except OSError:
-            return False
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
+        fd = try_exclusive(shard.lock)
+        if fd is None:
             return False
         try:
             if not (shard.folder / MARKER).exists():
                 return False
-            self._discard(shard.folder)
+            layout.discard(shard.folder)
             return True
         finally:
             os.close(fd)
 
-    @staticmethod
-    def _discard(folder: Path) -> None:
-        """Remove an installed shard: renamed away first (it stops looking installed at
-        once), then deleted."""
-        trash = folder.parent / f".trash-{folder.name}-{os.getpid()}-{next(_COUNTER)}"
-        os.rename(folder, trash)
-        shutil.rmtree(trash, ignore_errors=True)
-
-    @staticmethod
-    def _valid(folder: Path, fingerprint: dict) -> bool:
-        marker = _read_marker(folder)
-        if marker is None or marker.get("fingerprint") != fingerprint:
-            return False
-        files = marker.get("files")
-        if not isinstance(files, dict):
-            return False
-        for name, size in files.items():
-            try:
-                if os.stat(folder / name).st_size != size:
-                    return False  # cut short or grown in the cache: fetched again
-            except OSError:
-                return False
-        return True
-
-    @contextmanager
     def _global_lock(self):
-        import fcntl
-
-        fd = os.open(self._folder(self.root) / GLOBAL_LOCK,
-                     os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
-        finally:
-            os.close(fd)
-
-    @staticmethod
-    def _folder(path: Path) -> Path:
-        try:
-            path.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise OSError(exc.errno, f"cannot create the shard cache folder {str(path)!r}: "
-                          f"{exc.strerror}; pass cache_dir= or set FASTLOAD_CACHE to a "
-                          "writable folder") from None
-        return path
-
-
-def _touch(marker: Path) -> None:
-    """Stamp ``marker`` with the clock's time: the kernel's own file times are coarse (a
-    tick of several ms), too coarse to order two uses in a row."""
-    now = time.time_ns()
-    os.utime(marker, ns=(now, now))
-
-
-def _read_marker(folder: Path) -> dict | None:
-    try:
-        with open(folder / MARKER, "rb") as handle:
-            value = json.loads(handle.read(MAX_MARKER_BYTES))
-    except (OSError, ValueError):
-        return None
-    return value if isinstance(value, dict) else None
+        return global_lock(layout.make_folder(self.root) / layout.GLOBAL_LOCK)

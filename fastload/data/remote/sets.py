@@ -1,12 +1,15 @@
 """Reading a fastload set (or one LMDB) at a URL, through the local shard cache.
 
 :class:`RemoteShardedReader` is a :class:`~fastload.data.shards.ShardedReader` whose folder
-is the set's cache folder (:mod:`fastload.data.remote.cache`). Opening it fetches the
-manifest and the set's labels (the labels again only when the manifest changed) and checks
-them as a local set's are. A shard is fetched on its first read in a process, or ahead of
-it by :meth:`RemoteShardedReader.prefetch`: its files are downloaded (a copy shorter than
-the listed object is fetched again; server errors are retried, then raised naming the URL)
-and checked against the manifest, as a local shard is at its first read, *before* it is
+is the set's cache folder (:mod:`fastload.data.remote.cache`), named by the manifest's
+bytes: opening it fetches the manifest, and the set's labels unless that folder has them,
+and checks them as a local set's are. Its shards live in the cache's shard store, each
+named by what the manifest says of it (:meth:`RemoteShardedReader.shard_fingerprint`), so
+another URL or endpoint for the same set, or a resumed run at another world size, reads
+what the cache holds. A shard is fetched on its first read in a process, or ahead of it by
+:meth:`RemoteShardedReader.prefetch`: its files are downloaded (a copy shorter than the
+listed object is fetched again; server errors are retried, then raised naming the URL) and
+checked against the manifest, as a local shard is at its first read, *before* it is
 installed in the cache; a shard that does not match raises ``ValueError`` naming its URL.
 """
 
@@ -22,7 +25,7 @@ import fastload.data.remote.fetch as fetch
 from fastload.data.format import CHECKSUM_FILE, DATA_FILE, LABELS_FILE, META_FILE
 from fastload.data.manifest_schema import MAX_MANIFEST_BYTES, ShardEntry
 from fastload.data.reader import MAX_META_BYTES, LMDBReader
-from fastload.data.remote.cache import Lease, ShardCache, set_key
+from fastload.data.remote.cache import Lease, ShardCache, content_name, set_key
 from fastload.data.remote.url import RemoteLocation
 from fastload.data.shards import ShardedReader
 
@@ -72,9 +75,15 @@ class RemoteShardedReader(ShardedReader):
         self.url = location.url
         self._location = location
         self._cache = cache if cache is not None else ShardCache()
-        folder = self._cache.set_folder(set_key(location.url, endpoint_of(location)))
-        self._sync_set_files(folder, listed if listed is not None else fetch.listing(location))
+        folder = self._sync_set_files(listed if listed is not None else fetch.listing(location))
         super().__init__(folder)
+        self._identity = content_name("set", {  # what each shard's sidecar must say
+            "format_version": self.meta["shard_format_version"],
+            **{key: self.meta[key] for key in ("source", "source_kind", "source_fingerprint",
+                                               "classes", "options")}})
+        store = self._cache.shard_store()
+        self._entries = [entry._replace(folder=str(store / content_name(
+            entry.path, self.shard_fingerprint(entry.index)))) for entry in self._entries]
         self._leases: dict[int, Lease] = {}
         self._recent: OrderedDict[int, None] = OrderedDict()
         self._prefetcher: ThreadPoolExecutor | None = None
@@ -98,10 +107,10 @@ class RemoteShardedReader(ShardedReader):
         """The URL of shard ``shard``'s folder."""
         return f"{self.url}/{self._entries[shard].path}"
 
-    def _sync_set_files(self, folder: Path, listed: dict[str, int]) -> None:
-        """Fetch the manifest, and the set's labels when the manifest changed, into the
-        cache folder (atomically, under the set's lock: the ranks of a node fetch once);
-        ``listed`` is the set folder's listing."""
+    def _sync_set_files(self, listed: dict[str, int]) -> Path:
+        """The set's cache folder, named by its manifest's bytes, holding the manifest and
+        the set's labels (fetched when it lacks them, atomically, under the set's lock: the
+        ranks of a node fetch once); ``listed`` is the set folder's listing."""
         from fastload.data.atomic import write_bytes_atomic
         from fastload.data.dst_lock import set_lock
 
@@ -114,24 +123,29 @@ class RemoteShardedReader(ShardedReader):
             if name in listed and listed[name] > bound:
                 raise ValueError(f"{self.url}/{name} holds {listed[name]} bytes, more than a "
                                  f"fastload set's {name} may hold; it is not a fastload set")
+        manifest = fetch.read_bytes(self._location.child(MANIFEST), listed[MANIFEST])
+        folder = self._cache.set_folder(content_name("set", manifest))  # not the URL: any copy
         with set_lock(folder, ".fastload-set.lock"):
-            manifest = fetch.read_bytes(self._location.child(MANIFEST), listed[MANIFEST])
             labels = folder / LABELS_FILE
+            if LABELS_FILE in listed and not (
+                    labels.is_file() and labels.stat().st_size == listed[LABELS_FILE]):
+                part = folder / f".{LABELS_FILE}.{os.getpid()}.part"
+                fetch.download(self._location.child(LABELS_FILE), part, listed[LABELS_FILE])
+                os.replace(part, labels)
             cached = folder / MANIFEST
-            same = cached.is_file() and cached.read_bytes() == manifest
-            if not same or not labels.is_file() or labels.stat().st_size != listed.get(
-                    LABELS_FILE, -1):
-                if LABELS_FILE in listed:
-                    part = folder / f".{LABELS_FILE}.{os.getpid()}.part"
-                    fetch.download(self._location.child(LABELS_FILE), part, listed[LABELS_FILE])
-                    os.replace(part, labels)
+            if not (cached.is_file() and cached.read_bytes() == manifest):
                 write_bytes_atomic(cached, manifest, durable=False)
+        return folder
 
-    def _fingerprint(self, entry: ShardEntry) -> dict:
-        """What a cached copy of ``entry`` must have been checked against to be used."""
-        return {"url": self.shard_url(entry.index), "count": entry.count,
-                "start": entry.start, "checksum_file_crc32": entry.checksum_crc32,
-                "source_fingerprint": self.meta["source_fingerprint"]}
+    def shard_fingerprint(self, shard: int) -> dict:
+        """What the manifest says of shard ``shard``, which a cached copy must have been
+        checked against to be used: the identity its sidecar must carry (hashed), its index,
+        record range and the CRC-32 of its checksum file. No URL: the same shard read
+        through another endpoint or URL is the same copy."""
+        entry = self._entries[shard]
+        return {"set": self._identity, "index": entry.index,
+                "of": self.num_shards, "count": entry.count, "start": entry.start,
+                "checksum_file_crc32": entry.checksum_crc32}
 
     def _fill(self, entry: ShardEntry, part: Path, files: dict[str, int]) -> None:
         """Download shard ``entry`` into ``part`` and check it as its first read would."""
@@ -154,7 +168,7 @@ class RemoteShardedReader(ShardedReader):
         entry = self._entries[shard]
         where = self._location.child(entry.path)
         return self._cache.acquire(
-            Path(entry.folder), self._fingerprint(entry),
+            Path(entry.folder), self.shard_fingerprint(shard),
             lambda: _shard_listing(where, SHARD_FILES),
             lambda part, files: self._fill(entry, part, files),
             keep=keep, make_room=make_room, overflow=overflow)
@@ -219,7 +233,7 @@ class RemoteShardedReader(ShardedReader):
         """Whether shard ``shard`` is in the cache now, checked against the manifest, so
         that opening it downloads nothing (a shard-aware order may read those first)."""
         entry = self._entries[self._shard_index(shard)]
-        return self._cache.holds(Path(entry.folder), self._fingerprint(entry))
+        return self._cache.holds(Path(entry.folder), self.shard_fingerprint(entry.index))
 
     def _shard_index(self, shard: object) -> int:
         import operator

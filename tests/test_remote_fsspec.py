@@ -1,0 +1,52 @@
+"""Any fsspec URL, not only ``s3://``: a set on fsspec's in-memory file system
+(``memory://``, a second real backend that needs no network or server) is written by
+``fastload convert``, checked by ``fastload verify`` and read by the DataLoader through the
+shard cache, as the same set on S3 is."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torchvision import transforms as T
+
+import fastload
+from fastload.tools.cli import main as cli
+
+URL = "memory://fastload-tests/fsspec.set"
+
+
+@pytest.fixture(scope="module")
+def memory_set(sharded_set, tmp_path_factory):
+    """The session's 61 source JPEGs converted straight to ``URL`` in 3 shards; the
+    in-memory file system is emptied afterwards (it lives as long as the process)."""
+    fsspec = pytest.importorskip("fsspec")
+    staging = tmp_path_factory.mktemp("memory-staging")
+    assert cli(["convert", str(sharded_set.parent / "src"), URL, "--shards", "3",
+                "--workers", "1", "--staging", str(staging), "--no-progress"]) == 0
+    yield URL
+    fsspec.filesystem("memory").rm("/fastload-tests", recursive=True)
+
+
+@pytest.fixture()
+def cache(monkeypatch, tmp_path):
+    monkeypatch.setenv("FASTLOAD_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def test_fastload_verify_checks_every_shard_of_a_set_at_a_memory_url(memory_set, cache,
+                                                                      capsys):
+    capsys.readouterr()
+    assert cli(["verify", memory_set]) == 0
+    assert capsys.readouterr().out.startswith(f"{memory_set}: OK: 61/61 records in 3 shards")
+    assert len(list(cache.rglob("data.mdb"))) == 3  # each shard fetched into the cache
+
+
+def test_the_loader_given_a_memory_url_makes_the_batches_of_the_local_set(memory_set, cache,
+                                                                          sharded_set):
+    transform = T.Compose([T.Resize((8, 8)), T.ToTensor()])
+    batches = [list(fastload.DataLoader(path, batch_size=16, transform=transform, strict=True,
+                                        device="cpu"))
+               for path in (memory_set, sharded_set)]
+    assert len(batches[0]) == len(batches[1]) == 4
+    for (images, labels), (want_images, want_labels) in zip(*batches, strict=True):
+        assert torch.equal(labels, want_labels) and torch.equal(images, want_images)
