@@ -1,9 +1,12 @@
 """Side by side on one real S3 server: fastload, Mosaic Streaming and LitData write the same
 ImageFolder to object storage and read it back with the same transform and batch size.
 
-Run with the peers venv's Python (it has boto3 and ``weed``); the fastload row runs in
-fastload's venv (``--fastload-python``). See README.md beside this file for the figures'
-definitions. Every row runs in a fresh process; this script only orchestrates and counts.
+Run with the peers venv's Python (it has boto3 and ``weed``); the fastload rows run in
+fastload's venv (``--fastload-python``), all in one invocation. The systems take turns
+phase by phase (each converts, then each reads a fresh-cache round, the next round in a
+rotated order, then each resumes), so a change in the machine's load falls on all of them.
+See README.md beside this file for the figures' definitions. Every row runs in a fresh
+process; this script only orchestrates and counts.
 """
 
 from __future__ import annotations
@@ -13,7 +16,6 @@ import json
 import os
 import re
 import shutil
-import statistics
 import subprocess
 import sys
 import time
@@ -23,12 +25,12 @@ from pathlib import Path
 import seaweed
 import slowlink
 from peers_common import disk_usage, file_sizes
+from report import NAMES, markdown, progress, render
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 BUCKET = "bench"
 ROWS = {"mosaic": "row_mosaic.py", "litdata": "row_litdata.py", "fastload": "row_fastload.py"}
-NAMES = {"mosaic": "Mosaic Streaming", "litdata": "LitData", "fastload": "fastload"}
 _FASTLOAD_CLI = "import sys; from fastload.tools.cli import main; sys.exit(main())"
 
 
@@ -38,25 +40,27 @@ class RowError(RuntimeError):
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--systems", default="mosaic,litdata,fastload",
-                   help="comma-separated: mosaic, litdata, fastload (default: all three)")
+    p.add_argument("--systems", default="fastload,mosaic,litdata",
+                   help="comma-separated: fastload, mosaic, litdata (default: all three)")
     p.add_argument("--workdir", default="/tmp/streaming-peers", help="images, server data, caches")
-    p.add_argument("--src", default=None, help="an ImageFolder (default: WORKDIR/images/train, "
-                                               "made by `fastload synth` if missing)")
-    p.add_argument("--images", type=int, default=2000, help="images `fastload synth` makes")
+    p.add_argument("--src", default=None, help="an ImageFolder (default: WORKDIR/images-N/train: "
+                                               "--images of WORKDIR/images/train, which "
+                                               "`fastload synth` makes if missing)")
+    p.add_argument("--images", type=int, default=1000,
+                   help="images of the set (default 1000, about 78 MiB)")
     p.add_argument("--peers-python", default=sys.executable,
                    help="Python of the peers venv (default: this one)")
     p.add_argument("--fastload-python", default=str(REPO / ".venv" / "bin" / "python"))
-    p.add_argument("--shard-mb", type=float, default=16.0,
+    p.add_argument("--shard-mb", type=float, default=8.0,
                    help="shard size for all three: Mosaic size_limit, LitData chunk_bytes, "
-                        "fastload --shard-size (default 16: about 10 shards of 2,000 images)")
+                        "fastload --shard-size (default 8: about 10 shards of 1,000 images)")
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--workers", type=int, default=2, help="loader workers / threads")
     p.add_argument("--rounds", type=int, default=2, help="fresh-cache read processes per system")
-    p.add_argument("--warm-epochs", type=int, default=2, help="warm epochs after each cold one")
-    p.add_argument("--link", choices=("proxy", "netem", "none"), default="proxy",
-                   help="the cloud-like link: a delaying relay (default), tc netem in a network "
-                        "namespace (needs sch_netem in the kernel), or none (skip)")
+    p.add_argument("--warm-epochs", type=int, default=1, help="warm epochs after each cold one")
+    p.add_argument("--link", choices=("proxy", "netem", "none"), default="none",
+                   help="the cloud-like link phase: none (default: skipped), a delaying relay "
+                        "(proxy), or tc netem in a network namespace (needs sch_netem)")
     p.add_argument("--delay-ms", type=float, default=20.0, help="one-way delay of the link")
     p.add_argument("--rate-mbit", type=float, default=1000.0, help="bandwidth of the link, each way")
     p.add_argument("--skip", default="", help="comma-separated phases to skip: reads, resume, link")
@@ -119,17 +123,32 @@ def run_row(python: str, system: str, argv: list[str], env: dict, *, prefix=(), 
 
 
 def ensure_images(args, work: Path) -> Path:
+    """The ImageFolder every system writes: ``--src``, else ``--images`` files of
+    WORKDIR/images/train (made by `fastload synth` when it has too few), hard-linked into
+    WORKDIR/images-N/train, the same classes in the same proportions."""
     if args.src:
         return Path(args.src)
-    src = work / "images" / "train"
-    if src.is_dir() and sum(1 for _ in src.rglob("*.jpg")) >= args.images:
+    full = work / "images" / "train"
+    if not (full.is_dir() and sum(1 for _ in full.rglob("*.jpg")) >= args.images):
+        if not Path(args.fastload_python).exists():
+            raise SystemExit(f"run.py: no images: pass --src DIR (an ImageFolder), or a fastload "
+                             f"venv as --fastload-python to make them (not found: "
+                             f"{args.fastload_python})")
+        shutil.rmtree(work / "images", ignore_errors=True)
+        subprocess.run([args.fastload_python, "-c", _FASTLOAD_CLI, "synth", str(work / "images"),
+                        "--train", str(args.images), "--val", "0", "--no-progress"], check=True)
+    files = sorted(full.rglob("*.jpg"))
+    if len(files) == args.images:
+        return full
+    src = work / f"images-{args.images}" / "train"
+    if src.is_dir() and sum(1 for _ in src.rglob("*.jpg")) == args.images:
         return src
-    if not Path(args.fastload_python).exists():
-        raise SystemExit(f"run.py: no images: pass --src DIR (an ImageFolder), or a fastload venv "
-                         f"as --fastload-python to make them (not found: {args.fastload_python})")
-    shutil.rmtree(work / "images", ignore_errors=True)
-    subprocess.run([args.fastload_python, "-c", _FASTLOAD_CLI, "synth", str(work / "images"),
-                    "--train", str(args.images), "--val", "0", "--no-progress"], check=True)
+    shutil.rmtree(src.parent, ignore_errors=True)
+    step = len(files) / args.images  # every step-th file: each class keeps its share
+    for path in (files[int(i * step)] for i in range(args.images)):
+        target = src / path.relative_to(full)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.link(path, target)
     return src
 
 
@@ -176,14 +195,12 @@ def phase_convert(args, system, src, env, server, prefix=()) -> dict:
     return result
 
 
-def phase_reads(args, system, env, work: Path) -> list[dict]:
-    rounds = []
-    for r in range(args.rounds):
-        cache = _fresh(work / "cache" / f"{system}-round{r}")
-        rounds.append(run_row(_python_for(args, system), system,
-                              _read_argv(args, f"s3://{BUCKET}/{system}", cache,
-                                         1 + args.warm_epochs), env, timeout=args.row_timeout)[0])
-    return rounds
+def phase_read_round(args, system, env, work: Path, round_: int) -> dict:
+    """One fresh-cache read process: a cold epoch, then ``--warm-epochs`` warm ones."""
+    cache = _fresh(work / "cache" / f"{system}-round{round_}")
+    return run_row(_python_for(args, system), system,
+                   _read_argv(args, f"s3://{BUCKET}/{system}", cache, 1 + args.warm_epochs),
+                   env, timeout=args.row_timeout)[0]
 
 
 def _seen(path: Path) -> tuple[list[int], int]:
@@ -278,139 +295,53 @@ def phase_link(args, system, src, env, work, server) -> dict:
     return out
 
 
-def _progress(phase: str, result) -> str:
-    if phase == "convert":
-        return f"{result['seconds']:.1f} s"
-    if phase == "reads":
-        return ", ".join(str(e["img_s"]) for x in result for e in x["epochs"]) + " img/s"
-    if phase == "resume":
-        return f"works={result.get('works')}"
-    return "done"
-
-
-# -- summary ------------------------------------------------------------------------------
-
-def _span(values, fmt="{:,.0f}") -> str:
-    values = [v for v in values if v is not None]
-    if not values:
-        return "—"
-    lo, hi = min(values), max(values)
-    return fmt.format(lo) if fmt.format(lo) == fmt.format(hi) else f"{fmt.format(lo)}–{fmt.format(hi)}"
-
-
-def summarize(system: str, r: dict) -> dict[str, str]:
-    s: dict[str, str] = {}
-    if "error" in r:
-        s["error"] = r["error"].splitlines()[0][:300]
-    retried = [f for f in r.get("failures", []) if f["phase"] in r]  # failed, then passed
-    if retried:
-        s["failed runs (then passed on retry)"] = "; ".join(
-            f"{f['phase']}: {f['error'].split(': ', 1)[-1][:120]}" for f in retried)
-    reads = r.get("reads", [])
-    cold = [x["epochs"][0] for x in reads]
-    warm = [e for x in reads for e in x["epochs"][1:]]
-    mib = 1 << 20
-    if "convert" in r:
-        c = r["convert"]
-        s["conversion (write + upload), s"] = f"{c['seconds']:.1f}"
-        s["conversion CPU-s"] = f"{c['cpu_s']:.1f}"
-        if "remote_bytes" in c:
-            s["set in the bucket"] = f"{c['remote_bytes'] / mib:,.1f} MiB, {c['remote_objects']} objects"
-    if reads:
-        s["img/s, cold cache"] = _span([e["img_s"] for e in cold])
-        s["img/s, warm cache"] = _span([e["img_s"] for e in warm])
-        s["time to first batch, cold, s"] = _span([e["first_batch_s"] for e in cold], "{:.2f}")
-        s["cache on disk after an epoch"] = _span([e["cache"]["bytes_on_disk"] / mib for e in cold], "{:,.1f} MiB")
-        s["CPU-ms per image, cold"] = _span([e["cpu_s_per_image"] * 1000 for e in cold], "{:.2f}")
-        s["CPU-ms per image, warm"] = _span([e["cpu_s_per_image"] * 1000 for e in warm], "{:.2f}")
-    if "resume" in r:
-        z = r["resume"]
-        if not z.get("works") and "error" in z:
-            s["resume 2 → 1 ranks"] = f"fails: {z['error'][:160]}"
-        elif "second" in z:
-            if "duplicates" in z:
-                verdict = ("works" if z["works"] else "resumes") + (
-                    f": {z['first']['images']} + {z['second']['images']} images, "
-                    f"{z['duplicates']} twice, {z['missing']} not seen")
-            else:
-                verdict = (f"{'works' if z['works'] else 'resumes'}: {z['first']['images']} + "
-                           f"{z['second']['images']} of {z.get('images_expected', '?')} images")
-            s["resume 2 → 1 ranks"] = verdict
-            s["resume: downloaded again"] = (f"{z['second']['downloaded_bytes'] / mib:,.1f} MiB, "
-                                             f"{z['second']['cache_files_new_or_changed_count']} cache files")
-    if "link" in r:
-        k = r["link"]
-        local = [e["img_s"] for e in k["local"]["epochs"][1:]] or [k["local"]["epochs"][0]["img_s"]]
-        slow_warm = [e["img_s"] for e in k["slow"]["epochs"][1:]]
-        slow_cold = k["slow"]["epochs"][0]
-        loc = statistics.median(local)
-        s["img/s, local disk"] = _span(local)
-        if "rtt_ms" in k:
-            s["slow link: connect + first response, ms"] = f"{k['rtt_ms']:.0f}"
-        s["img/s, slow link, cold"] = (f"{slow_cold['img_s']:,.0f} (after the first batch "
-                                       f"{slow_cold['img_s_after_first'] or 0:,.0f})")
-        s["img/s, slow link, warm"] = _span(slow_warm)
-        s["slow link warm / local disk"] = f"{statistics.median(slow_warm) / loc:.2f}" if slow_warm and loc else "—"
-        s["slow link cold after 1st batch / local"] = (f"{(slow_cold['img_s_after_first'] or 0) / loc:.2f}"
-                                                       if loc else "—")
-        s["time to first batch, slow link, cold, s"] = f"{slow_cold['first_batch_s']:.2f}"
-    return s
-
-
-def markdown(results: dict) -> str:
-    systems = list(results["systems"])
-    rows: list[str] = []
-    summaries = {name: summarize(name, results["systems"][name]) for name in systems}
-    for summary in summaries.values():
-        for key in summary:
-            if key not in rows:
-                rows.append(key)
-    lines = ["| figure | " + " | ".join(NAMES[n] for n in systems) + " |",
-             "|---|" + "---|" * len(systems)]
-    for key in rows:
-        lines.append(f"| {key} | " + " | ".join(summaries[n].get(key, "—") for n in systems) + " |")
-    return "\n".join(lines)
-
-
-def run_system(args, system: str, r: dict, *, src, env, server, work, count, skip) -> None:
-    """Every phase of one system into ``r``; a failed phase is retried ``--retries`` times
-    (each failure kept in ``r["failures"]``), then the system's remaining phases are skipped."""
-    phases = [("convert", partial(phase_convert, args, system, src, env, server))]
-    if "reads" not in skip:
-        phases.append(("reads", partial(phase_reads, args, system, env, work)))
-    if "resume" not in skip:
-        phases.append(("resume", partial(phase_resume, args, system, env, work, server, count)))
-    if "link" not in skip and args.link != "none":
-        phases.append(("link", partial(phase_link, args, system, src, env, work, server)))
-    for phase, call in phases:
-        for attempt in range(1 + args.retries):
-            try:
-                r[phase] = call()
+def _attempt(args, system: str, r: dict, phase: str, call) -> bool:
+    """``call()`` into ``r[phase]`` (a read round: appended to ``r["reads"]``), retried
+    ``--retries`` times, each failure kept in ``r["failures"]``; False when it never passed
+    (``r["error"]`` says why, and the system's later phases are skipped)."""
+    for attempt in range(1 + args.retries):
+        try:
+            result = call()
+        except RowError as error:
+            r.setdefault("failures", []).append({"phase": phase, "error": str(error)})
+            print(f"   {NAMES[system]} {phase} failed (try {attempt + 1}): {error}", flush=True)
+            if "no object-storage support yet" in str(error):  # no use trying again
                 break
-            except RowError as error:
-                r.setdefault("failures", []).append({"phase": phase, "error": str(error)})
-                print(f"   {phase} failed (try {attempt + 1}): {error}", flush=True)
-                if "no object-storage support yet" in str(error):  # no use trying again
-                    break
-        if phase not in r:
-            r["error"] = f"{phase}: {r['failures'][-1]['error']}"
-            return
-        print(f"   {phase}: {_progress(phase, r[phase])}", flush=True)
+            continue
+        if phase.startswith("reads"):
+            r.setdefault("reads", []).append(result)
+        else:
+            r[phase] = result
+        print(f"   {NAMES[system]} {phase}: {progress(phase, result)}", flush=True)
+        return True
+    r["error"] = f"{phase}: {r['failures'][-1]['error']}"
+    return False
 
 
-def render(paths: list[str]) -> dict:
-    """Results merged from earlier runs' JSON files: a later file's phases replace an
-    earlier one's, system by system (e.g. a `--skip reads,resume` rerun of the link)."""
-    merged: dict = {"meta": {"merged_from": paths}, "systems": {}}
-    for path in paths:
-        data = json.loads(Path(path).read_text())
-        merged["meta"].setdefault("runs", []).append(data["meta"])
-        for system, phases in data["systems"].items():
-            target = merged["systems"].setdefault(system, {})
-            if "error" in phases and any(k in phases for k in ("convert", "reads")):
-                target.pop("error", None)
-            target.update(phases)
-    return merged
+def run_interleaved(args, systems: list[str], results: dict, save, *, src, env, server, work,
+                    count, skip) -> None:
+    """Every phase of every system, phase by phase: all convert, then each read round
+    for all (each round in a rotated order, so none always goes first), then all resume,
+    then the link. A system whose phase fails for good skips its later phases."""
+    steps = [("convert", systems, lambda s: partial(phase_convert, args, s, src, env, server))]
+    if "reads" not in skip:
+        for k in range(args.rounds):
+            turn = systems[k % len(systems):] + systems[:k % len(systems)]
+            steps.append((f"reads {k + 1}/{args.rounds}", turn,
+                          lambda s, k=k: partial(phase_read_round, args, s, env, work, k)))
+    if "resume" not in skip:
+        steps.append(("resume", systems,
+                      lambda s: partial(phase_resume, args, s, env, work, server, count)))
+    if "link" not in skip and args.link != "none":
+        steps.append(("link", systems,
+                      lambda s: partial(phase_link, args, s, src, env, work, server)))
+    for phase, turn, make in steps:
+        print(f"== {phase}: {', '.join(NAMES[s] for s in turn)}", flush=True)
+        for system in turn:
+            r = results["systems"][system]
+            if "error" not in r:
+                _attempt(args, system, r, phase, make(system))
+                save()
 
 
 def main(argv=None) -> int:
@@ -430,6 +361,7 @@ def main(argv=None) -> int:
         ok, why = slowlink.netem_available()
         if not ok:
             raise SystemExit(f"run.py: --link netem: {why}; use --link proxy")
+    t_start = time.perf_counter()
     work = Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)
     src = ensure_images(args, work)
@@ -449,18 +381,17 @@ def main(argv=None) -> int:
         results["meta"]["endpoint"] = server.endpoint
         env = {**os.environ, **seaweed.client_env(server.endpoint),
                "LITDATA_DISABLE_VERSION_CHECK": "1", "PYTHONUNBUFFERED": "1"}
-        for system in systems:
-            r = results["systems"][system] = {}
-            print(f"== {NAMES[system]}", flush=True)
-            run_system(args, system, r, src=src, env=env, server=server, work=work,
-                       count=count, skip=skip)
-            json_path.write_text(json.dumps(results, indent=1))
+        results["systems"] = {system: {} for system in systems}
+        run_interleaved(args, systems, results,
+                        lambda: json_path.write_text(json.dumps(results, indent=1)), src=src,
+                        env=env, server=server, work=work, count=count, skip=skip)
     results["meta"]["loadavg_end"] = os.getloadavg()
+    results["meta"]["wall_s"] = round(time.perf_counter() - t_start, 1)
     json_path.write_text(json.dumps(results, indent=1))
     table = markdown(results)
     (json_path.with_suffix(".md")).write_text(table + "\n")
     print(table)
-    print(f"\n{json_path}")
+    print(f"\n{json_path} ({results['meta']['wall_s']:.0f} s in all)")
     return 0
 
 
