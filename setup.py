@@ -24,6 +24,13 @@ setup(
             optional=True,
         ),
         Extension(
+            "fastload.pipelines._affine",
+            sources=["pipelines/_affine.c"],
+            extra_compile_args=["-O3", "-ffp-contract=off"],
+            libraries=["m"],
+            optional=True,
+        ),
+        Extension(
             "fastload.pipelines._jpegroi",
             sources=["pipelines/_jpegroi.c"],
             libraries=["jpeg"],

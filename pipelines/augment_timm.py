@@ -10,6 +10,12 @@ seeded-global path seeds the real ones, so a sample gets the same draws, and the
 in any thread (Pillow's operations release the GIL, so samples run in parallel). Any other
 caller of timm, in any thread, sees timm's own module and the global generators.
 
+In that copy the geometric ops (``rotate``, ``shear_x``/``_y``, ``translate_*``) compute
+Pillow's affine transform of an RGB image with :mod:`~fastload.pipelines.pil_affine`'s C
+kernel: the same pixels, bit for bit (bicubic shears and translations in about a third of
+Pillow's time, rotations in about 60%: benchmarks/NOTES.md R10); other modes and filters,
+or an unchecked Pillow, go to Pillow as timm's code does.
+
 timm's ``RandomErasing`` also draws its noise from torch's default generator; its replay
 makes the same calls with the thread's ``random.Random`` and the sample's explicit
 generator.
@@ -29,6 +35,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from . import pil_affine
 from .ops import family
 from .thread_rng import NUMPY, RANDOM, thread_random
 from .torch_seams import timm_auto_augment
@@ -62,7 +69,48 @@ def _private_module() -> ModuleType | None:
     if module.random is not random or module.np is not np:
         return None
     module.random, module.np = RANDOM, NUMPY
+    if pil_affine.available():
+        _fast_geometry(module)
     return module
+
+
+# timm 1.0's affine ops (timm.data.auto_augment): function name -> its matrix of (img, v)
+_AFFINE_OPS: dict[str, Callable[[Any, float], tuple]] = {
+    "shear_x": lambda img, v: (1, v, 0, 0, 1, 0),
+    "shear_y": lambda img, v: (1, 0, 0, v, 1, 0),
+    "translate_x_rel": lambda img, v: (1, 0, v * img.size[0], 0, 1, 0),
+    "translate_y_rel": lambda img, v: (1, 0, 0, 0, 1, v * img.size[1]),
+    "translate_x_abs": lambda img, v: (1, 0, v, 0, 1, 0),
+    "translate_y_abs": lambda img, v: (1, 0, 0, 0, 1, v),
+}
+_TF_KWARGS = frozenset({"resample", "fillcolor"})  # what timm's AugmentOp passes
+
+
+def _fast_geometry(module: ModuleType) -> None:
+    """Point the private copy's affine ops (its functions and ``NAME_TO_OP``) at
+    :mod:`pil_affine`. Each still runs the copy's ``_check_args_tf`` first: its choice of a
+    random filter is a draw from the copy's ``random``, in timm's order."""
+    check = module._check_args_tf
+
+    def fast_op(original: Callable, compute: Callable[..., Any]) -> Callable:
+        def op(img: Any, v: float, **kwargs: Any) -> Any:
+            if not kwargs.keys() <= _TF_KWARGS:
+                return original(img, v, **kwargs)
+            check(kwargs)
+            return compute(img, v, **kwargs)
+        return op
+
+    def affine(matrix: Callable[[Any, float], tuple]) -> Callable[..., Any]:
+        return lambda img, v, **kwargs: pil_affine.transform(img, img.size, matrix(img, v),
+                                                             **kwargs)
+
+    fast = {"rotate": fast_op(module.rotate, pil_affine.rotate)}
+    fast.update({name: fast_op(getattr(module, name), affine(matrix))
+                 for name, matrix in _AFFINE_OPS.items()})
+    by_original = {getattr(module, name): fn for name, fn in fast.items()}
+    module.NAME_TO_OP = {k: by_original.get(fn, fn) for k, fn in module.NAME_TO_OP.items()}
+    for name, fn in fast.items():
+        setattr(module, name, fn)
 
 
 def _twin(obj: Any, real: ModuleType, private: ModuleType) -> Any:

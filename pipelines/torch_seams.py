@@ -27,10 +27,11 @@ from typing import Any
 import torch
 
 __all__ = [
-    "SEAMS", "SUPPORTED", "UncheckedVersionError", "augmentation_space", "augmix_parameter_max",
-    "autoaugment_apply_op", "check_version", "foreach_norm", "gen_affine_grid",
-    "inductor_freezing", "interpolation_modes_from_int", "inverse_affine_matrix",
-    "perspective_coeffs", "sample_dirichlet", "timm_auto_augment", "upsample_aa_out",
+    "PILLOW_AFFINE", "SEAMS", "SUPPORTED", "UncheckedVersionError", "augmentation_space",
+    "augmix_parameter_max", "autoaugment_apply_op", "check_version", "foreach_norm",
+    "gen_affine_grid", "inductor_freezing", "interpolation_modes_from_int",
+    "inverse_affine_matrix", "perspective_coeffs", "pillow_affine_checked", "sample_dirichlet",
+    "timm_auto_augment", "upsample_aa_out",
     "v2_affine_grid", "v2_apply_autoaugment_op", "v2_augmentation_space", "v2_default_labels_getter",
     "v2_fill", "v2_get_fill",
     "v2_inverse_affine_matrix", "v2_policies",
@@ -42,6 +43,11 @@ SUPPORTED: dict[str, tuple[tuple[int, int], tuple[int, int]]] = {
     "torchvision": ((0, 16), (0, 29)),
     "timm": ((1, 0), (1, 0)),
 }
+
+# Pillow releases whose affine transform (libImaging/Geometry.c: its filters, engines and
+# their double arithmetic) pipelines/_affine.c was checked against, bit for bit
+# (tests/test_pil_affine.py). Outside it, timm's geometric ops run on Pillow itself.
+PILLOW_AFFINE: tuple[tuple[int, int], tuple[int, int]] = ((13, 0), (13, 0))
 
 
 @dataclass(frozen=True)
@@ -277,3 +283,16 @@ def timm_auto_augment() -> Any:
                       RuntimeWarning, stacklevel=2)
         return None
     return importlib.import_module("timm.data.auto_augment")
+
+
+# ---------------------------------------------------------------- Pillow
+def pillow_affine_checked(version: str | None = None) -> bool:
+    """Whether the installed Pillow (``version`` if given) is in :data:`PILLOW_AFFINE`: a
+    release whose affine arithmetic ``pipelines/_affine.c`` reproduces. No warning otherwise:
+    the callers then use Pillow itself, with its own values."""
+    if version is None:
+        import PIL
+
+        version = str(PIL.__version__)
+    low, high = PILLOW_AFFINE
+    return low <= _release(version) <= high
