@@ -1,4 +1,4 @@
-"""High-res photos against the entropy-decode floor, per image on one core (benchmarks/NOTES.md H5-H7).
+"""High-res photos against the entropy-decode floor, per image on one core (NOTES.md H5-H7, H9).
 
 Each figure is the sum over the photos of each photo's fastest time over ``--rounds``
 interleaved rounds (one thread; the minimum drops what a busy neighbour adds, so a shared
@@ -10,7 +10,9 @@ machine gives usable ratios):
 * whole-image decodes at each M/8 (the cost of each DCT scale);
 * fastload's per-sample work for ``Resize(256)+CenterCrop(224)`` and ``RandomResizedCrop(224)``
   + flip, normalised: decode (region decoder where built, else the whole image) + resample
-  into the batch, as a share of the floor.
+  into the batch, as a share of the floor; with the region decoder also with every MCU's
+  coefficients stored (libjpeg-turbo's own crop, before H9) and the pieces: the Huffman
+  decoding up to the region's last row, the region decode alone, the resample alone.
 
     python benchmarks/highres_floor.py --images 24 --rounds 10
 """
@@ -18,6 +20,7 @@ machine gives usable ratios):
 from __future__ import annotations
 
 import argparse
+import functools
 import io
 import time
 from pathlib import Path
@@ -74,13 +77,20 @@ def main() -> None:
             d, colorspace="RGB", min_height=1, min_width=1),
         "Pillow draft() 1/8": pil_draft,
     }
-    if sd.region_decoder():
-        from fastload.pipelines._jpegroi import decode_region
+    decode_region = sd._decode_region
+    if decode_region is not None:
+
+        def _storing(*args):
+            return decode_region(*args, 0)
+
+        def _to_last_row(data, m, top, left, height, width, out):
+            return decode_region(data, m, top + height - 1, left, 1, 1, out)
 
         h2, w2 = -(-height * 2 // 8), -(-width * 2 // 8)
         canvas = np.empty(h2 * w2 * 3, np.uint8)
         floor["entropy decoding alone (every row skipped)"] = lambda _, d: decode_region(
             d, 2, h2 - 1, 0, 1, 1, canvas)
+
     def whole(m: int):
         h, w = -(-height * m // 8), -(-width * m // 8)
         return lambda _, d: simplejpeg.decode_jpeg(d, colorspace="RGB", min_height=h,
@@ -95,7 +105,7 @@ def main() -> None:
                                                   T.RandomHorizontalFlip(), T.ToTensor(),
                                                   T.Normalize(*norm)]),
     }
-    work = {}
+    work, pieces = {}, {}
     for name, transform in transforms.items():
         plan = translate(transform)
         gen = torch.Generator().manual_seed(0)
@@ -103,20 +113,48 @@ def main() -> None:
         params = [g.draw_sample(plan.steps, h, w, gen) for h, w in sizes]
         out = torch.empty((len(datas), 3, 224, 224), dtype=plan.output_dtype)
         writer = torch_resample.SampleWriter(plan, out)
-        for strict in ((False, True) if sd.region_decoder() else (True,)):
-            label = f"{name}, {'whole image' if strict else 'region decoder'}"
+        ways = {"region decoder": (False, sd._decode_region),
+                # H9's baseline: libjpeg-turbo stores every MCU's coefficients, the cropped
+                # columns' too (decode_region's optional last argument, 0)
+                "region decoder, every MCU stored": (False, _storing),
+                "whole image": (True, sd._decode_region)} if sd.region_decoder() else {
+                "whole image": (True, None)}
+        for way, (strict, region_fn) in ways.items():
 
-            def sample(i, data, params=params, writer=writer, strict=strict):
-                region, scaled = sd.decode_sample(data, params[i], strict=strict)
+            def sample(i, data, params=params, writer=writer, strict=strict, fn=region_fn):
+                sd._decode_region = fn
+                try:
+                    region, scaled = sd.decode_sample(data, params[i], strict=strict)
+                finally:
+                    sd._decode_region = decode_region
                 writer.write(i, region, scaled)
 
-            work[label] = sample
-    results = _best({**floor, **scales, **work}, datas, args.rounds)
+            work[f"{name}, {way}"] = sample
+        if decode_region is None:
+            continue
+        # its pieces (H9): the Huffman decoding up to the region's last row, the region
+        # decode without the resample, the resample and normalisation of decoded regions
+        decoded = [(r.copy(), p) for r, p in (sd.decode_sample(d, q) for d, q in
+                                              zip(datas, params, strict=True))]
+
+        def decode_only(i, data, params=params, fn=decode_region):
+            sd._decode_region = fn
+            try:
+                sd.decode_sample(data, params[i])
+            finally:
+                sd._decode_region = decode_region
+
+        pieces[f"{name}: entropy decoding to the region's last row"] = functools.partial(
+            decode_only, fn=_to_last_row)
+        pieces[f"{name}: the region decode alone"] = decode_only
+        pieces[f"{name}: resample + normalise alone"] = (
+            lambda i, _, writer=writer, decoded=decoded: writer.write(i, *decoded[i]))
+    results = _best({**floor, **scales, **work, **pieces}, datas, args.rounds)
     ref = results["simplejpeg 1/8 to grey (row i)"]
     print(f"{len(datas)} photos of {width}x{height}, best of {args.rounds} rounds, one thread")
     for name, ms in results.items():
         share = f"{ref / ms:5.0%} of the floor" if name in work else f"{ms / ref:5.2f}x the floor"
-        print(f"{name:<58} {ms:6.2f} ms  {share}")
+        print(f"{name:<66} {ms:6.2f} ms  {share}")
 
 
 if __name__ == "__main__":

@@ -1,17 +1,19 @@
 /* A region of a JPEG at a DCT scale, and nothing more: libjpeg-turbo's region API.
  *
- * decode_region(data, m, top, left, height, width, out) decodes ``data`` at scale m/8 and
- * writes the rows top .. top+height-1, columns left .. left+width-1 of the scaled image into
- * their places in ``out``, a uint8 RGB canvas of the whole scaled image (H x W x 3, the
+ * decode_region(data, m, top, left, height, width, out[, discard]) decodes ``data`` at scale
+ * m/8 and writes the rows top .. top+height-1, columns left .. left+width-1 of the scaled
+ * image into their places in ``out``, a uint8 RGB canvas of the whole scaled image (H x W x 3, the
  * size libjpeg gives: ceil(h * m / 8) x ceil(w * m / 8), exactly); what lies outside the region is
  * left as it was (a few columns either side are written too: libjpeg-turbo widens the
  * columns to whole iMCUs). Returns ``(first_column, row_width)``, the columns written.
  *
  * What this saves over a whole-image decode at the same scale (simplejpeg's), for the
  * crop of a RandomResizedCrop or a CenterCrop: rows above the region are entropy-decoded
- * only (jpeg_skip_scanlines: no inverse DCT, upsampling or colour conversion), columns
- * outside it get no inverse DCT either (jpeg_crop_scanline), and nothing below its last row
- * is read at all (jpeg_abort_decompress): the entropy decoding of the rest of the file,
+ * only (jpeg_skip_scanlines: no inverse DCT, upsampling or colour conversion), the MCUs of
+ * columns outside it get no inverse DCT either (jpeg_crop_scanline) and their coefficients
+ * are discarded as they are decoded, not stored (``discard``, 1 by default; 0 keeps
+ * libjpeg-turbo's own behaviour, for benchmarks/highres_floor.py), and nothing below its
+ * last row is read at all (jpeg_abort_decompress): the entropy decoding of the rest of the file,
  * which no DCT scale reduces, is skipped. The pixels of the region are the ones a
  * whole-image decode gives (islow inverse DCT, fancy upsampling: simplejpeg's defaults).
  *
@@ -28,6 +30,7 @@
 #include <string.h>
 
 #include <jpeglib.h>
+#include <jpegint.h> /* struct jpeg_entropy_decoder: its decode_mcu is wrapped below */
 
 typedef struct {
     struct jpeg_error_mgr pub;
@@ -54,7 +57,7 @@ on_message(j_common_ptr cinfo, int level)
 typedef struct {
     const unsigned char *data;
     unsigned long size;
-    int m, top, left, height, width;
+    int m, top, left, height, width, discard;
     unsigned char *out;
     Py_ssize_t out_size;
     /* results */
@@ -64,6 +67,30 @@ typedef struct {
 
 #define ROWS_AT_ONCE 16
 
+/* The MCUs outside the cropped columns: entropy-decoded and discarded.
+ *
+ * jpeg_crop_scanline saves the inverse DCT of the MCU columns outside the crop, but
+ * libjpeg-turbo's one-pass coefficient controller still has every MCU's coefficients
+ * stored into its (zeroed) block buffer. decode_mcu(cinfo, NULL) is the entropy decoder's
+ * own discard mode (what jpeg_skip_scanlines uses): the same bits read and the same DC
+ * predictions kept, nothing stored. The MCUs of a one-scan sequential JPEG reach the
+ * decoder in raster order, one call each, so a counter gives each call's column. */
+typedef struct {
+    boolean (*decode_mcu)(j_decompress_ptr, JBLOCKROW *);
+    JDIMENSION column, per_row, first, last;
+} Columns;
+
+static boolean
+decode_mcu_in_columns(j_decompress_ptr cinfo, JBLOCKROW *MCU_data)
+{
+    Columns *c = (Columns *)cinfo->client_data;
+    JDIMENSION col = c->column;
+    boolean ok = c->decode_mcu(cinfo, col >= c->first && col <= c->last ? MCU_data : NULL);
+    if (ok) /* a suspended MCU is asked for again (a memory source never suspends) */
+        c->column = col + 1 == c->per_row ? 0 : col + 1;
+    return ok;
+}
+
 /* Runs without the GIL. Returns 0, or -1 with job->message set. */
 static int
 run(Job *job)
@@ -72,6 +99,7 @@ run(Job *job)
     ErrorManager err;
     /* volatile: read after a longjmp */
     volatile int created = 0;
+    Columns columns;
 
     cinfo.err = jpeg_std_error(&err.pub);
     err.pub.error_exit = on_error;
@@ -120,9 +148,26 @@ run(Job *job)
     if (end > cinfo.output_width)
         end = cinfo.output_width;
     JDIMENSION w = end - x;
-    if (w < cinfo.output_width)
+    if (w < cinfo.output_width) {
         jpeg_crop_scanline(&cinfo, &x, &w);
-    else
+        /* one interleaved scan (or one grey component unsampled): an MCU is an iMCU */
+        int interleaved = cinfo.comps_in_scan == cinfo.num_components &&
+            (cinfo.num_components > 1 || (cinfo.comp_info[0].h_samp_factor == 1 &&
+                                           cinfo.comp_info[0].v_samp_factor == 1));
+        if (job->discard && interleaved && !cinfo.progressive_mode &&
+            !jpeg_has_multiple_scans(&cinfo)) {
+            /* jpeg_crop_scanline's iMCU width: x and w are multiples of it */
+            int mcu_width = cinfo.num_components > 1 ? cinfo.max_h_samp_factor : 1;
+            JDIMENSION align = (JDIMENSION)(cinfo.min_DCT_scaled_size * mcu_width);
+            columns.decode_mcu = cinfo.entropy->decode_mcu;
+            columns.column = 0;
+            columns.per_row = cinfo.MCUs_per_row;
+            columns.first = x / align;
+            columns.last = (x + w - 1) / align;
+            cinfo.client_data = &columns;
+            cinfo.entropy->decode_mcu = decode_mcu_in_columns;
+        }
+    } else
         x = 0, w = cinfo.output_width;
     size_t stride = (size_t)canvas_width * 3;
     if ((Py_ssize_t)(stride * cinfo.output_height) != job->out_size) {
@@ -162,8 +207,9 @@ decode_region(PyObject *Py_UNUSED(self), PyObject *args)
 {
     Py_buffer data, out;
     Job job;
-    if (!PyArg_ParseTuple(args, "y*iiiiiw*", &data, &job.m, &job.top, &job.left, &job.height,
-                          &job.width, &out))
+    job.discard = 1;
+    if (!PyArg_ParseTuple(args, "y*iiiiiw*|i", &data, &job.m, &job.top, &job.left, &job.height,
+                          &job.width, &out, &job.discard))
         return NULL;
     if (job.m < 1 || job.m > 8) {
         PyBuffer_Release(&data);
@@ -189,7 +235,8 @@ decode_region(PyObject *Py_UNUSED(self), PyObject *args)
 
 static PyMethodDef methods[] = {
     {"decode_region", decode_region, METH_VARARGS,
-     "decode_region(data, m, top, left, height, width, out) -> (first_column, row_width)"},
+     "decode_region(data, m, top, left, height, width, out, discard=1) -> (first_column, "
+     "row_width)"},
     {NULL, NULL, 0, NULL},
 };
 

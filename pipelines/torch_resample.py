@@ -129,10 +129,9 @@ class SampleWriter:
         rh, rw, top, left = _full_resize(params)
         mode, aa_out = self._kernels[params.interpolation or self._default]
         buf = getattr(self._local, "buf", None)
-        if buf is None:
-            buf = self._local.buf = torch.empty((1, h, w, 3), dtype=torch.uint8).permute(0, 3, 1, 2)
-        if (rh, rw) != (h, w):  # the output is a crop of the resampled image
-            buf = torch.empty((1, rh, rw, 3), dtype=torch.uint8).permute(0, 3, 1, 2)
+        if buf is None or buf.shape[2:] != (rh, rw):  # (rh, rw) != (h, w): a crop follows
+            buf = self._local.buf = torch.empty((1, rh, rw, 3), dtype=torch.uint8).permute(
+                0, 3, 1, 2)
         if aa_out is not None:  # into a channels-last buffer: no RGBA -> planar repack
             y = aa_out(src, [rh, rw], False, None, None, out=buf)[0]
         else:

@@ -236,6 +236,43 @@ def test_region_decode_gives_a_whole_decodes_pixels_at_every_scale(highres):
                                   full[top:top + rh, left:left + rw]), (m, top, left, rh, rw)
 
 
+_LAYOUTS = {"420": {"subsampling": 2}, "422": {"subsampling": 1}, "444": {"subsampling": 0},
+            "grey": {"grey": True}, "420-restarts": {"subsampling": 2, "restart_marker_rows": 1}}
+
+
+@needs_region
+@pytest.mark.parametrize("layout", list(_LAYOUTS), ids=list(_LAYOUTS))
+def test_region_decode_of_cropped_columns_gives_a_whole_decodes_pixels_for_each_layout(
+        highres, layout):
+    """The MCUs left and right of the region are entropy-decoded and discarded (not stored):
+    the region's pixels stay a whole decode's for every chroma layout, a grey JPEG and
+    restart markers, at every vectorised scale."""
+    import simplejpeg
+
+    from fastload.pipelines._jpegroi import decode_region
+
+    options = dict(_LAYOUTS[layout])
+    image = highres[0][2].crop((200, 100, 200 + 472, 100 + 360))  # not whole MCUs wide
+    if options.pop("grey", False):
+        image = image.convert("L")
+    buffer = io.BytesIO()
+    image.save(buffer, format="JPEG", quality=90, **options)
+    data = buffer.getvalue()
+    rng = np.random.default_rng(1)
+    for m in (1, 2, 4, 8):
+        full = simplejpeg.decode_jpeg(data, colorspace="RGB", min_height=-(-360 * m // 8),
+                                      min_width=-(-472 * m // 8))
+        h, w = full.shape[:2]
+        canvas = np.zeros((h, w, 3), np.uint8)
+        for _ in range(4):
+            rw = int(rng.integers(1, w // 2 + 1))  # narrower than the image: cropped columns
+            rh = int(rng.integers(1, h + 1))
+            top, left = int(rng.integers(0, h - rh + 1)), int(rng.integers(0, w - rw + 1))
+            decode_region(data, m, top, left, rh, rw, canvas.reshape(-1))
+            assert np.array_equal(canvas[top:top + rh, left:left + rw],
+                                  full[top:top + rh, left:left + rw]), (m, top, left, rh, rw)
+
+
 @needs_region
 @pytest.mark.parametrize("transform", [VAL, TRAIN], ids=["val", "train"])
 def test_region_path_batches_equal_whole_decode_batches(highres, transform):
