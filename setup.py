@@ -4,6 +4,8 @@
 torch fallback (the same values, slower: see pipelines/torch_resample.py). ``_jpegroi`` also
 needs libjpeg-turbo's headers (Debian/Ubuntu: libjpeg62-turbo-dev or libjpeg-turbo8-dev);
 without them large JPEGs are decoded whole at their DCT scale (pipelines/scaled_decode.py).
+``_augment`` and ``_affine`` are each one module built from several sources; ``depends``
+names their private header, so a change to it rebuilds them and the sdist ships it.
 """
 
 from setuptools import Extension, setup
@@ -18,14 +20,25 @@ setup(
         ),
         Extension(
             "fastload.pipelines._augment",
-            sources=["pipelines/_augment.c"],
+            sources=[
+                "pipelines/_augment.c",
+                "pipelines/_augment_colour.c",
+                "pipelines/_augment_mix.c",
+                "pipelines/_augment_grid.c",
+            ],
+            depends=["pipelines/_augment.h"],
             extra_compile_args=["-O3", "-ffp-contract=off"],
             libraries=["m"],
             optional=True,
         ),
         Extension(
             "fastload.pipelines._affine",
-            sources=["pipelines/_affine.c"],
+            sources=[
+                "pipelines/_affine.c",
+                "pipelines/_affine_filter.c",
+                "pipelines/_affine_nearest.c",
+            ],
+            depends=["pipelines/_affine.h"],
             extra_compile_args=["-O3", "-ffp-contract=off"],
             libraries=["m"],
             optional=True,

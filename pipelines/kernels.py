@@ -1,5 +1,5 @@
 """torchvision's colour blends, sharpness and AugMix's mixing on uint8 planes, in one pass each
-(the C loops of ``pipelines/_augment.c``), bit for bit the values of torchvision's kernels.
+(the C loops of ``pipelines/_augment*.c``), bit for bit the values of torchvision's kernels.
 
 ``fused=False`` gives v1's arithmetic (``torchvision.transforms.functional``: each product
 and sum rounded to float32), ``fused=True`` v2's (``torchvision.transforms.v2.functional``,

@@ -1,5 +1,5 @@
 """Pillow's ``Image.transform(..., AFFINE, ...)`` and ``Image.rotate`` of RGB images, bit for
-bit, in one C pass (``pipelines/_affine.c``) instead of Pillow's per-pixel filter calls.
+bit, in one C pass (``pipelines/_affine*.c``) instead of Pillow's per-pixel filter calls.
 
 :func:`transform` and :func:`rotate` take the arguments of the Pillow methods they stand for
 and return what those return. They compute it themselves for an RGB image with bilinear or

@@ -45,7 +45,7 @@ SUPPORTED: dict[str, tuple[tuple[int, int], tuple[int, int]]] = {
 }
 
 # Pillow releases whose affine transform (libImaging/Geometry.c: its filters, engines and
-# their double arithmetic) pipelines/_affine.c was checked against, bit for bit
+# their double arithmetic) pipelines/_affine*.c was checked against, bit for bit
 # (tests/test_pil_affine.py). Outside it, timm's geometric ops run on Pillow itself.
 PILLOW_AFFINE: tuple[tuple[int, int], tuple[int, int]] = ((13, 0), (13, 0))
 
@@ -288,7 +288,7 @@ def timm_auto_augment() -> Any:
 # ---------------------------------------------------------------- Pillow
 def pillow_affine_checked(version: str | None = None) -> bool:
     """Whether the installed Pillow (``version`` if given) is in :data:`PILLOW_AFFINE`: a
-    release whose affine arithmetic ``pipelines/_affine.c`` reproduces. No warning otherwise:
+    release whose affine arithmetic ``pipelines/_affine*.c`` reproduces. No warning otherwise:
     the callers then use Pillow itself, with its own values."""
     if version is None:
         import PIL
