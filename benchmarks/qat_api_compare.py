@@ -21,14 +21,16 @@ same AdamW and cosine schedule (``fastload.train.optim``), for:
 Latency: every model under ``torch.compile`` with Inductor freezing (eager where compiling fails,
 said in the output), interleaved rounds (fp32, pt2e, ao-intx, ao-int8, fp32, ...), each round the
 median of ``--repeats`` forwards; median and range over rounds. ``--json FILE`` writes everything.
+
+This file runs the comparison and prints the table; torchao's QAT API and the inventories of what
+each path quantizes are in ``qat_api_paths.py``, size and latency in ``qat_api_latency.py`` (both
+beside it, imported from the script's folder).
 """
 
 from __future__ import annotations
 
 import argparse
-import collections
 import copy
-import io
 import json
 import os
 import pathlib
@@ -40,6 +42,14 @@ import traceback
 
 import torch
 import torch.nn.functional as F
+from qat_api_latency import measure_latency, state_bytes
+from qat_api_paths import (
+    ao_convert_int8,
+    ao_convert_intx,
+    ao_prepare,
+    module_inventory,
+    pt2e_inventory,
+)
 from torch import nn
 
 from fastload.data.synth import synthesize
@@ -54,7 +64,7 @@ from fastload.train.finetune_data import (
 )
 from fastload.train.loop import evaluate
 from fastload.train.optim import cosine_schedule, create_optimizer, default_lr
-from fastload.train.quantize import convert, prepare_qat, quantized_layer_count, save_program
+from fastload.train.quantize import convert, prepare_qat, save_program
 
 BATCH = 32
 CLASSES = 4
@@ -138,152 +148,6 @@ def train_interleaved(models: dict[str, nn.Module], epochs: list, lr: float) -> 
     return seconds
 
 
-# ---------------------------------------------------------------- torchao's QAT API
-
-def _ao_base_config():
-    from torchao.quantization import Int8DynamicActivationIntxWeightConfig
-    from torchao.quantization.granularity import PerAxis
-
-    return Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int8, weight_granularity=PerAxis(0))
-
-
-def ao_prepare(model: nn.Module) -> nn.Module:
-    from torchao.quantization import quantize_
-    from torchao.quantization.qat import QATConfig
-
-    quantize_(model, QATConfig(_ao_base_config(), step="prepare"))
-    return model
-
-
-def ao_convert_intx(prepared: nn.Module) -> nn.Module:
-    from torchao.quantization import quantize_
-    from torchao.quantization.qat import QATConfig
-
-    model = copy.deepcopy(prepared)
-    quantize_(model, QATConfig(_ao_base_config(), step="convert"))
-    return model.eval()
-
-
-def ao_convert_int8(prepared: nn.Module) -> nn.Module:
-    from torchao.quantization import Int8DynamicActivationInt8WeightConfig, MappingType, quantize_
-    from torchao.quantization.qat import QATConfig
-
-    model = copy.deepcopy(prepared)
-    quantize_(model, QATConfig(step="convert"))  # FakeQuantizedLinear -> nn.Linear
-    # set_inductor_config=False: it would change Inductor's global settings for the fp32 model too
-    quantize_(model, Int8DynamicActivationInt8WeightConfig(act_mapping_type=MappingType.ASYMMETRIC,
-                                                           set_inductor_config=False))
-    return model.eval()
-
-
-# ---------------------------------------------------------------- what each path quantizes
-
-def _short(target) -> str:
-    name = getattr(target, "__name__", str(target))
-    return name.split(".")[0]
-
-
-def pt2e_inventory(graph: torch.fx.GraphModule) -> dict:
-    """Compute ops of the converted graph fed by a dequantize node (int8 in, under Inductor one int8
-    kernel) and those that stay float."""
-    compute = ("linear", "conv2d", "matmul", "bmm", "mm", "addmm", "scaled_dot_product_attention",
-               "_scaled_dot_product_flash_attention_for_cpu", "add", "layer_norm", "gelu", "softmax")
-    quantized, float_ops = collections.Counter(), collections.Counter()
-    modules: dict[str, set] = collections.defaultdict(set)
-    for node in graph.graph.nodes:
-        if node.op != "call_function":
-            continue
-        op = _short(node.target)
-        if op not in compute:
-            continue
-        fed = [a for a in node.args if isinstance(a, torch.fx.Node) and "dequantize" in str(a.target)]
-        if fed:
-            quantized[op] += 1
-            stack = node.meta.get("nn_module_stack") or {}
-            if stack and op in ("linear", "conv2d"):
-                path = list(stack.values())[-1][0]
-                modules[op].add(".".join(p for p in path.split(".") if not p.isdigit()))
-        else:
-            float_ops[op] += 1
-    return {"int8_weight_layers": quantized_layer_count(graph), "quantized_ops": dict(quantized),
-            "float_ops": dict(float_ops), "quantized_modules": {k: sorted(v) for k, v in modules.items()}}
-
-
-def module_inventory(model: nn.Module) -> dict:
-    """Modules with weights, by type, and the weight's type (a torchao tensor subclass when
-    quantized); fake-quantized modules by class."""
-    rows: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
-    for name, module in model.named_modules():
-        weight = getattr(module, "weight", None)
-        if not isinstance(weight, torch.Tensor) or module is model:
-            continue
-        generic = ".".join(p for p in name.split(".") if not p.isdigit())
-        rows[f"{type(module).__name__}[{type(weight).__name__}]"][generic] += 1
-    return {k: dict(v) for k, v in rows.items()}
-
-
-# ---------------------------------------------------------------- size and latency
-
-def _state_bytes(model: nn.Module) -> int:
-    buffer = io.BytesIO()
-    torch.save(model.state_dict(), buffer)
-    return buffer.tell()
-
-
-def _median_ms(model, images: torch.Tensor, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        model(images)
-        times.append((time.perf_counter() - start) * 1000.0)
-    return statistics.median(times)
-
-
-def measure_latency(models: dict[str, nn.Module], img_size: int, batches, rounds: int, repeats: int,
-                    compile: bool) -> tuple[dict, dict]:
-    """``({batch: {name: {median, min, max, ratio...}}}, {name: how it ran})``: interleaved rounds,
-    every model compiled with Inductor freezing where that works (each batch size compiled before
-    its rounds), else eager."""
-    how: dict[str, str] = {}
-    firsts: dict[str, list[str]] = {}
-    out: dict = {}
-    with torch.no_grad(), torch._inductor.config.patch(freezing=True):
-        for batch in batches:
-            images = torch.randn(batch, 3, img_size, img_size, generator=torch.Generator().manual_seed(batch))
-            runners = {}
-            for name, model in models.items():
-                runner = model
-                if compile and how.get(name, "compiled").startswith("compiled"):
-                    try:
-                        start = time.perf_counter()
-                        runner = torch.compile(model, dynamic=False)
-                        runner(images)
-                        firsts.setdefault(name, []).append(f"{time.perf_counter() - start:.0f} s at batch {batch}")
-                        how[name] = f"compiled (freezing; first call {', '.join(firsts[name])})"
-                    except Exception as error:  # noqa: BLE001  (reported, then timed eagerly)
-                        how[name] = f"eager: torch.compile failed: {type(error).__name__}: {str(error).splitlines()[0][:300]}"
-                        runner = model
-                        torch._dynamo.reset()
-                elif not compile:
-                    how[name] = "eager (--no-compile)"
-                runner(images)
-                runner(images)
-                runners[name] = runner
-            per_round = {name: [] for name in runners}
-            for _ in range(rounds):
-                for name, runner in runners.items():
-                    per_round[name].append(_median_ms(runner, images, repeats))
-            row = {}
-            for name, times in per_round.items():
-                ratios = [t / f for t, f in zip(times, per_round["fp32"], strict=True)]
-                row[name] = {"median_ms": statistics.median(times), "min_ms": min(times), "max_ms": max(times),
-                             "ratio_median": statistics.median(ratios), "ratio_min": min(ratios),
-                             "ratio_max": max(ratios)}
-            out[batch] = row
-            torch._dynamo.reset()
-    return out, how
-
-
 # ---------------------------------------------------------------- run
 
 def _try(label: str, errors: dict, fn, *args):
@@ -334,7 +198,7 @@ def main(argv=None) -> dict:
     log(f"trained {args.epochs} epochs each: {seconds}")
 
     paths["fp32"] = {"epoch_s": seconds["fp32"], "top1": _top1(fp32, val), "loss": _val(fp32, val)[1],
-                     "bytes": _state_bytes(fp32)}
+                     "bytes": state_bytes(fp32)}
     pt2e = {"epoch_s": seconds["pt2e"]}
     pt2e["fake_quant_top1"], pt2e["fake_quant_loss"] = _val(qat, val)
     pt2e_int8 = convert(copy.deepcopy(qat))
