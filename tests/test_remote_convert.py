@@ -85,3 +85,57 @@ def test_convert_to_a_url_without_shards_is_refused_before_anything_is_written(
     with pytest.raises(ValueError, match="is a URL, where fastload writes sharded sets only"):
         convert_folder(source, f"s3://{BUCKET}/convert/none.set", progress=False)
     assert not client(s3_server).exists(f"{BUCKET}/convert/none.set")
+
+
+def test_shards_upload_behind_the_conversion_each_sidecar_after_its_files_manifest_last(
+        s3_env, s3_server, source, monkeypatch):
+    from seaweed import CountingRelay
+
+    prefix = f"/{BUCKET}/convert/order.set/"
+    with CountingRelay(s3_server) as relay:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", relay.endpoint)
+        report = convert_folder(source, f"s3://{BUCKET}/convert/order.set", shards=3,
+                                workers=2, progress=False)
+        puts = [path[len(prefix):] for method, path in relay.requests
+                if method == "PUT" and path.startswith(prefix)]
+    assert report.manifest["num_shards"] == 3
+    assert puts[-1] == "fastload-set.json" and puts.count("fastload-set.json") == 1
+    for k in range(3):
+        shard = f"shard-{k:05d}-of-00003/"
+        mine = [p[len(shard):] for p in puts if p.startswith(shard)]
+        assert mine[-1] == "fastload.json" and mine.count("fastload.json") == 1
+        assert {"data.mdb", "checksums.crc32", "labels.i32"} <= set(mine)
+    assert puts.index("shard-00002-of-00003/fastload.json") < puts.index("fastload-set.json")
+
+
+def test_a_failed_shard_upload_stops_the_conversion_without_a_manifest_and_a_rerun_ends_it(
+        s3_env, s3_server, source, tmp_path, monkeypatch):
+    import fastload.data.remote.fetch as fetch
+
+    url = f"s3://{BUCKET}/convert/failed.set"
+    real = fetch.upload_files
+
+    def failing(local, names, folder, retry=None):
+        if local.name == "shard-00001-of-00003":
+            raise fetch.RemoteError(f"uploading to {folder.url} failed (the test's)")
+        return real(local, names, folder, retry)
+
+    monkeypatch.setattr(fetch, "upload_files", failing)
+    with pytest.raises(fetch.RemoteError, match="the test's"):
+        convert_folder(source, url, shards=3, workers=1, progress=False,
+                       staging=tmp_path / "staging")
+    fs = client(s3_server)
+    root = f"{BUCKET}/convert/failed.set"
+    fs.invalidate_cache()
+    assert not fs.exists(f"{root}/fastload-set.json")
+    assert not fs.exists(f"{root}/shard-00001-of-00003/fastload.json")
+    assert fs.exists(f"{root}/shard-00000-of-00003/fastload.json")
+    assert not fs.exists(f"{root}/shard-00002-of-00003/fastload.json")  # none after the failure
+    assert (tmp_path / "staging" / "shard-00001-of-00003" / "fastload.json").is_file()
+    monkeypatch.setattr(fetch, "upload_files", real)
+    report = convert_folder(source, url, shards=3, workers=1, progress=False,
+                            staging=tmp_path / "staging")
+    assert report.finished_shards == [0, 1, 2]  # uploaded, or finished in staging
+    assert report.seen == 0 and report.manifest["count"] == 61
+    assert len(fastload.LMDBDataset(url)) == 61
+    assert not list((tmp_path / "staging").glob("*shard-*"))

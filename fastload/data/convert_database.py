@@ -15,6 +15,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import sys
+import threading
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -37,6 +38,11 @@ from fastload.data.writer import LMDBWriter, MapFull
 __all__ = ["ConvertError", "ConvertReport", "convert_one", "is_complete"]
 
 WORKER_TIMEOUT_S = 600  # longest wait for one image from a worker process
+
+# Held while the worker pool forks, and by a thread of this process that must not be forked
+# beside (a shard upload holds it around each request: see fastload.data.remote.upload),
+# so no worker starts with a lock such a thread held.
+FORK_LOCK = threading.Lock()
 
 
 class ConvertError(RuntimeError):
@@ -175,7 +181,9 @@ def _run_from(start, samples, writer, workers, options, strict, bar, commit_ever
                         if checks is not None:  # never fork beside our threads (a lock they
                             checks.shutdown()  # hold, an import's, would stay held there)
                             checks = None
-                        pool = multiprocessing.get_context().Pool(workers, initializer=_worker_init)
+                        with FORK_LOCK:
+                            pool = multiprocessing.get_context().Pool(
+                                workers, initializer=_worker_init)
                     result = pool.apply_async(check_file_task_copy, (task, span, None if data
                                                                      is None else bytes(data)))
                 elif threaded and result[0] == "ok":

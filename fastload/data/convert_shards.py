@@ -33,9 +33,12 @@ __all__ = ["convert_shards", "finished_shard", "identity_of_shard", "shard_diffe
 
 
 def convert_shards(samples, dst_path: Path, identity: dict, total_bytes: int, overwrite: bool,
-                   run: tuple, shards: int, shard_index: int | None) -> ConvertReport:
+                   run: tuple, shards: int, shard_index: int | None, *,
+                   manifest: bool = True) -> ConvertReport:
     """Convert the shards of a set (all, or ``shard_index`` only), then complete the manifest
-    if every shard is done. The report sums the shards converted by this call.
+    if every shard is done (not with ``manifest=False``: a staging folder, whose finished
+    shards another thread uploads and removes). The report sums the shards converted by
+    this call.
 
     Like a single database, a rerun of the same call resumes: a finished shard is checked
     (it opens and was made from this source with these options) and kept, a partial one
@@ -82,7 +85,7 @@ def convert_shards(samples, dst_path: Path, identity: dict, total_bytes: int, ov
     finally:
         for _, folder, _, _ in claimed:  # claimed but not converted: let a rerun take them
             unlock_destination(folder)
-    total.manifest = complete_manifest(dst_path, shards)
+    total.manifest = complete_manifest(dst_path, shards) if manifest else None
     return total
 
 

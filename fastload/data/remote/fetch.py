@@ -21,7 +21,7 @@ from fastload.data.remote.url import RemoteLocation
 
 __all__ = ["DEFAULT_RETRY", "PartialTransfer", "RemoteError", "Retry", "download",
            "download_files", "listing",
-           "read_bytes", "read_head", "remove", "retrying", "upload", "write_bytes"]
+           "read_bytes", "read_head", "remove", "retrying", "upload", "upload_files", "write_bytes"]
 
 T = TypeVar("T")
 
@@ -179,6 +179,28 @@ def upload(local: Path, location: RemoteLocation, retry: Retry | None = None) ->
             raise PartialTransfer(f"the server lists {listed} of the {size} bytes uploaded")
 
     retrying(put, location.url, "uploading to", retry)
+
+
+def upload_files(local: Path, names: list[str], folder: RemoteLocation,
+                 retry: Retry | None = None) -> None:
+    """Copy the local files ``names`` of the folder ``local`` into the remote ``folder``,
+    concurrently where the backend can (one request each, in one call), then check the
+    sizes one listing of ``folder`` gives (a short or missing object: all uploaded again)."""
+    fs = folder.fs()
+    sizes = {name: (local / name).stat().st_size for name in names}
+
+    def put() -> None:
+        fs.put([str(local / name) for name in names],
+               [folder.child(name).path for name in names])
+        fs.invalidate_cache(folder.path)
+        listed = {entry["name"].rstrip("/").rsplit("/", 1)[-1]: int(entry.get("size") or 0)
+                  for entry in fs.ls(folder.path, detail=True) if entry.get("type") == "file"}
+        for name in names:
+            if listed.get(name) != sizes[name]:
+                raise PartialTransfer(f"{name}: the server lists {listed.get(name)} of the "
+                                      f"{sizes[name]} bytes uploaded")
+
+    retrying(put, folder.url, "uploading to", retry)
 
 
 def write_bytes(data: bytes, location: RemoteLocation, retry: Retry | None = None) -> None:

@@ -11,6 +11,12 @@ one); a shard finished in staging but not uploaded is uploaded; the rest are con
 (resuming a partial one). With ``shard_index``, N processes or machines each convert and
 upload one shard; whichever finds every shard uploaded writes the manifest (from the
 shards' sidecars, fetched: the same manifest a local conversion writes).
+
+Shard ``k`` uploads in a thread while shard ``k + 1`` converts (:data:`UPLOADS_AHEAD`
+finished shards at most wait or upload, so staging holds at most that many plus the one
+converting); the manifest waits for every upload to have succeeded, and a failed upload
+stops the conversion at the next shard with its error. The sidecars of the shards
+uploaded here are kept in memory for the manifest instead of being fetched back.
 """
 
 from __future__ import annotations
@@ -19,10 +25,12 @@ import json
 import os
 import re
 import shutil
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import fastload.data.remote.fetch as fetch
-from fastload.data.convert_database import ConvertReport
+from fastload.data.convert_database import FORK_LOCK, ConvertReport
 from fastload.data.convert_shards import (
     convert_shards,
     finished_shard,
@@ -56,6 +64,7 @@ __all__ = ["convert_to_url", "default_staging"]
 
 _SHARD_DIR = re.compile(r"shard-(\d{5,})-of-(\d{5,})")
 UPLOAD_ORDER = (DATA_FILE, CHECKSUM_FILE, LABELS_FILE, ERRORS_FILE, META_FILE)  # sidecar last
+UPLOADS_AHEAD = 2  # finished shards waiting or uploading while the next one converts
 
 
 def default_staging(location: RemoteLocation) -> Path:
@@ -66,13 +75,63 @@ def default_staging(location: RemoteLocation) -> Path:
 class _Sidecars:
     """A shard's sidecars (no ``data.mdb``), the reader :func:`build_manifest` needs."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, *, in_memory: bool = False) -> None:
         self.meta = load_meta(folder)
         self.targets = load_labels(folder, self.meta)
         self.checksums = load_checksums(folder, self.meta)
+        if in_memory:  # a copy, not a map of the file: the folder is removed next
+            import numpy as np
+
+            self.targets = np.array(self.targets, dtype=LABELS_DTYPE, copy=True)
 
     def __len__(self) -> int:
         return int(self.meta["count"])
+
+
+class _Uploads:
+    """Finished shards' uploads in one thread, behind the conversion: at most ``ahead``
+    waiting or running. After a failure no further upload starts; the first failure is
+    raised by the next :meth:`submit` or by :meth:`wait`."""
+
+    def __init__(self, ahead: int) -> None:
+        self.ahead = ahead
+        self.pending: deque[Future] = deque()
+        self.pool: ThreadPoolExecutor | None = None
+        self.failed = False
+
+    def submit(self, fn, *args) -> None:
+        self._reap(self.ahead - 1)
+        if self.pool is None:
+            self.pool = ThreadPoolExecutor(1, thread_name_prefix="fastload-upload")
+        self.pending.append(self.pool.submit(self._run, fn, args))
+
+    def _run(self, fn, args) -> None:
+        if self.failed:  # an earlier shard's upload failed: the conversion stops
+            return
+        try:
+            fn(*args)
+        except BaseException:
+            self.failed = True
+            raise
+
+    def wait(self) -> None:
+        """Return once every upload has succeeded; raise the first that failed."""
+        self._reap(0)
+
+    def _reap(self, keep: int) -> None:
+        for future in self.pending:
+            if future.done() and future.exception() is not None:
+                future.result()  # raises it
+        while self.pending and (len(self.pending) > keep or self.pending[0].done()):
+            self.pending.popleft().result()
+
+    def close(self) -> None:
+        """Cancel the uploads not started, wait for the one running (its shard stays in
+        staging until it is up, so a rerun uploads it again if it did not finish)."""
+        if self.pool is not None:
+            self.failed = self.failed or bool(self.pending)  # stopping early: start no more
+            self.pool.shutdown(wait=True, cancel_futures=True)
+            self.pool = None
 
 
 def convert_to_url(samples, location: RemoteLocation, identity: dict, total_bytes: int,
@@ -89,27 +148,46 @@ def convert_to_url(samples, location: RemoteLocation, identity: dict, total_byte
     bounds = shard_bounds(len(samples), shards)
     total = ConvertReport(path=location.url, stored=0, skipped=0, seen=0)  # type: ignore[arg-type]
     intact: set[int] = set()
-    for k in range(shards) if shard_index is None else [shard_index]:
-        name = shard_name(k, shards)
-        remote, staged = location.child(name), staging / name
-        shard_identity = identity_of_shard(identity, k, shards, bounds)
-        files = bounds[k][1] - bounds[k][0]
-        if not overwrite and _uploaded(remote, shard_identity, files, staged):
-            total.finished_shards.append(k)
-        else:
+    kept: dict[int, _Sidecars] = {}  # the sidecars of the shards uploaded here
+    uploads = _Uploads(UPLOADS_AHEAD)
+    try:
+        for k in range(shards) if shard_index is None else [shard_index]:
+            name = shard_name(k, shards)
+            remote, staged = location.child(name), staging / name
+            shard_identity = identity_of_shard(identity, k, shards, bounds)
+            files = bounds[k][1] - bounds[k][0]
+            listed = fetch.listing(remote)
+            if not overwrite and _uploaded(remote, shard_identity, files, staged, listed):
+                total.finished_shards.append(k)
+                intact.add(k)
+                continue
             if overwrite or not finished_shard(staged, shard_identity, files):
                 for name_ in (MANIFEST_FILE, SET_LABELS_FILE):  # staging is never a set
                     (staging / name_).unlink(missing_ok=True)
                 report = convert_shards(samples, staging, identity, total_bytes, overwrite,
-                                        run, shards, k)
+                                        run, shards, k, manifest=False)
                 _add(total, report)
             else:
                 total.finished_shards.append(k)
-            _upload_shard(staged, remote)
-            shutil.rmtree(staged)
-        intact.add(k)
-    total.manifest = _complete(location, staging, shards, identity, bounds, intact)
+            uploads.submit(_upload_and_remove, k, staged, remote, META_FILE in listed, kept)
+        uploads.wait()
+    finally:
+        uploads.close()
+    intact.update(kept)
+    total.manifest = _complete(location, staging, shards, identity, bounds, intact, kept)
     return total
+
+
+def _upload_and_remove(k: int, staged: Path, remote: RemoteLocation, sidecar_there: bool,
+                       kept: dict[int, _Sidecars]) -> None:
+    """The upload thread's work for shard ``k``: upload it, keep its sidecars in
+    ``kept``, then remove its staged folder (renamed out of the set's names first)."""
+    _upload_shard(staged, remote, sidecar_there)
+    kept[k] = _Sidecars(staged, in_memory=True)
+    gone = staged.with_name(f".uploaded-{staged.name}")
+    shutil.rmtree(gone, ignore_errors=True)
+    os.replace(staged, gone)
+    shutil.rmtree(gone)
 
 
 def _claim(location: RemoteLocation, shards: int, overwrite: bool) -> None:
@@ -137,10 +215,13 @@ def _claim(location: RemoteLocation, shards: int, overwrite: bool) -> None:
                 fetch.remove(location.child(name))
 
 
-def _uploaded(remote: RemoteLocation, identity: dict, files: int, staged: Path) -> bool:
+def _uploaded(remote: RemoteLocation, identity: dict, files: int, staged: Path,
+              listed: dict[str, int] | None = None) -> bool:
     """True when ``remote`` holds this conversion's shard intact (module docstring); a
-    finished remote shard of another conversion is refused."""
-    listed = fetch.listing(remote)
+    finished remote shard of another conversion is refused. ``listed``: ``remote``'s
+    listing when the caller just made it."""
+    if listed is None:
+        listed = fetch.listing(remote)
     if any(name not in listed for name in (META_FILE, DATA_FILE, CHECKSUM_FILE, LABELS_FILE)):
         return False
     if listed[META_FILE] > MAX_META_BYTES:
@@ -174,18 +255,27 @@ def _uploaded(remote: RemoteLocation, identity: dict, files: int, staged: Path) 
     return True
 
 
-def _upload_shard(staged: Path, remote: RemoteLocation) -> None:
-    """Upload a finished staged shard: its sidecar removed first, put back last."""
-    fetch.remove(remote.child(META_FILE))
-    for name in UPLOAD_ORDER:
-        if (staged / name).is_file():
-            fetch.upload(staged / name, remote.child(name))
+def _upload_shard(staged: Path, remote: RemoteLocation, sidecar_there: bool = True) -> None:
+    """Upload a finished staged shard: its sidecar removed first (when ``sidecar_there``:
+    the listing just made showed one), its other files together, the sidecar last once
+    they are all there at their sizes. Each request holds :data:`FORK_LOCK` (this runs
+    beside the conversion, which may fork)."""
+    if sidecar_there:
+        with FORK_LOCK:
+            fetch.remove(remote.child(META_FILE))
+    names = [name for name in UPLOAD_ORDER[:-1] if (staged / name).is_file()]
+    with FORK_LOCK:
+        fetch.upload_files(staged, names, remote)
+    with FORK_LOCK:
+        fetch.upload(staged / META_FILE, remote.child(META_FILE))
 
 
 def _complete(location: RemoteLocation, staging: Path, shards: int, identity: dict,
-              bounds: list[tuple[int, int]], intact: set[int]) -> dict | None:
+              bounds: list[tuple[int, int]], intact: set[int],
+              kept: dict[int, _Sidecars]) -> dict | None:
     """Upload the set's labels and manifest when every shard is uploaded (checked for the
-    ones this call did not handle); None while some are not."""
+    ones this call did not handle); None while some are not. ``kept``: the sidecars of the
+    shards this call uploaded (the others' are fetched)."""
     for k in range(shards):
         if k not in intact and not _uploaded(
                 location.child(shard_name(k, shards)),
@@ -196,6 +286,8 @@ def _complete(location: RemoteLocation, staging: Path, shards: int, identity: di
     shutil.rmtree(build, ignore_errors=True)
 
     def open_shard(k: int, name: str) -> _Sidecars:
+        if k in kept:
+            return kept[k]
         folder = build / name
         folder.mkdir(parents=True)
         remote = location.child(name)
