@@ -48,6 +48,8 @@ def summarize(system: str, r: dict) -> dict[str, str]:
     if "convert" in r:
         c = r["convert"]
         s["conversion (write + upload), s"] = f"{c['seconds']:.1f}"
+        if "process_seconds" in c:  # fastload's: also as a fresh `fastload convert` process
+            s["conversion (write + upload), s"] += f" (whole process {c['process_seconds']:.1f})"
         s["conversion CPU-s"] = f"{c['cpu_s']:.1f}"
         if "remote_bytes" in c:
             s["set in the bucket"] = f"{c['remote_bytes'] / mib:,.1f} MiB, {c['remote_objects']} objects"
