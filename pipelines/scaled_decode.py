@@ -29,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 import torch
@@ -38,7 +38,7 @@ from . import geometry as g
 from . import torch_resample
 from .prefix import TransformPlan
 
-__all__ = ["MAX_PIXEL_RATIO", "MIN_PIXELS", "ScaledBatch", "ScaledDecodeError", "available",
+__all__ = ["MAX_PIXEL_RATIO", "MIN_PIXELS", "Claims", "ScaledBatch", "ScaledDecodeError", "available",
            "decode_batch", "decode_sample", "decode_scale", "describe", "eighths",
            "jpeg_is_sequential", "region_decoder", "worth_it"]
 
@@ -217,11 +217,32 @@ def _support(params: g.SampleParams, m: int, height: int, width: int
     return span(height, rh, top, oh), span(width, rw, left, ow)
 
 
+class Claims:
+    """Sample positions ``0..n-1``, each handed to the first thread that asks for one: the
+    pool's threads share a batch's samples as they come free, so one with cheaper samples
+    (RandomResizedCrop's crops differ 10x in area) does not wait for the other at the end
+    of each batch, as fixed shares did."""
+
+    def __init__(self, n: int) -> None:
+        self._n = n
+        self._next = 0
+        self._lock = threading.Lock()
+
+    def __iter__(self):
+        while True:
+            with self._lock:
+                i, self._next = self._next, self._next + 1
+            if i >= self._n:
+                return
+            yield i
+
+
 def decode_batch(plan: TransformPlan, encoded: Sequence[np.ndarray],
                  params: Sequence[g.SampleParams], out: torch.Tensor,
-                 indices: Sequence[int], full_below: int = 0, strict: bool = False) -> None:
+                 indices: Iterable[int], full_below: int = 0, strict: bool = False) -> None:
     """Decode, resample, flip and normalise samples ``indices`` of the batch into ``out``
-    (N x C x H x W of ``plan.output_dtype``); ``ValueError`` names a sample that fails."""
+    (N x C x H x W of ``plan.output_dtype``); ``ValueError`` names a sample that fails
+    (the first one this call meets: it decodes none after it)."""
     writer = torch_resample.SampleWriter(plan, out)
     for i in indices:
         try:
@@ -241,8 +262,9 @@ class ScaledDecodeError(ValueError):
 
 
 class ScaledBatch:
-    """One batch in flight on the scaled path: its samples are dealt to ``pool``'s threads
-    at construction; :meth:`result` waits and returns the N x C x H x W batch."""
+    """One batch in flight on the scaled path: one task per ``pool`` thread, submitted at
+    construction, each decoding the samples it :class:`Claims` until none is left;
+    :meth:`result` waits and returns the N x C x H x W batch."""
 
     def __init__(self, plan: TransformPlan, encoded: Sequence[np.ndarray],
                  params: Sequence[g.SampleParams], pool, buffers=None, full_below: int = 0,
@@ -253,9 +275,10 @@ class ScaledBatch:
         out = (torch.empty(shape, dtype=plan.output_dtype) if buffers is None
                else buffers.empty(shape, plan.output_dtype))
         self._out = out
-        self._futures = [pool.submit(decode_batch, plan, encoded, params, out, share, full_below,
-                                     strict)
-                         for share in torch_resample.thread_shares(pool, n)]
+        claims = Claims(n)
+        self._futures = [pool.submit(decode_batch, plan, encoded, params, out, claims,
+                                     full_below, strict)
+                         for _ in torch_resample.thread_shares(pool, n)]
 
     def result(self) -> torch.Tensor:
         """The batch; :class:`ScaledDecodeError` names the samples that failed."""

@@ -313,3 +313,14 @@ def test_decode_scale_rounds_up_to_a_vectorised_eighth():
         params = g.draw_sample(steps, short, short * 5 // 4, torch.Generator())
         scales[sd.eighths(params)] = sd.decode_scale(params)
     assert scales == {2: 2, 3: 4, 4: 4, 7: 8}
+
+
+def test_claims_hand_each_sample_to_exactly_one_thread():
+    from concurrent.futures import ThreadPoolExecutor
+
+    claims = sd.Claims(1000)
+    with ThreadPoolExecutor(4) as pool:
+        taken = list(pool.map(lambda _: list(claims), range(4)))
+    flat = sorted(i for share in taken for i in share)
+    assert flat == list(range(1000))
+    assert list(claims) == []  # spent: a late thread finds nothing left
