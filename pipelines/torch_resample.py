@@ -11,6 +11,7 @@ normalises each sample straight into the output batch, with each sample's interp
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Sequence
 
@@ -53,6 +54,7 @@ def one_omp_thread() -> None:
         ctypes.CDLL(lib).omp_set_num_threads(1)
 
 
+@functools.cache  # a scan of /proc/self/maps (thousands of lines with torch) per epoch's maker
 def _openmp_library() -> str | None:
     """Path of the OpenMP runtime loaded in this process (libgomp, libiomp5, libomp)."""
     try:

@@ -279,3 +279,41 @@ def test_a_gif_and_a_16_bit_png_named_jpg_give_torchs_pixels(tmp_path):
     assert ours.shape == theirs.shape == (5, 3, 20, 24)
     assert torch.equal(ours[1:], theirs[1:])  # exactly Pillow's convert("RGB")
     assert (ours[0].int() - theirs[0].int()).abs().max() <= 2  # the JPEG: two decoders
+
+
+# ---------------------------------------------------------------- when an epoch's work starts
+
+def _recording_folder(synth_root, seen: list) -> ImageFolder:
+    def label(target):
+        seen.append(target)  # called where the batch is made (the maker thread on the CPU)
+        return target
+
+    return ImageFolder(synth_root / "val", SMALL, target_transform=label)
+
+
+def test_with_workers_the_first_batches_are_made_from_iter_as_torchs_workers_start_there(
+        synth_root):
+    import time
+
+    seen: list = []
+    loader = fastload.DataLoader(_recording_folder(synth_root, seen), batch_size=4,
+                                 num_workers=2)
+    it = iter(loader)
+    deadline = time.monotonic() + 30
+    while len(seen) < 4 and time.monotonic() < deadline:  # no next() yet
+        time.sleep(0.01)
+    assert len(seen) >= 4
+    images, labels = next(it)
+    assert labels.tolist() == [0, 0, 0, 0] and images.shape == (4, 3, 16, 16)
+
+
+def test_without_workers_nothing_is_made_before_the_first_next(synth_root):
+    import time
+
+    seen: list = []
+    loader = fastload.DataLoader(_recording_folder(synth_root, seen), batch_size=4)
+    it = iter(loader)
+    time.sleep(0.5)
+    assert seen == []
+    next(it)
+    assert len(seen) >= 4

@@ -305,7 +305,8 @@ class DataLoader:
             rank=self._rank, device=self.device, pin_memory=self.pin_memory,
             on_error=self.on_error, collate_fn=self.collate_fn,
             prefetch=self.prefetch_factor or 2, note_skip=self._note_skip,
-            show_indices=self._show_indices, length=self.__len__)
+            show_indices=self._show_indices, length=self.__len__,
+            eager=self.num_workers > 0)
 
     def _show_indices(self, indices: list[int]) -> None:
         self.last_batch_indices = indices

@@ -97,12 +97,7 @@ class MakerHandoff:
     def _next_made_ahead(self) -> list[Any]:
         """``next()`` with a maker thread: pull indices ahead, hand out the oldest outcome."""
         handoff = self._handoff
-        self._pull_ahead()
-        if self._maker is None:
-            self._maker = threading.Thread(
-                target=run_maker, name="fastload-maker", daemon=True,
-                args=(self._make_one, lambda: self._exhausted and not self._queue, handoff))
-            self._maker.start()
+        self._start_making()
         with handoff.cond:
             while not self._out and not handoff.finished:
                 handoff.cond.wait()
@@ -117,6 +112,17 @@ class MakerHandoff:
             self._finish()
             raise StopIteration
         return self._pop_outcome()
+
+    def _start_making(self) -> None:
+        """Pull indices ahead and start the maker thread if it is not running yet: at the
+        first ``next()``, or at ``iter()`` with workers (as torch's workers start there)."""
+        self._pull_ahead()
+        if self._maker is None:
+            self._maker = threading.Thread(
+                target=run_maker, name="fastload-maker", daemon=True,
+                args=(self._make_one, lambda: self._exhausted and not self._queue,
+                      self._handoff))
+            self._maker.start()
 
     def _pull_ahead(self) -> None:
         """Pull batches from the epoch (on the caller's thread, where torch's loader iterates
