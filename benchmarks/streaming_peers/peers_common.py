@@ -43,12 +43,23 @@ def train_transform(*, tensor_input: bool = False):
 
 
 def preload() -> None:
-    """Import torch and torchvision's transforms now, before any clock starts: Mosaic imports
-    them with itself, LitData and fastload only when the transform is built, and a module
+    """Import torch and torchvision's transforms, and the S3 clients the systems use, now,
+    before any clock starts: Mosaic imports torch with itself, LitData and fastload only
+    when the transform is built, each its S3 client at its first request, and a module
     import (seconds on a busy machine) is not the dataset's setup."""
+    import importlib
+
     import torch  # noqa: F401
     import torchvision.datasets  # noqa: F401
     import torchvision.transforms  # noqa: F401
+
+    # Each system's S3 client, imported lazily by its first request (fastload's fsspec ->
+    # s3fs/aiobotocore, Mosaic's boto3, LitData's obstore): imports too, not the setup.
+    for name in ("s3fs", "boto3", "obstore"):
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
 
 
 def image_folder_samples(root: str | os.PathLike) -> tuple[list[tuple[str, int]], list[str]]:
