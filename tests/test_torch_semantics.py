@@ -317,3 +317,33 @@ def test_without_workers_nothing_is_made_before_the_first_next(synth_root):
     assert seen == []
     next(it)
     assert len(seen) >= 4
+
+
+class _CountingSampler:
+    """Indices 0..n-1 in order, counting how many were taken."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.taken = n, 0
+
+    def __iter__(self):
+        for i in range(self.n):
+            self.taken += 1
+            yield i
+
+    def __len__(self) -> int:
+        return self.n
+
+
+@pytest.mark.parametrize("workers", [0, 1, 2])
+def test_iter_takes_as_many_indices_from_a_users_sampler_as_torchs_loader(val, workers):
+    import time
+
+    counts = []
+    for loader_class in (TorchDataLoader, fastload.DataLoader):
+        sampler = _CountingSampler(len(val))
+        it = iter(loader_class(val, batch_size=2, sampler=sampler, num_workers=workers))
+        time.sleep(0.3)  # the maker thread, had it pulled more, would have by now
+        counts.append(sampler.taken)
+        next(it)
+        del it
+    assert counts[1] == counts[0]

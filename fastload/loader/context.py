@@ -27,9 +27,10 @@ class EpochContext:
     (a private one, beside the iterator that holds the loader's). ``note_skip(names, why)``,
     ``show_indices(indices)`` and ``length()`` are the loader's: the skip list, its
     ``last_batch_indices``, its ``len()`` (they also keep the loader, whose finaliser closes
-    its decoder, alive while its epoch runs). ``eager``: start making batches at ``iter()``
-    (``num_workers > 0``: torch's workers start on their first indices there, pulled from the
-    sampler at ``iter()``); else at the first ``next()``."""
+    its decoder, alive while its epoch runs). ``eager_batches``: batches to pull and start making at
+    ``iter()``, as many as torch's loader hands its workers there (``prefetch_factor *
+    num_workers``, taken from the sampler at ``iter()``); 0 (no workers): from the first
+    ``next()``, as torch's single-process loader."""
 
     source: Any
     order: BatchOrder
@@ -48,4 +49,4 @@ class EpochContext:
     note_skip: Callable[[list[str], str], None]
     show_indices: Callable[[list[int]], None]
     length: Callable[[], int]
-    eager: bool = False
+    eager_batches: int = 0

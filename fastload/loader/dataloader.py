@@ -306,7 +306,7 @@ class DataLoader:
             on_error=self.on_error, collate_fn=self.collate_fn,
             prefetch=self.prefetch_factor or 2, note_skip=self._note_skip,
             show_indices=self._show_indices, length=self.__len__,
-            eager=self.num_workers > 0)
+            eager_batches=(self.prefetch_factor or 2) * self.num_workers)
 
     def _show_indices(self, indices: list[int]) -> None:
         self.last_batch_indices = indices

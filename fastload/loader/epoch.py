@@ -121,8 +121,9 @@ class _EpochCore(MakerHandoff, DamageRecovery):
         self._pulled_ahead = 0  # batches pulled and not yet handed out (caller side)
         self._pulls_done = False
         self._maker: threading.Thread | None = None
-        if self._handoff is not None and context.eager and not self._at_first_next:
-            self._start_making()  # the first batches are made while the caller gets ready
+        if self._handoff is not None and context.eager_batches and not self._at_first_next:
+            # the first batches are made while the caller gets ready
+            self._start_making(limit=context.eager_batches)
 
     def __iter__(self) -> _EpochCore:
         return self

@@ -113,10 +113,11 @@ class MakerHandoff:
             raise StopIteration
         return self._pop_outcome()
 
-    def _start_making(self) -> None:
-        """Pull indices ahead and start the maker thread if it is not running yet: at the
-        first ``next()``, or at ``iter()`` with workers (as torch's workers start there)."""
-        self._pull_ahead()
+    def _start_making(self, limit: int | None = None) -> None:
+        """Pull indices ahead (no more than ``limit`` batches) and start the maker thread if
+        it is not running yet: at the first ``next()``, or at ``iter()`` with workers (as
+        torch's workers start there)."""
+        self._pull_ahead(limit)
         if self._maker is None:
             self._maker = threading.Thread(
                 target=run_maker, name="fastload-maker", daemon=True,
@@ -124,11 +125,13 @@ class MakerHandoff:
                       self._handoff))
             self._maker.start()
 
-    def _pull_ahead(self) -> None:
+    def _pull_ahead(self, limit: int | None = None) -> None:
         """Pull batches from the epoch (on the caller's thread, where torch's loader iterates
-        its sampler) until ``_lead`` are pulled and not yet handed out; the maker makes them."""
+        its sampler) until ``_lead`` (or ``limit``) are pulled and not yet handed out; the
+        maker makes them."""
         handoff = self._handoff
-        while self._pulled_ahead < self._lead and not self._pulls_done:
+        lead = self._lead if limit is None else min(self._lead, limit)
+        while self._pulled_ahead < lead and not self._pulls_done:
             try:
                 pulled = self._epoch.next()
             except Exception as err:  # the sampler raised: its error ends the epoch
