@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -83,14 +84,17 @@ def convert(args) -> dict:
 
 def _process_seconds(argv: list[str], remote: bool) -> float:
     """The same conversion as a user's shell runs it: a fresh process, imports included (to
-    a sibling URL, so that the timed run converts again instead of resuming). It runs
+    a sibling URL new in every run, so that neither run resumes the other's). It runs
     before the timed one, so both find the images in the page cache, as the later peers
     do."""
-    again = [*argv[:2], argv[2].rstrip("/") + "-process", *argv[3:]]
+    target = argv[2].rstrip("/") + f"-process-{os.getpid()}"  # new in every run
+    again = [*argv[:2], target, *argv[3:]]
     with tempfile.TemporaryDirectory(prefix="fastload-convert-cwd-") as cwd:
         t0 = time.perf_counter()
         run = subprocess.run([*_fastload_cli(), *again], cwd=cwd, capture_output=True, text=True)
         seconds = time.perf_counter() - t0
+    if not remote:
+        shutil.rmtree(target, ignore_errors=True)
     if run.returncode != 0:
         raise SystemExit(f"`fastload {shlex.join(again)}` failed ({run.returncode}): "
                          f"{(run.stderr or run.stdout).strip()[-1500:]}")
