@@ -29,6 +29,20 @@ fl_augment_get(PyObject *obj, Py_buffer *view, int writable, Py_ssize_t itemsize
     return 0;
 }
 
+int
+fl_augment_get_pair(PyObject *a_obj, Py_buffer *a, int a_writable, Py_ssize_t a_itemsize,
+                    const char *a_name, PyObject *b_obj, Py_buffer *b, int b_writable,
+                    Py_ssize_t b_itemsize, const char *b_name)
+{
+    if (fl_augment_get(a_obj, a, a_writable, a_itemsize, a_name) < 0)
+        return -1;
+    if (fl_augment_get(b_obj, b, b_writable, b_itemsize, b_name) < 0) {
+        PyBuffer_Release(a);
+        return -1;
+    }
+    return 0;
+}
+
 static PyMethodDef methods[] = {
     {"gray", fl_augment_gray, METH_VARARGS,
      "gray(src, dst, fused): dst = floor(grayscale(src)); src uint8 3 x N, dst float32 N."},

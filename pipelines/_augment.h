@@ -23,6 +23,11 @@
 /* A C-contiguous buffer of ``itemsize``-byte items (writable if asked); -1 with an error set */
 FL_HIDDEN int fl_augment_get(PyObject *obj, Py_buffer *view, int writable, Py_ssize_t itemsize,
                              const char *name);
+/* Two buffers as fl_augment_get gets each; on failure neither is held. */
+FL_HIDDEN int fl_augment_get_pair(PyObject *a_obj, Py_buffer *a, int a_writable,
+                                  Py_ssize_t a_itemsize, const char *a_name, PyObject *b_obj,
+                                  Py_buffer *b, int b_writable, Py_ssize_t b_itemsize,
+                                  const char *b_name);
 
 /* _augment_colour.c */
 FL_HIDDEN PyObject *fl_augment_gray(PyObject *self, PyObject *args);

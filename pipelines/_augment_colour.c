@@ -111,12 +111,9 @@ fl_augment_gray(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "OOp", &src_obj, &dst_obj, &fused))
         return NULL;
     Py_buffer src, dst;
-    if (fl_augment_get(src_obj, &src, 0, 1, "src") < 0)
+    if (fl_augment_get_pair(src_obj, &src, 0, 1, "src",
+                            dst_obj, &dst, 1, 4, "dst") < 0)
         return NULL;
-    if (fl_augment_get(dst_obj, &dst, 1, 4, "dst") < 0) {
-        PyBuffer_Release(&src);
-        return NULL;
-    }
     PyObject *result = NULL;
     const Py_ssize_t n = dst.len / 4;
     if (n == 0 || src.len % (3 * n) != 0 || src.len != 3 * n) {
@@ -143,12 +140,9 @@ fl_augment_blend(PyObject *self, PyObject *args)
                           &other_obj, &fused))
         return NULL;
     Py_buffer src, dst, other = {0};
-    if (fl_augment_get(src_obj, &src, 0, 1, "src") < 0)
+    if (fl_augment_get_pair(src_obj, &src, 0, 1, "src",
+                            dst_obj, &dst, 1, 1, "dst") < 0)
         return NULL;
-    if (fl_augment_get(dst_obj, &dst, 1, 1, "dst") < 0) {
-        PyBuffer_Release(&src);
-        return NULL;
-    }
     PyObject *result = NULL;
     const float *plane = NULL;
     Py_ssize_t n = src.len, planes = 1;
@@ -189,12 +183,9 @@ fl_augment_sharpen(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "OOnnffp", &src_obj, &dst_obj, &h, &w, &r, &q, &fused))
         return NULL;
     Py_buffer src, dst;
-    if (fl_augment_get(src_obj, &src, 0, 1, "src") < 0)
+    if (fl_augment_get_pair(src_obj, &src, 0, 1, "src",
+                            dst_obj, &dst, 1, 1, "dst") < 0)
         return NULL;
-    if (fl_augment_get(dst_obj, &dst, 1, 1, "dst") < 0) {
-        PyBuffer_Release(&src);
-        return NULL;
-    }
     PyObject *result = NULL;
     if (h < 3 || w < 3 || dst.len != src.len || src.len % (h * w) != 0) {
         PyErr_SetString(PyExc_ValueError,

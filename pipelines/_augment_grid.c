@@ -114,12 +114,9 @@ fl_augment_grid_sample(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "OOOnnp", &src_obj, &grid_obj, &dst_obj, &h, &w, &nearest))
         return NULL;
     Py_buffer src, grid, dst;
-    if (fl_augment_get(src_obj, &src, 0, 1, "src") < 0)
+    if (fl_augment_get_pair(src_obj, &src, 0, 1, "src",
+                            grid_obj, &grid, 0, 4, "grid") < 0)
         return NULL;
-    if (fl_augment_get(grid_obj, &grid, 0, 4, "grid") < 0) {
-        PyBuffer_Release(&src);
-        return NULL;
-    }
     if (PyObject_GetBuffer(dst_obj, &dst, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
         PyBuffer_Release(&src);
         PyBuffer_Release(&grid);

@@ -27,12 +27,9 @@ fl_augment_mix(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "OOfp", &acc_obj, &src_obj, &w, &init))
         return NULL;
     Py_buffer acc, src;
-    if (fl_augment_get(acc_obj, &acc, 1, 4, "acc") < 0)
+    if (fl_augment_get_pair(acc_obj, &acc, 1, 4, "acc",
+                            src_obj, &src, 0, 1, "src") < 0)
         return NULL;
-    if (fl_augment_get(src_obj, &src, 0, 1, "src") < 0) {
-        PyBuffer_Release(&acc);
-        return NULL;
-    }
     PyObject *result = NULL;
     if (acc.len != 4 * src.len) {
         PyErr_SetString(PyExc_ValueError, "mix(acc, src, w, init): acc float32, src uint8, one count");
@@ -63,12 +60,9 @@ fl_augment_truncate_u8(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "OO", &src_obj, &dst_obj))
         return NULL;
     Py_buffer src, dst;
-    if (fl_augment_get(src_obj, &src, 0, 4, "src") < 0)
+    if (fl_augment_get_pair(src_obj, &src, 0, 4, "src",
+                            dst_obj, &dst, 1, 1, "dst") < 0)
         return NULL;
-    if (fl_augment_get(dst_obj, &dst, 1, 1, "dst") < 0) {
-        PyBuffer_Release(&src);
-        return NULL;
-    }
     PyObject *result = NULL;
     if (src.len != 4 * dst.len) {
         PyErr_SetString(PyExc_ValueError, "truncate_u8(src, dst): src float32, dst uint8, one count");
@@ -101,12 +95,9 @@ fl_augment_mixup(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "OOff", &prev_obj, &cur_obj, &a, &b))
         return NULL;
     Py_buffer prev, cur;
-    if (fl_augment_get(prev_obj, &prev, 0, 4, "prev") < 0)
+    if (fl_augment_get_pair(prev_obj, &prev, 0, 4, "prev",
+                            cur_obj, &cur, 1, 4, "cur") < 0)
         return NULL;
-    if (fl_augment_get(cur_obj, &cur, 1, 4, "cur") < 0) {
-        PyBuffer_Release(&prev);
-        return NULL;
-    }
     PyObject *result = NULL;
     if (prev.len != cur.len) {
         PyErr_SetString(PyExc_ValueError, "mixup(prev, cur, a, b): float32 rows of one size");
@@ -130,12 +121,9 @@ fl_augment_interleave(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "OOn", &src_obj, &dst_obj, &channels))
         return NULL;
     Py_buffer src, dst;
-    if (fl_augment_get(src_obj, &src, 0, 1, "src") < 0)
+    if (fl_augment_get_pair(src_obj, &src, 0, 1, "src",
+                            dst_obj, &dst, 1, 1, "dst") < 0)
         return NULL;
-    if (fl_augment_get(dst_obj, &dst, 1, 1, "dst") < 0) {
-        PyBuffer_Release(&src);
-        return NULL;
-    }
     PyObject *result = NULL;
     if (channels < 1 || dst.len != src.len || src.len % channels != 0) {
         PyErr_SetString(PyExc_ValueError, "interleave(src, dst, channels): uint8 C x N -> N x C");
