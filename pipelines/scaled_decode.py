@@ -278,7 +278,7 @@ class ScaledBatch:
         claims = Claims(n)
         self._futures = [pool.submit(decode_batch, plan, encoded, params, out, claims,
                                      full_below, strict)
-                         for _ in torch_resample.thread_shares(pool, n)]
+                         for _ in range(torch_resample.thread_count(pool, n))]
 
     def result(self) -> torch.Tensor:
         """The batch; :class:`ScaledDecodeError` names the samples that failed."""

@@ -27,7 +27,8 @@ try:  # the one-pass C kernel (setup.py builds it when a compiler is there)
 except ImportError:  # torch ops below give the same values, slower
     _hwc_to_chw = None
 
-__all__ = ["eligible", "resample_batch", "SampleWriter", "check_sizes", "thread_shares"]
+__all__ = ["eligible", "resample_batch", "SampleWriter", "check_sizes", "thread_count",
+           "thread_shares"]
 
 _MODES = {"linear": "bilinear", "cubic": "bicubic"}
 # The kernels F.interpolate(..., antialias=True) runs (torch_seams.upsample_aa_out), called
@@ -169,10 +170,15 @@ def check_sizes(params: Sequence[g.SampleParams]) -> tuple[int, int]:
     return h, w
 
 
+def thread_count(pool, n: int) -> int:
+    """How many of ``pool``'s threads a batch of ``n`` samples keeps busy (1 to n)."""
+    return max(1, min(n, getattr(pool, "_max_workers", 1)))
+
+
 def thread_shares(pool, n: int) -> list[range]:
     """Samples ``0..n-1`` dealt round-robin into one share per pool thread (a few hand-overs
     per batch instead of one per image)."""
-    parts = max(1, min(n, getattr(pool, "_max_workers", 1)))
+    parts = thread_count(pool, n)
     return [range(k, n, parts) for k in range(parts)]
 
 
