@@ -45,9 +45,10 @@ setup(
         ),
         Extension(
             "fastload.pipelines._jpegroi",
-            sources=["pipelines/_jpegroi.c"],
+            sources=["pipelines/_jpegroi.c", "pipelines/_jpegroi_huffman.c"],
+            depends=["pipelines/_jpegroi.h"],
             libraries=["jpeg"],
-            extra_compile_args=["-O2"],
+            extra_compile_args=["-O3"],
             optional=True,
         ),
     ]

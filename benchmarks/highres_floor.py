@@ -83,6 +83,9 @@ def main() -> None:
         def _storing(*args):
             return decode_region(*args, 0)
 
+        def _libjpeg_huffman(*args):
+            return decode_region(*args, 1)
+
         def _to_last_row(data, m, top, left, height, width, out):
             return decode_region(data, m, top + height - 1, left, 1, 1, out)
 
@@ -90,6 +93,8 @@ def main() -> None:
         canvas = np.empty(h2 * w2 * 3, np.uint8)
         floor["entropy decoding alone (every row skipped)"] = lambda _, d: decode_region(
             d, 2, h2 - 1, 0, 1, 1, canvas)
+        floor["entropy decoding alone, libjpeg-turbo's Huffman decoder"] = (
+            lambda _, d: decode_region(d, 2, h2 - 1, 0, 1, 1, canvas, 1))
 
     def whole(m: int):
         h, w = -(-height * m // 8), -(-width * m // 8)
@@ -114,6 +119,8 @@ def main() -> None:
         out = torch.empty((len(datas), 3, 224, 224), dtype=plan.output_dtype)
         writer = torch_resample.SampleWriter(plan, out)
         ways = {"region decoder": (False, sd._decode_region),
+                # before fastload's own Huffman decoder: libjpeg-turbo's (mode 1)
+                "region decoder, libjpeg-turbo's Huffman": (False, _libjpeg_huffman),
                 # H9's baseline: libjpeg-turbo stores every MCU's coefficients, the cropped
                 # columns' too (decode_region's optional last argument, 0)
                 "region decoder, every MCU stored": (False, _storing),

@@ -1,6 +1,6 @@
 /* A region of a JPEG at a DCT scale, and nothing more: libjpeg-turbo's region API.
  *
- * decode_region(data, m, top, left, height, width, out[, discard]) decodes ``data`` at scale
+ * decode_region(data, m, top, left, height, width, out[, mode]) decodes ``data`` at scale
  * m/8 and writes the rows top .. top+height-1, columns left .. left+width-1 of the scaled
  * image into their places in ``out``, a uint8 RGB canvas of the whole scaled image (H x W x 3, the
  * size libjpeg gives: ceil(h * m / 8) x ceil(w * m / 8), exactly); what lies outside the region is
@@ -11,11 +11,15 @@
  * crop of a RandomResizedCrop or a CenterCrop: rows above the region are entropy-decoded
  * only (jpeg_skip_scanlines: no inverse DCT, upsampling or colour conversion), the MCUs of
  * columns outside it get no inverse DCT either (jpeg_crop_scanline) and their coefficients
- * are discarded as they are decoded, not stored (``discard``, 1 by default; 0 keeps
- * libjpeg-turbo's own behaviour, for benchmarks/highres_floor.py), and nothing below its
+ * are discarded as they are decoded, not stored, and nothing below its
  * last row is read at all (jpeg_abort_decompress): the entropy decoding of the rest of the file,
  * which no DCT scale reduces, is skipped. The pixels of the region are the ones a
  * whole-image decode gives (islow inverse DCT, fancy upsampling: simplejpeg's defaults).
+ *
+ * ``mode`` (for benchmarks/highres_floor.py): 2, the default, entropy-decodes one-scan
+ * baseline JPEGs with fastload's own Huffman decoder (_jpegroi_huffman.c: the same
+ * coefficients, fewer steps each); 1 keeps libjpeg-turbo's Huffman decoder; 0 also has
+ * every MCU's coefficients stored, cropped columns' too (libjpeg-turbo's own crop).
  *
  * Because the tail of the file is never read, damage there goes unseen: callers use this
  * for data already found intact (fastload decodes each sample strictly once; see
@@ -31,6 +35,9 @@
 
 #include <jpeglib.h>
 #include <jpegint.h> /* struct jpeg_entropy_decoder: its decode_mcu is wrapped below */
+#include <stdlib.h>
+
+#include "_jpegroi.h"
 
 typedef struct {
     struct jpeg_error_mgr pub;
@@ -57,7 +64,7 @@ on_message(j_common_ptr cinfo, int level)
 typedef struct {
     const unsigned char *data;
     unsigned long size;
-    int m, top, left, height, width, discard;
+    int m, top, left, height, width, mode;
     unsigned char *out;
     Py_ssize_t out_size;
     /* results */
@@ -77,6 +84,7 @@ typedef struct {
  * decoder in raster order, one call each, so a counter gives each call's column. */
 typedef struct {
     boolean (*decode_mcu)(j_decompress_ptr, JBLOCKROW *);
+    HuffScan *huffman; /* fastload's Huffman decoder (mode 2), or NULL: libjpeg-turbo's */
     JDIMENSION column, per_row, first, last;
 } Columns;
 
@@ -85,7 +93,9 @@ decode_mcu_in_columns(j_decompress_ptr cinfo, JBLOCKROW *MCU_data)
 {
     Columns *c = (Columns *)cinfo->client_data;
     JDIMENSION col = c->column;
-    boolean ok = c->decode_mcu(cinfo, col >= c->first && col <= c->last ? MCU_data : NULL);
+    JBLOCKROW *kept = col >= c->first && col <= c->last ? MCU_data : NULL;
+    boolean ok = c->huffman ? huff_decode_mcu(cinfo, c->huffman, kept)
+                            : c->decode_mcu(cinfo, kept);
     if (ok) /* a suspended MCU is asked for again (a memory source never suspends) */
         c->column = col + 1 == c->per_row ? 0 : col + 1;
     return ok;
@@ -93,7 +103,7 @@ decode_mcu_in_columns(j_decompress_ptr cinfo, JBLOCKROW *MCU_data)
 
 /* Runs without the GIL. Returns 0, or -1 with job->message set. */
 static int
-run(Job *job)
+decode_with(Job *job, HuffScan *scan)
 {
     struct jpeg_decompress_struct cinfo;
     ErrorManager err;
@@ -148,27 +158,33 @@ run(Job *job)
     if (end > cinfo.output_width)
         end = cinfo.output_width;
     JDIMENSION w = end - x;
+    /* one interleaved scan (or one grey component unsampled): an MCU is an iMCU, and the
+     * MCUs reach decode_mcu in raster order, one call each */
+    int interleaved = cinfo.comps_in_scan == cinfo.num_components &&
+        (cinfo.num_components > 1 || (cinfo.comp_info[0].h_samp_factor == 1 &&
+                                       cinfo.comp_info[0].v_samp_factor == 1));
+    int sequential = !cinfo.progressive_mode && !jpeg_has_multiple_scans(&cinfo);
+    columns.decode_mcu = cinfo.entropy->decode_mcu;
+    columns.huffman = job->mode >= 2 && huff_scan_start(&cinfo, scan) == 0 ? scan : NULL;
+    columns.column = 0;
+    columns.per_row = cinfo.MCUs_per_row;
+    columns.first = 0;
+    columns.last = cinfo.MCUs_per_row - 1;
     if (w < cinfo.output_width) {
         jpeg_crop_scanline(&cinfo, &x, &w);
-        /* one interleaved scan (or one grey component unsampled): an MCU is an iMCU */
-        int interleaved = cinfo.comps_in_scan == cinfo.num_components &&
-            (cinfo.num_components > 1 || (cinfo.comp_info[0].h_samp_factor == 1 &&
-                                           cinfo.comp_info[0].v_samp_factor == 1));
-        if (job->discard && interleaved && !cinfo.progressive_mode &&
-            !jpeg_has_multiple_scans(&cinfo)) {
+        if (job->mode >= 1 && interleaved && sequential) {
             /* jpeg_crop_scanline's iMCU width: x and w are multiples of it */
             int mcu_width = cinfo.num_components > 1 ? cinfo.max_h_samp_factor : 1;
             JDIMENSION align = (JDIMENSION)(cinfo.min_DCT_scaled_size * mcu_width);
-            columns.decode_mcu = cinfo.entropy->decode_mcu;
-            columns.column = 0;
-            columns.per_row = cinfo.MCUs_per_row;
             columns.first = x / align;
             columns.last = (x + w - 1) / align;
-            cinfo.client_data = &columns;
-            cinfo.entropy->decode_mcu = decode_mcu_in_columns;
         }
     } else
         x = 0, w = cinfo.output_width;
+    if (columns.huffman || columns.first > 0 || columns.last + 1 < columns.per_row) {
+        cinfo.client_data = &columns;
+        cinfo.entropy->decode_mcu = decode_mcu_in_columns;
+    }
     size_t stride = (size_t)canvas_width * 3;
     if ((Py_ssize_t)(stride * cinfo.output_height) != job->out_size) {
         snprintf(job->message, sizeof job->message, "the output buffer holds %zd bytes, "
@@ -202,14 +218,27 @@ run(Job *job)
     return 0;
 }
 
+static int
+run(Job *job)
+{
+    HuffScan *scan = malloc(sizeof(HuffScan)); /* ~50 KB of tables: not on the stack */
+    if (scan == NULL) {
+        snprintf(job->message, sizeof job->message, "out of memory");
+        return -1;
+    }
+    int status = decode_with(job, scan);
+    free(scan);
+    return status;
+}
+
 static PyObject *
 decode_region(PyObject *Py_UNUSED(self), PyObject *args)
 {
     Py_buffer data, out;
     Job job;
-    job.discard = 1;
+    job.mode = 2;
     if (!PyArg_ParseTuple(args, "y*iiiiiw*|i", &data, &job.m, &job.top, &job.left, &job.height,
-                          &job.width, &out, &job.discard))
+                          &job.width, &out, &job.mode))
         return NULL;
     if (job.m < 1 || job.m > 8) {
         PyBuffer_Release(&data);
@@ -235,7 +264,7 @@ decode_region(PyObject *Py_UNUSED(self), PyObject *args)
 
 static PyMethodDef methods[] = {
     {"decode_region", decode_region, METH_VARARGS,
-     "decode_region(data, m, top, left, height, width, out, discard=1) -> (first_column, "
+     "decode_region(data, m, top, left, height, width, out, mode=2) -> (first_column, "
      "row_width)"},
     {NULL, NULL, 0, NULL},
 };

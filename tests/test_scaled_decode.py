@@ -273,6 +273,58 @@ def test_region_decode_of_cropped_columns_gives_a_whole_decodes_pixels_for_each_
                                   full[top:top + rh, left:left + rw]), (m, top, left, rh, rw)
 
 
+_ENCODINGS = {"420": {"subsampling": 2}, "444-q100": {"subsampling": 0, "quality": 100},
+              "422-optimized-q30": {"subsampling": 1, "quality": 30, "optimize": True},
+              "420-restart-every-7-mcus": {"subsampling": 2, "restart_marker_blocks": 7},
+              "444-restart-every-mcu": {"subsampling": 0, "restart_marker_blocks": 1},
+              "grey": {"grey": True}}
+
+
+@needs_region
+@pytest.mark.parametrize("encoding", list(_ENCODINGS), ids=list(_ENCODINGS))
+def test_fastloads_huffman_decoder_gives_libjpeg_turbos_pixels(highres, encoding):
+    """Mode 2 (fastload's Huffman decoder) against mode 1 (libjpeg-turbo's) on the same
+    regions: long codes (quality 100), optimised tables, restart markers at any interval."""
+    from fastload.pipelines._jpegroi import decode_region
+
+    options = dict(_ENCODINGS[encoding])
+    image = highres[1][2].crop((0, 0, 700, 530))
+    if options.pop("grey", False):
+        image = image.convert("L")
+    buffer = io.BytesIO()
+    image.save(buffer, format="JPEG", quality=options.pop("quality", 90), **options)
+    data = buffer.getvalue()
+    rng = np.random.default_rng(2)
+    for m in (1, 2, 4, 8):
+        h, w = -(-530 * m // 8), -(-700 * m // 8)
+        for _ in range(3):
+            rh, rw = int(rng.integers(1, h + 1)), int(rng.integers(1, w + 1))
+            top, left = int(rng.integers(0, h - rh + 1)), int(rng.integers(0, w - rw + 1))
+            canvases = [np.zeros(h * w * 3, np.uint8) for _ in range(2)]
+            for mode, canvas in zip((2, 1), canvases, strict=True):
+                decode_region(data, m, top, left, rh, rw, canvas, mode)
+            assert np.array_equal(*canvases), (m, top, left, rh, rw)
+
+
+@needs_region
+def test_fastloads_huffman_decoder_reports_damage_and_never_reads_past_the_data(highres):
+    from fastload.pipelines._jpegroi import decode_region
+
+    data = highres[2][0]
+    canvas = np.zeros(320 * 400 * 3, np.uint8)
+    for cut in np.linspace(len(data) // 10, len(data) * 9 // 10, 8).astype(int):
+        with pytest.raises(ValueError, match="Premature end of JPEG file"):
+            decode_region(data[:cut], 2, 0, 0, 320, 400, canvas)
+    rng = np.random.default_rng(3)
+    for _ in range(50):  # flipped bits: an error or some pixels, never a crash
+        damaged = bytearray(data)
+        damaged[int(rng.integers(1000, len(data)))] ^= 1 << int(rng.integers(0, 8))
+        try:
+            decode_region(bytes(damaged), 2, 0, 0, 320, 400, canvas)
+        except ValueError as error:
+            assert "JPEG" in str(error)
+
+
 @needs_region
 @pytest.mark.parametrize("transform", [VAL, TRAIN], ids=["val", "train"])
 def test_region_path_batches_equal_whole_decode_batches(highres, transform):
