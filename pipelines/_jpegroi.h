@@ -13,7 +13,7 @@
 /* One Huffman table, decoded FAST_BITS at a time. */
 typedef struct {
     uint16_t fast[1 << HUFF_FAST_BITS];   /* (code length << 8) | symbol; 0: a longer code */
-    int32_t fast_ac[1 << HUFF_FAST_BITS]; /* AC: value * 65536 + run * 256 + bits, or 0 */
+    int32_t fast_ac[1 << HUFF_FAST_BITS]; /* value * 65536 + run * 256 + bits, or 0 (DC too) */
     int32_t maxcode[18];                  /* the largest code of each length, -1: none */
     int32_t valoffset[17];
     uint8_t huffval[256];

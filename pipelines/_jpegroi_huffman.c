@@ -59,6 +59,14 @@ build_table(const JHUFF_TBL *source, int is_ac, HuffTable *t)
     }
     t->maxcode[17] = INT32_MAX; /* unused: a code longer than 16 bits is corrupt */
     memcpy(t->huffval, source->huffval, sizeof t->huffval);
+    for (int i = 0; i < (1 << HUFF_FAST_BITS) && !is_ac; i++) {
+        /* DC: the difference's size is the symbol; code and value bits in one look-up */
+        int len = t->fast[i] >> 8, size = t->fast[i] & 0xFF;
+        if (len && size <= 11 && len + size <= HUFF_FAST_BITS) {
+            int bits = size ? (i >> (HUFF_FAST_BITS - len - size)) & ((1 << size) - 1) : 0;
+            t->fast_ac[i] = (size ? extend(bits, size) : 0) * 65536 + len + size;
+        }
+    }
     if (!is_ac)
         return 0;
     for (int i = 0; i < (1 << HUFF_FAST_BITS); i++) {
@@ -272,8 +280,16 @@ huff_decode_mcu(j_decompress_ptr cinfo, HuffScan *s, JBLOCKROW *MCU_data)
     for (int blkn = 0; blkn < s->blocks; blkn++) {
         JCOEF *block = MCU_data ? (JCOEF *)MCU_data[blkn] : NULL;
         refill(s);
-        int size = symbol(cinfo, s, s->dc[blkn]);
-        int diff = size ? value(s, size) : 0;
+        const HuffTable *dc = s->dc[blkn];
+        int32_t f = dc->fast_ac[s->buf >> (64 - HUFF_FAST_BITS)];
+        int diff;
+        if (f) {
+            drop(s, f & 0xFF);
+            diff = f >> 16;
+        } else {
+            int size = symbol(cinfo, s, dc);
+            diff = size ? value(s, size) : 0;
+        }
         int ci = s->component[blkn];
         s->last_dc[ci] += diff;
         if (block) {
