@@ -1,4 +1,4 @@
-"""High-res photos against the entropy-decode floor, per image on one core (NOTES.md H5-H7, H9).
+"""High-res photos against the entropy-decode floor, per image on one core (NOTES.md H5-H7, H9, H11).
 
 Each figure is the sum over the photos of each photo's fastest time over ``--rounds``
 interleaved rounds (one thread; the minimum drops what a busy neighbour adds, so a shared
@@ -10,8 +10,9 @@ machine gives usable ratios):
 * whole-image decodes at each M/8 (the cost of each DCT scale);
 * fastload's per-sample work for ``Resize(256)+CenterCrop(224)`` and ``RandomResizedCrop(224)``
   + flip, normalised: decode (region decoder where built, else the whole image) + resample
-  into the batch, as a share of the floor; with the region decoder also with every MCU's
-  coefficients stored (libjpeg-turbo's own crop, before H9) and the pieces: the Huffman
+  into the batch, as a share of the floor; with the region decoder also with libjpeg-turbo's
+  Huffman decoder (before H11), with every MCU's coefficients stored (libjpeg-turbo's own
+  crop, before H9) and the pieces: the Huffman
   decoding up to the region's last row, the region decode alone, the resample alone.
 
     python benchmarks/highres_floor.py --images 24 --rounds 10

@@ -12,12 +12,14 @@ scaled image, and the same antialiased resample, crop, flip and normalisation as
 
 Decoding: where the optional ``_jpegroi`` extension is built (libjpeg-turbo's headers at
 install), only the region is decoded (no inverse DCT outside it, and nothing of the file
-below its last row is read: the entropy decoding of the rest is skipped) — for samples
+below its last row is read: the entropy decoding of the rest is skipped; baseline JPEGs are
+entropy-decoded by fastload's own Huffman decoder, the same coefficients in fewer steps,
+NOTES.md H11) — for samples
 already found intact; a strict decode (a sample's first, see fastload/loader/damage.py)
 and installs without the extension decode the whole image at that scale with
 ``simplejpeg`` (strict; measured fastest of Pillow ``draft()``, simplejpeg and a full
 decode). Both release the GIL, so the pool's threads decode in parallel; both give the same
-pixels for the region (benchmarks/NOTES.md, "High-resolution photos", H5-H7).
+pixels for the region (benchmarks/NOTES.md, "High-resolution photos", H5-H7, H9, H11).
 
 Where it cannot apply (not a JPEG, a progressive or arithmetic-coded JPEG, a CMYK JPEG, a
 plan :mod:`torch_resample` cannot finish) the caller runs the DALI graph instead. The
@@ -305,8 +307,8 @@ class ScaledBatch:
 def describe(plan: TransformPlan, device: str) -> str:
     """One line: how a plan's JPEGs are decoded on ``device`` ("cpu" or "cuda"/"gpu")."""
     if device == "cpu" and torch_resample.eligible(plan) and available():
-        how = ("the crop's region only (libjpeg-turbo's region API; a sample's first decode "
-               "whole, simplejpeg)" if region_decoder() else "the whole image (simplejpeg)")
+        how = ("the crop's region only (libjpeg-turbo's region API, fastload's Huffman "
+               "decoder for baseline JPEGs; a sample's first decode whole, simplejpeg)" if region_decoder() else "the whole image (simplejpeg)")
         return (f"decode: sequential JPEGs of >= {MIN_PIXELS / 1e6:g} MP at a 1/8, 2/8, 4/8 or "
                 f"8/8 DCT scale in the resample threads, {how}, when that decodes <= "
                 f"{MAX_PIXEL_RATIO:.0%} of the pixels of a full-size region decode; "
