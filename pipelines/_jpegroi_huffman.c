@@ -59,16 +59,17 @@ build_table(const JHUFF_TBL *source, int is_ac, HuffTable *t)
     }
     t->maxcode[17] = INT32_MAX; /* unused: a code longer than 16 bits is corrupt */
     memcpy(t->huffval, source->huffval, sizeof t->huffval);
-    for (int i = 0; i < (1 << HUFF_FAST_BITS) && !is_ac; i++) {
-        /* DC: the difference's size is the symbol; code and value bits in one look-up */
-        int len = t->fast[i] >> 8, size = t->fast[i] & 0xFF;
-        if (len && size <= 11 && len + size <= HUFF_FAST_BITS) {
-            int bits = size ? (i >> (HUFF_FAST_BITS - len - size)) & ((1 << size) - 1) : 0;
-            t->fast_ac[i] = (size ? extend(bits, size) : 0) * 65536 + len + size;
+    if (!is_ac) {
+        for (int i = 0; i < (1 << HUFF_FAST_BITS); i++) {
+            /* DC: the difference's size is the symbol; code and value bits in one look-up */
+            int len = t->fast[i] >> 8, size = t->fast[i] & 0xFF;
+            if (len && size <= 11 && len + size <= HUFF_FAST_BITS) {
+                int bits = size ? (i >> (HUFF_FAST_BITS - len - size)) & ((1 << size) - 1) : 0;
+                t->fast_ac[i] = (size ? extend(bits, size) : 0) * 65536 + len + size;
+            }
         }
-    }
-    if (!is_ac)
         return 0;
+    }
     for (int i = 0; i < (1 << HUFF_FAST_BITS); i++) {
         int len = t->fast[i] >> 8, symbol = t->fast[i] & 0xFF;
         int run = symbol >> 4, size = symbol & 15;
@@ -100,8 +101,10 @@ huff_scan_start(j_decompress_ptr cinfo, HuffScan *scan)
         int numbers[2] = {comp->dc_tbl_no, comp->ac_tbl_no};
         for (int kind = 0; kind < 2; kind++) {
             int no = numbers[kind];
+            if (no < 0 || no >= NUM_HUFF_TBLS)
+                return -1;
             JHUFF_TBL *source = kind ? cinfo->ac_huff_tbl_ptrs[no] : cinfo->dc_huff_tbl_ptrs[no];
-            if (no < 0 || no >= NUM_HUFF_TBLS || source == NULL)
+            if (source == NULL)
                 return -1;
             if (table_of[kind][no] < 0) {
                 if (build_table(source, kind, &scan->tables[tables]) != 0)

@@ -308,7 +308,8 @@ def describe(plan: TransformPlan, device: str) -> str:
     """One line: how a plan's JPEGs are decoded on ``device`` ("cpu" or "cuda"/"gpu")."""
     if device == "cpu" and torch_resample.eligible(plan) and available():
         how = ("the crop's region only (libjpeg-turbo's region API, fastload's Huffman "
-               "decoder for baseline JPEGs; a sample's first decode whole, simplejpeg)" if region_decoder() else "the whole image (simplejpeg)")
+               "decoder for baseline JPEGs; a sample's first decode whole, simplejpeg)"
+               if region_decoder() else "the whole image (simplejpeg)")
         return (f"decode: sequential JPEGs of >= {MIN_PIXELS / 1e6:g} MP at a 1/8, 2/8, 4/8 or "
                 f"8/8 DCT scale in the resample threads, {how}, when that decodes <= "
                 f"{MAX_PIXEL_RATIO:.0%} of the pixels of a full-size region decode; "

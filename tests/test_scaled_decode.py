@@ -236,6 +236,17 @@ def test_region_decode_gives_a_whole_decodes_pixels_at_every_scale(highres):
                                   full[top:top + rh, left:left + rw]), (m, top, left, rh, rw)
 
 
+def _jpeg_of(image, options: dict) -> bytes:
+    """``image`` saved as a JPEG with Pillow's ``options`` (``grey``: converted to L first;
+    ``quality`` 90 unless given)."""
+    options = dict(options)
+    if options.pop("grey", False):
+        image = image.convert("L")
+    buffer = io.BytesIO()
+    image.save(buffer, format="JPEG", quality=options.pop("quality", 90), **options)
+    return buffer.getvalue()
+
+
 _LAYOUTS = {"420": {"subsampling": 2}, "422": {"subsampling": 1}, "444": {"subsampling": 0},
             "grey": {"grey": True}, "420-restarts": {"subsampling": 2, "restart_marker_rows": 1}}
 
@@ -251,13 +262,8 @@ def test_region_decode_of_cropped_columns_gives_a_whole_decodes_pixels_for_each_
 
     from fastload.pipelines._jpegroi import decode_region
 
-    options = dict(_LAYOUTS[layout])
     image = highres[0][2].crop((200, 100, 200 + 472, 100 + 360))  # not whole MCUs wide
-    if options.pop("grey", False):
-        image = image.convert("L")
-    buffer = io.BytesIO()
-    image.save(buffer, format="JPEG", quality=90, **options)
-    data = buffer.getvalue()
+    data = _jpeg_of(image, _LAYOUTS[layout])
     rng = np.random.default_rng(1)
     for m in (1, 2, 4, 8):
         full = simplejpeg.decode_jpeg(data, colorspace="RGB", min_height=-(-360 * m // 8),
@@ -287,13 +293,7 @@ def test_fastloads_huffman_decoder_gives_libjpeg_turbos_pixels(highres, encoding
     regions: long codes (quality 100), optimised tables, restart markers at any interval."""
     from fastload.pipelines._jpegroi import decode_region
 
-    options = dict(_ENCODINGS[encoding])
-    image = highres[1][2].crop((0, 0, 700, 530))
-    if options.pop("grey", False):
-        image = image.convert("L")
-    buffer = io.BytesIO()
-    image.save(buffer, format="JPEG", quality=options.pop("quality", 90), **options)
-    data = buffer.getvalue()
+    data = _jpeg_of(highres[1][2].crop((0, 0, 700, 530)), _ENCODINGS[encoding])
     rng = np.random.default_rng(2)
     for m in (1, 2, 4, 8):
         h, w = -(-530 * m // 8), -(-700 * m // 8)
