@@ -14,6 +14,7 @@
 typedef struct {
     uint16_t fast[1 << HUFF_FAST_BITS];   /* (code length << 8) | symbol; 0: a longer code */
     int32_t fast_ac[1 << HUFF_FAST_BITS]; /* value * 65536 + run * 256 + bits, or 0 (DC too) */
+    uint64_t pair[1 << HUFF_FAST_BITS];   /* AC: one or two symbols of fast_ac, or 0 (see .c) */
     int32_t maxcode[18];                  /* the largest code of each length, -1: none */
     int32_t valoffset[17];
     uint8_t huffval[256];

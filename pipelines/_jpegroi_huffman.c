@@ -6,12 +6,16 @@
  * coefficient: the bit buffer is refilled 8 bytes at a time where no 0xFF byte is among
  * them, and an AC code whose code and value bits fit in HUFF_FAST_BITS comes out of one
  * table look-up as (run, value, bits), where libjpeg-turbo looks up the symbol and then
- * reads and sign-extends the value.
+ * reads and sign-extends the value. Where the bits of the next AC code fit in what is left of
+ * those HUFF_FAST_BITS, the same look-up gives it too (the pair table: one dependent load per
+ * two coefficients, NOTES.md H12); end-of-block and sixteen-zeros codes are runs there, so
+ * the loop has no branch of its own for them. The bit buffer lives in locals (registers)
+ * while a block is decoded.
  *
  * The bitstream rules are libjpeg's: 0xFF 0x00 is a 0xFF data byte, 0xFF fill bytes are
  * skipped, any other marker ends the data and zeros follow (using one of those zeros is
- * corrupt data: JWRN_HIT_MARKER; the buffer's end without one: JWRN_JPEG_EOF), restart markers are expected in order every
- * restart_interval MCUs. Anything libjpeg would warn about is reported with its warning,
+ * corrupt data: JWRN_HIT_MARKER; the buffer's end without one: JWRN_JPEG_EOF), restart
+ * markers are expected in order every restart_interval MCUs. Anything libjpeg would warn about is reported with its warning,
  * which the region decoder turns into an error.
  */
 #include <string.h>
@@ -20,20 +24,59 @@
 
 #include <jerror.h>
 
-/* zig-zag index -> natural index, with 16 spare entries for a corrupt run past 63 */
-static const int natural_order[64 + 16] = {
-    0,  1,  8,  16, 9,  2,  3,  10, 17, 24, 32, 25, 18, 11, 4,  5,  12, 19, 26, 33,
-    40, 48, 41, 34, 27, 20, 13, 6,  7,  14, 21, 28, 35, 42, 49, 56, 57, 50, 43, 36,
-    29, 22, 15, 23, 30, 37, 44, 51, 58, 59, 52, 45, 38, 31, 39, 46, 53, 60, 61, 54,
-    47, 55, 62, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63,
+/* zig-zag index -> natural index; indices past 63 (an end of block, below, or a corrupt
+ * run) all map to 63, a coefficient that is still zero whenever one is stored there */
+static const int natural_order[128] = {
+     0,  1,  8, 16,  9,  2,  3, 10, 17, 24, 32, 25, 18, 11,  4,  5,
+    12, 19, 26, 33, 40, 48, 41, 34, 27, 20, 13,  6,  7, 14, 21, 28,
+    35, 42, 49, 56, 57, 50, 43, 36, 29, 22, 15, 23, 30, 37, 44, 51,
+    58, 59, 52, 45, 38, 31, 39, 46, 53, 60, 61, 54, 47, 55, 62, 63,
+    63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63,
+    63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63,
+    63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63,
+    63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63,
 };
 
-#define AC_END_OF_BLOCK 0xFF /* fast_ac's run for the end-of-block code */
+/* fast_ac's run for the end-of-block code: the index passes 63, ending the block, and the
+ * zero it stores lands on coefficient 63, which an end of block leaves zero */
+#define AC_END_OF_BLOCK 64
 
 static inline int
 extend(int v, int s)
 {
     return v < (1 << (s - 1)) ? v - (1 << s) + 1 : v;
+}
+
+/* pair[i]: the fast_ac symbol the 10 bits i start with and, where the bits left hold the
+ * whole of another, that one too. Bytes, low to high: the first symbol's bits; the bits of
+ * both (the first's alone where there is no second); the first's run; the second's run,
+ * with 0x80 where there is a second; then the first's value and the second's (int16).
+ * With no second its run and value are 0: storing it writes a zero to the next coefficient,
+ * still zero, and does not advance the index. */
+#define PAIR_SECOND 0x80
+
+static void
+build_pairs(HuffTable *t)
+{
+    const int mask = (1 << HUFF_FAST_BITS) - 1;
+    for (int i = 0; i < (1 << HUFF_FAST_BITS); i++) {
+        int32_t f1 = t->fast_ac[i];
+        if (!f1) {
+            t->pair[i] = 0;
+            continue;
+        }
+        int bits1 = f1 & 0xFF, run1 = (f1 >> 8) & 0xFF, both = bits1, run2 = 0;
+        int16_t v1 = (int16_t)(f1 >> 16), v2 = 0;
+        int32_t f2 = run1 == AC_END_OF_BLOCK ? 0 : t->fast_ac[(i << bits1) & mask];
+        if (f2 && bits1 + (f2 & 0xFF) <= HUFF_FAST_BITS) { /* the second lies in i's bits */
+            both = bits1 + (f2 & 0xFF);
+            run2 = ((f2 >> 8) & 0xFF) | PAIR_SECOND;
+            v2 = (int16_t)(f2 >> 16);
+        }
+        t->pair[i] = (uint64_t)bits1 | (uint64_t)both << 8 | (uint64_t)run1 << 16 |
+                     (uint64_t)run2 << 24 | (uint64_t)(uint16_t)v1 << 32 |
+                     (uint64_t)(uint16_t)v2 << 48;
+    }
 }
 
 static int
@@ -77,11 +120,16 @@ build_table(const JHUFF_TBL *source, int is_ac, HuffTable *t)
             t->fast_ac[i] = AC_END_OF_BLOCK * 256 + len;
             continue;
         }
+        if (len && symbol == 0xF0) { /* sixteen zeros: the zero stored is one of them */
+            t->fast_ac[i] = 15 * 256 + len;
+            continue;
+        }
         if (!len || !size || len + size > HUFF_FAST_BITS)
             continue;
         int bits = (i >> (HUFF_FAST_BITS - len - size)) & ((1 << size) - 1);
         t->fast_ac[i] = extend(bits, size) * 65536 + run * 256 + len + size;
     }
+    build_pairs(t);
     return 0;
 }
 
@@ -161,10 +209,16 @@ refill_slowly(HuffScan *s)
     }
 }
 
+/* The hot loop's bit reader: buf and count in locals (registers), the rest in the scan. */
+typedef struct {
+    uint64_t buf;
+    int count;
+} Bits;
+
 static inline void
-refill(HuffScan *s)
+refill(HuffScan *s, Bits *b)
 {
-    if (s->count >= 32)
+    if (b->count >= 32)
         return;
     if (!s->at_marker && s->end - s->p >= 8) {
         uint64_t v;
@@ -172,35 +226,39 @@ refill(HuffScan *s)
         v = __builtin_bswap64(v);
         uint64_t x = ~v; /* a 0xFF byte of v is a zero byte of x */
         if (!((x - 0x0101010101010101ULL) & ~x & 0x8080808080808080ULL)) {
-            int n = (64 - s->count) >> 3;
-            s->buf |= v >> s->count;
+            int n = (64 - b->count) >> 3;
+            b->buf |= v >> b->count;
             s->p += n;
-            s->count += n << 3;
+            b->count += n << 3;
             return;
         }
     }
+    s->buf = b->buf;
+    s->count = b->count;
     refill_slowly(s);
+    b->buf = s->buf;
+    b->count = s->count;
 }
 
 static inline void
-drop(HuffScan *s, int n)
+drop(Bits *b, int n)
 {
-    s->buf <<= n;
-    s->count -= n;
+    b->buf <<= n;
+    b->count -= n;
 }
 
 static inline int
-symbol(j_decompress_ptr cinfo, HuffScan *s, const HuffTable *t)
+symbol(j_decompress_ptr cinfo, Bits *b, const HuffTable *t)
 {
-    unsigned e = t->fast[s->buf >> (64 - HUFF_FAST_BITS)];
+    unsigned e = t->fast[b->buf >> (64 - HUFF_FAST_BITS)];
     if (e) {
-        drop(s, (int)(e >> 8));
+        drop(b, (int)(e >> 8));
         return (int)(e & 0xFF);
     }
     for (int len = HUFF_FAST_BITS + 1; len <= 16; len++) {
-        int32_t code = (int32_t)(s->buf >> (64 - len));
+        int32_t code = (int32_t)(b->buf >> (64 - len));
         if (code <= t->maxcode[len]) {
-            drop(s, len);
+            drop(b, len);
             return t->huffval[(code + t->valoffset[len]) & 0xFF];
         }
     }
@@ -209,36 +267,43 @@ symbol(j_decompress_ptr cinfo, HuffScan *s, const HuffTable *t)
 }
 
 static inline int
-value(HuffScan *s, int size)
+value(Bits *b, int size)
 {
-    int v = (int)(s->buf >> (64 - size));
-    drop(s, size);
+    int v = (int)(b->buf >> (64 - size));
+    drop(b, size);
     return extend(v, size);
 }
 
 /* The AC coefficients of one block, stored (store) or only decoded. */
 static inline void
-ac_block(j_decompress_ptr cinfo, HuffScan *s, const HuffTable *t, JCOEF *block, int store)
+ac_block(j_decompress_ptr cinfo, HuffScan *s, Bits *b, const HuffTable *t, JCOEF *block,
+         int store)
 {
     for (int k = 1; k < 64;) {
-        refill(s);
-        int32_t f = t->fast_ac[s->buf >> (64 - HUFF_FAST_BITS)];
-        if (f) {
-            int run = (f >> 8) & 0xFF;
-            drop(s, f & 0xFF);
-            if (run == AC_END_OF_BLOCK)
-                break;
-            k += run;
+        refill(s, b);
+        uint64_t e = t->pair[b->buf >> (64 - HUFF_FAST_BITS)];
+        if (e) {
+            k += (int)(e >> 16) & 0xFF;
             if (store)
-                block[natural_order[k]] = (JCOEF)(f >> 16);
+                block[natural_order[k]] = (JCOEF)(int16_t)(e >> 32);
             k++;
+            if (k < 64) { /* the second symbol (if any) is this block's */
+                drop(b, (int)(e >> 8) & 0xFF);
+                int run2 = (int)(e >> 24) & 0xFF;
+                k += run2 & (PAIR_SECOND - 1);
+                if (store)
+                    block[natural_order[k]] = (JCOEF)(int16_t)(e >> 48);
+                k += run2 >> 7;
+            } else {
+                drop(b, (int)e & 0xFF);
+            }
             continue;
         }
-        int sym = symbol(cinfo, s, t);
+        int sym = symbol(cinfo, b, t);
         int run = sym >> 4, size = sym & 15;
         if (size) {
             k += run;
-            int v = value(s, size);
+            int v = value(b, size);
             if (store)
                 block[natural_order[k]] = (JCOEF)v;
             k++;
@@ -280,30 +345,33 @@ huff_decode_mcu(j_decompress_ptr cinfo, HuffScan *s, JBLOCKROW *MCU_data)
             restart(cinfo, s);
         s->restarts_to_go--;
     }
+    Bits b = {s->buf, s->count};
     for (int blkn = 0; blkn < s->blocks; blkn++) {
         JCOEF *block = MCU_data ? (JCOEF *)MCU_data[blkn] : NULL;
-        refill(s);
+        refill(s, &b);
         const HuffTable *dc = s->dc[blkn];
-        int32_t f = dc->fast_ac[s->buf >> (64 - HUFF_FAST_BITS)];
+        int32_t f = dc->fast_ac[b.buf >> (64 - HUFF_FAST_BITS)];
         int diff;
         if (f) {
-            drop(s, f & 0xFF);
+            drop(&b, f & 0xFF);
             diff = f >> 16;
         } else {
-            int size = symbol(cinfo, s, dc);
-            diff = size ? value(s, size) : 0;
+            int size = symbol(cinfo, &b, dc);
+            diff = size ? value(&b, size) : 0;
         }
         int ci = s->component[blkn];
         s->last_dc[ci] += diff;
         if (block) {
             block[0] = (JCOEF)s->last_dc[ci];
             if (s->ac_stored[blkn]) {
-                ac_block(cinfo, s, s->ac[blkn], block, 1);
+                ac_block(cinfo, s, &b, s->ac[blkn], block, 1);
                 continue;
             }
         }
-        ac_block(cinfo, s, s->ac[blkn], NULL, 0);
+        ac_block(cinfo, s, &b, s->ac[blkn], NULL, 0);
     }
+    s->buf = b.buf;
+    s->count = b.count;
     if (s->at_marker && s->zeros > s->count) /* bits past the data's end were used */
         WARNMS(cinfo, s->truncated ? JWRN_JPEG_EOF : JWRN_HIT_MARKER);
     cinfo->src->next_input_byte = s->p;

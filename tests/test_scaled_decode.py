@@ -307,6 +307,26 @@ def test_fastloads_huffman_decoder_gives_libjpeg_turbos_pixels(highres, encoding
 
 
 @needs_region
+def test_fastloads_huffman_decoder_on_blocks_that_end_without_an_end_of_block_code():
+    """Noise at quality 100: most blocks code all 63 AC terms (no end-of-block code), so a
+    look-up that holds two symbols often ends a block with its first and must leave the
+    second, the next block's DC code, unread."""
+    from PIL import Image
+
+    from fastload.pipelines._jpegroi import decode_region
+
+    noise = np.random.default_rng(4).integers(0, 256, (120, 160, 3), dtype=np.uint8)
+    data = _jpeg_of(Image.fromarray(noise), {"subsampling": 0, "quality": 100})
+    assert len(data) > 120 * 160 * 3 // 2  # the coefficients are nearly all non-zero
+    for m in (2, 4, 8):
+        h, w = 120 * m // 8, 160 * m // 8
+        canvases = [np.zeros(h * w * 3, np.uint8) for _ in range(2)]
+        for mode, canvas in zip((2, 1), canvases, strict=True):
+            decode_region(data, m, 1, 2, h - 3, w - 5, canvas, mode)
+        assert np.array_equal(*canvases), m
+
+
+@needs_region
 def test_fastloads_huffman_decoder_reports_damage_and_never_reads_past_the_data(highres):
     from fastload.pipelines._jpegroi import decode_region
 
