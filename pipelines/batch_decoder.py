@@ -158,6 +158,9 @@ class BatchDecoder:
         use_scaled = self.resampler == "torch" and scaled_decode_available()
         self.scaled_decode = scaled_decode if use_scaled else "off"
         self.scaled_batches = 0  # batches decoded on the scaled path (the rest ran DALI)
+        # whether the batch fetch() returned last is done with its encoded arrays: on the
+        # scaled path its threads are; DALI (no_copy) may still read a batch's inputs
+        self.inputs_done = False
         self._names = graph.input_names(plan, resample=self.resampler == "dali")
         self._pending: collections.deque = collections.deque()  # (feeds, encoded, params)
         self._pool = None
@@ -238,12 +241,15 @@ class BatchDecoder:
         self._check_open()
         if not self._pending:
             raise RuntimeError("fetch() called with no batch in flight; call submit() first")
+        self.inputs_done = False
         if isinstance(self._pending[0][0], scaled_decode.ScaledBatch):
             batch = self._pending.popleft()[0]
             try:
-                return batch.result()
+                images = batch.result()
             except scaled_decode.ScaledDecodeError as err:
                 raise BatchDecodeError(err.message, err.sample_indices, exact=True) from None
+            self.inputs_done = True
+            return images
         try:
             (out,) = dali_backend.outputs(self._pipe)
         except RuntimeError as exc:

@@ -189,6 +189,9 @@ class _EpochCore(MakerHandoff, DamageRecovery):
                     images = self._recover(head, err)
                 if head.strict:
                     self._damage.mark_intact(self._source, head.indices, head.unchecked)
+                if head.recyclable and self._decoder.inputs_done:
+                    encoded, head.encoded = head.encoded, []
+                    self._source.recycle(encoded)
             except BaseException as err:
                 self._queue.popleft()  # the batch is consumed, as in torch
                 self._emit(("error", err, True))

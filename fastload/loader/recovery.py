@@ -30,6 +30,9 @@ class Batch:
     submitted: bool = False
     strict: bool = False  # decoded strictly: damaged JPEG data fails it (see loader/damage)
     unchecked: list[tuple[int, Any]] = field(default_factory=list)  # (index, stamp) to mark
+    # its encoded arrays go back to the source once decoded: not after a decoder reset,
+    # whose cancelled tasks may still be reading them
+    recyclable: bool = True
     empty: bool = False  # the sampler gave no index: collated as torch collates []
     pulled: bool = True  # False for the error of a sampler that raised instead of a batch
 
@@ -70,8 +73,9 @@ class DamageRecovery:
         each alone, then raise naming them (the first in order first) or (on_error="skip")
         decode the batch without them."""
         self._decoder.reset()
-        for batch in self._queue:
+        for batch in self._queue:  # the head is the queue's first
             batch.submitted = False
+            batch.recyclable = False
         bad, reasons = [], []
         if getattr(err, "exact", False):  # the scaled path's decoder names its samples
             bad = list(err.sample_indices)

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from fastload.loader.image_headers import check_pixel_limit, jpeg_size
+from fastload.loader.read_buffers import ReadBuffers
 
 __all__ = ["FileSource", "LMDBSource", "SampleError", "SubsetSource"]
 
@@ -69,6 +70,10 @@ class _Source:
     def index(self, index: Any) -> int:
         """Sample ``index`` from a sampler as a plain int, checked as the dataset checks it."""
         return list_index(index, len(self.targets))
+
+    def recycle(self, encoded: Sequence[Any]) -> None:
+        """``encoded``, what :meth:`read` returned for a batch, is decoded and no longer
+        referenced by the caller: a source that lends read memory may lend it again."""
 
     def sample_labels(self, indices: Sequence[int]) -> list[Any]:
         """Each sample's label as the dataset yields it (after ``target_transform``)."""
@@ -119,6 +124,7 @@ class FileSource(_Source):
         self._stamps = np.full((len(self.paths), 2), -1, dtype=np.int64)
         self._checked = np.full((len(self.paths), 2), -2, dtype=np.int64)
         self._pillow = np.zeros(len(self.paths), dtype=bool)  # decoded here, not by DALI
+        self._buffers = ReadBuffers()  # what files are read into (see loader/read_buffers)
 
     def name(self, i: int) -> str:
         """How error messages refer to sample ``i``."""
@@ -133,7 +139,7 @@ class FileSource(_Source):
         """
         path = self.paths[i]
         try:
-            data, mtime_ns = _read_file(path)
+            data, mtime_ns = _read_file(path, self._buffers.take)
         except FileNotFoundError:
             raise FileNotFoundError(
                 f"sample {i}: file '{path}' does not exist; rebuild the dataset's file list "
@@ -185,6 +191,9 @@ class FileSource(_Source):
                                   [self.name(i)]) from None
         header = f"P6\n{size[1]} {size[0]}\n255\n".encode()
         return np.frombuffer(header + rgb.tobytes(), dtype=np.uint8), size
+
+    def recycle(self, encoded: Sequence[Any]) -> None:
+        self._buffers.give_back(encoded)
 
     def unchecked(self, i: int) -> tuple[int, int] | None:
         """The stamp to pass to :meth:`mark_checked` when sample ``i`` as last read has not
@@ -278,6 +287,9 @@ class SubsetSource(_Source):
     def read(self, i: int) -> tuple[Any, tuple[int, int]]:
         return self.base.read(int(self.index_map[i]))
 
+    def recycle(self, encoded: Sequence[Any]) -> None:
+        self.base.recycle(encoded)
+
     def unchecked(self, i: int) -> Any:
         return self.base.unchecked(int(self.index_map[i]))
 
@@ -285,12 +297,15 @@ class SubsetSource(_Source):
         self.base.mark_checked(int(self.index_map[i]), stamp)
 
 
-def _read_file(path: str) -> tuple[np.ndarray, int]:
-    """A file's bytes and its ``st_mtime_ns``, from one open (so they belong together)."""
+def _read_file(path: str, allocate: Callable[[int], np.ndarray] | None = None
+               ) -> tuple[np.ndarray, int]:
+    """A file's bytes (in a uint8 array from ``allocate(nbytes)``) and its ``st_mtime_ns``,
+    from one open (so they belong together)."""
     fd = os.open(path, os.O_RDONLY)  # not inherited by children (PEP 446)
     try:
         st = os.fstat(fd)
-        data = np.empty(st.st_size, dtype=np.uint8)
+        data = (np.empty(st.st_size, dtype=np.uint8) if allocate is None
+                else allocate(st.st_size))
         got = os.readv(fd, [data]) if st.st_size else 0
     finally:
         os.close(fd)
