@@ -58,6 +58,16 @@ def test_free_blocks_stay_within_max_bytes():
     assert buffers._free_bytes <= 3 << 20
 
 
+def test_blocks_outgrown_by_larger_files_are_replaced_not_kept_beside_the_new_ones():
+    buffers = ReadBuffers()
+    small = [buffers.take(500_000) for _ in range(4)]
+    buffers.give_back(small)
+    del small
+    large = [buffers.take(800_000) for _ in range(4)]
+    buffers.give_back(large)
+    assert len(buffers._free) == 4 and all(b.nbytes >= 800_000 for b in buffers._free)
+
+
 def test_arrays_from_elsewhere_are_ignored():
     buffers = ReadBuffers()
     buffers.give_back([np.zeros(10, np.uint8), b"bytes", memoryview(b"x")])

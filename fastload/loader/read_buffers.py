@@ -55,13 +55,14 @@ class ReadBuffers:
             self._reset()
         with self._lock:
             block = None
-            for j, candidate in enumerate(self._free):  # smallest first
-                if candidate.nbytes >= nbytes:
-                    if candidate.nbytes <= 2 * nbytes:
-                        block = self._free.pop(j)
-                        self._free_bytes -= block.nbytes
-                    break
-            if block is None:
+            fits = next((j for j, b in enumerate(self._free) if b.nbytes >= nbytes),
+                        len(self._free))  # smallest first
+            if fits < len(self._free) and self._free[fits].nbytes <= 2 * nbytes:
+                block = self._free.pop(fits)
+                self._free_bytes -= block.nbytes
+            else:
+                if fits > 0:  # a new block replaces a free one too small for this file:
+                    self._free_bytes -= self._free.pop(fits - 1).nbytes  # no more blocks
                 block = np.empty(-(-(nbytes + nbytes // 4) // _ROUND) * _ROUND, dtype=np.uint8)
             self._lent[id(block)] = block
         return block[:nbytes]
