@@ -29,7 +29,14 @@ def test_a_block_is_not_lent_for_a_read_of_less_than_half_its_size():
     block = big.base
     buffers.give_back([big])
     del big
-    assert buffers.take(100_000).base is not block
+    assert buffers.take(1_000_000).base is not block
+
+
+def test_small_files_get_arrays_of_their_own():
+    buffers = ReadBuffers(min_file_bytes=256 << 10)
+    small = buffers.take(100_000)
+    buffers.give_back([small])
+    assert small.base is None and buffers._free_bytes == 0
 
 
 def test_a_block_not_given_back_is_never_lent_to_another_read():
@@ -99,10 +106,10 @@ def test_highres_folder_epochs_give_the_same_batches_while_read_memory_is_reused
 
 def test_a_forked_child_starts_with_no_blocks_of_its_parent():
     buffers = ReadBuffers()
-    buffers.give_back([buffers.take(200_000)])
+    buffers.give_back([buffers.take(400_000)])
     pid = os.fork()
     if pid == 0:  # the child: its first take allocates afresh, the parent's list is gone
-        code = 0 if buffers.take(200_000) is not None and buffers._free_bytes == 0 else 1
+        code = 0 if buffers.take(400_000) is not None and buffers._free_bytes == 0 else 1
         os._exit(code)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0

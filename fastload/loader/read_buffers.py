@@ -30,11 +30,14 @@ _ROUND = 64 << 10  # block sizes: multiples of 64 KiB, with a quarter of headroo
 
 
 class ReadBuffers:
-    """Up to ``max_bytes`` of free blocks kept for reuse; a file larger than
+    """Up to ``max_bytes`` of free blocks kept for reuse; a file smaller than
+    ``min_file_bytes`` (malloc serves those from memory already mapped) or larger than
     ``max_file_bytes`` gets an array of its own, never pooled."""
 
-    def __init__(self, max_bytes: int = 256 << 20, max_file_bytes: int = 32 << 20) -> None:
+    def __init__(self, max_bytes: int = 256 << 20, min_file_bytes: int = 256 << 10,
+                 max_file_bytes: int = 32 << 20) -> None:
         self.max_bytes = max_bytes
+        self.min_file_bytes = min_file_bytes
         self.max_file_bytes = max_file_bytes
         self._reset()
 
@@ -49,7 +52,7 @@ class ReadBuffers:
     def take(self, nbytes: int) -> np.ndarray:
         """A uint8 array of ``nbytes`` (its contents undefined): a view of a free block at
         least that large and at most twice as large, or of a new block."""
-        if nbytes > self.max_file_bytes or nbytes <= 0:
+        if not self.min_file_bytes <= nbytes <= self.max_file_bytes:
             return np.empty(max(nbytes, 0), dtype=np.uint8)
         if self._pid != os.getpid():  # a forked child: none of the parent's state is ours
             self._reset()
