@@ -13,22 +13,24 @@ import torch
 from fastload.loader.read_buffers import ReadBuffers
 
 
+def _given_back(buffers: ReadBuffers, nbytes: int) -> np.ndarray:
+    """The block behind a read of ``nbytes``, lent and given back."""
+    view = buffers.take(nbytes)
+    block = view.base
+    buffers.give_back([view])
+    return block
+
+
 def test_a_block_given_back_is_lent_again_for_a_read_of_about_its_size():
     buffers = ReadBuffers()
-    first = buffers.take(1_000_000)
-    block = first.base
-    buffers.give_back([first])
-    del first
+    block = _given_back(buffers, 1_000_000)
     again = buffers.take(900_000)
     assert again.base is block and again.shape == (900_000,)
 
 
 def test_a_block_is_not_lent_for_a_read_of_less_than_half_its_size():
     buffers = ReadBuffers()
-    big = buffers.take(4_000_000)
-    block = big.base
-    buffers.give_back([big])
-    del big
+    block = _given_back(buffers, 4_000_000)
     assert buffers.take(1_000_000).base is not block
 
 
