@@ -15,8 +15,8 @@
  * The bitstream rules are libjpeg's: 0xFF 0x00 is a 0xFF data byte, 0xFF fill bytes are
  * skipped, any other marker ends the data and zeros follow (using one of those zeros is
  * corrupt data: JWRN_HIT_MARKER; the buffer's end without one: JWRN_JPEG_EOF), restart
- * markers are expected in order every restart_interval MCUs. Anything libjpeg would warn about is reported with its warning,
- * which the region decoder turns into an error.
+ * markers are expected in order every restart_interval MCUs. Anything libjpeg would warn
+ * about is reported with its warning, which the region decoder turns into an error.
  */
 #include <string.h>
 

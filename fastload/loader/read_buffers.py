@@ -16,6 +16,7 @@ references, and the pool simply lends another block.
 
 from __future__ import annotations
 
+import bisect
 import os
 import threading
 import weakref
@@ -57,9 +58,7 @@ class ReadBuffers:
         if self._pid != os.getpid():  # a forked child: none of the parent's state is ours
             self._reset()
         with self._lock:
-            block = None
-            fits = next((j for j, b in enumerate(self._free) if b.nbytes >= nbytes),
-                        len(self._free))  # smallest first
+            fits = bisect.bisect_left(self._free, nbytes, key=_size)  # the smallest that fits
             if fits < len(self._free) and self._free[fits].nbytes <= 2 * nbytes:
                 block = self._free.pop(fits)
                 self._free_bytes -= block.nbytes
@@ -80,13 +79,9 @@ class ReadBuffers:
                 block = self._lent.pop(id(getattr(array, "base", None)), None)
                 if block is None or self._free_bytes + block.nbytes > self.max_bytes:
                     continue
-                at = next((j for j, b in enumerate(self._free) if b.nbytes >= block.nbytes),
-                          len(self._free))
-                self._free.insert(at, block)
+                bisect.insort(self._free, block, key=_size)
                 self._free_bytes += block.nbytes
 
-    def clear(self) -> None:
-        """Drop the free blocks (lent ones stay with their holders)."""
-        with self._lock:
-            self._free.clear()
-            self._free_bytes = 0
+
+def _size(block: np.ndarray) -> int:
+    return block.nbytes

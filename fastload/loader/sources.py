@@ -297,15 +297,13 @@ class SubsetSource(_Source):
         self.base.mark_checked(int(self.index_map[i]), stamp)
 
 
-def _read_file(path: str, allocate: Callable[[int], np.ndarray] | None = None
-               ) -> tuple[np.ndarray, int]:
+def _read_file(path: str, allocate: Callable[[int], np.ndarray]) -> tuple[np.ndarray, int]:
     """A file's bytes (in a uint8 array from ``allocate(nbytes)``) and its ``st_mtime_ns``,
     from one open (so they belong together)."""
     fd = os.open(path, os.O_RDONLY)  # not inherited by children (PEP 446)
     try:
         st = os.fstat(fd)
-        data = (np.empty(st.st_size, dtype=np.uint8) if allocate is None
-                else allocate(st.st_size))
+        data = allocate(st.st_size)
         got = os.readv(fd, [data]) if st.st_size else 0
     finally:
         os.close(fd)
