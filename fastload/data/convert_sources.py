@@ -21,8 +21,10 @@
 
 Labels and class names follow :mod:`fastload.data.sources.labels`: a ``ClassLabel``
 feature's names when the source has one; otherwise integer labels are class indices
-(classes ``"0"`` .. ``str(max)``) and any other labels are class names (classes = their
-sorted set, as ImageFolder sorts folder names).
+(classes ``"0"`` .. ``str(max)``) when they are at least half of the labels, else the
+labels are class names (classes = their sorted set, as ImageFolder sorts folder names); a
+label that does not fit (``-1``, ``cat`` among indices) is a bad record, skipped and
+reported.
 """
 
 from __future__ import annotations

@@ -3,15 +3,19 @@
 Members are grouped into samples as WebDataset groups them (``webdataset.tariterators``):
 the key is the member's path up to the first dot of its base name, the rest (lower-cased)
 its suffix, and consecutive members with the same key form one sample (``a/x.jpg``,
-``a/x.cls`` -> key ``a/x``). Non-regular members, names without a dot and ``__...__``
-metadata members are skipped, as WebDataset skips them. Shards are read in the order
+``a/x.cls`` -> key ``a/x``). Names without a dot and ``__...__`` metadata members are
+skipped, as WebDataset skips them, and so are non-regular members (folders, devices)
+other than symbolic and hard links: a sample whose image or label is a link member is
+reported as such (the link's target is not in the member's byte range), and a link member
+alone is a bad record of its own. Shards are read in the order
 given (a folder's or a glob's ``*.tar`` sorted by name), members in tar order.
 
 Each sample needs exactly one image member, one whose whole suffix is an image extension
 (``jpg``, ``jpeg``, ``png``, ``webp``, ...; so ``x.seg.png`` is not x's image), and a
 label: the text of its ``.cls`` member or, with ``label_field``, that field of its
-``.json`` member. Labels follow :mod:`fastload.data.sources.labels` (``.cls`` text and
-JSON integers are class indices; JSON strings class names).
+``.json`` member. Labels follow :mod:`fastload.data.sources.labels` (integers, ``.cls``
+text or JSON, are class indices, a ``-1`` among them a bad record; a set of other labels
+is one of class names).
 
 Listing reads every member header and the small label members; the images are read at
 conversion time as byte ranges of their shard (``os.preadv``), one at a time. A sample
@@ -67,11 +71,12 @@ def check_uncompressed(shard: Path) -> None:
 
 
 class _Sample:
-    __slots__ = ("key", "members", "problem", "cut")
+    __slots__ = ("key", "members", "links", "problem", "cut")
 
     def __init__(self, key: str) -> None:
         self.key = key
         self.members: dict[str, tuple[int, int, str]] = {}  # suffix -> (offset, size, name)
+        self.links: dict[str, tuple[str, str]] | None = None  # suffix -> (name, why unusable)
         self.problem: str | None = None
         self.cut: tuple[str, str] | None = None  # (where, why) the shard ends after it
 
@@ -117,7 +122,8 @@ def _group(handle) -> Generator[_Sample, None, str | None]:
         if member is None:
             break
         tar.members = []  # tarfile keeps every TarInfo otherwise: memory per member
-        if not member.isreg() or _META.match(member.name):
+        link = member.issym() or member.islnk()
+        if not (member.isreg() or link) or _META.match(member.name):
             continue
         match = _KEY_SUFFIX.match(member.name)
         if match is None:
@@ -127,6 +133,11 @@ def _group(handle) -> Generator[_Sample, None, str | None]:
             if current is not None:
                 yield current
             current = _Sample(key)
+        if link:
+            if current.links is None:
+                current.links = {}
+            current.links.setdefault(suffix, (member.name, _link_problem(member)))
+            continue
         if suffix in current.members and current.problem is None:
             current.problem = f"two members with suffix .{suffix} ({member.name!r})"
         current.members[suffix] = (member.offset_data, member.size, member.name)
@@ -149,13 +160,16 @@ def _group(handle) -> Generator[_Sample, None, str | None]:
 def _entries(sample: _Sample, fd: int, label_field: str | None) -> list[Entry]:
     """``sample`` as one entry (plus one for the cut, when the shard ends after it whole)."""
     images = sorted(s for s in sample.members if s in IMAGE_SUFFIXES)
+    linked = sorted(s for s in sample.links or () if s in IMAGE_SUFFIXES)
     problem = sample.problem
     if problem is None and not images:
-        problem = (f"no image member (a suffix among {', '.join(sorted(IMAGE_SUFFIXES))}); "
-                   f"members: {', '.join(n for *_, n in sample.members.values()) or 'none'}")
+        problem = sample.links[linked[0]][1] if linked else (
+            f"no image member (a suffix among {', '.join(sorted(IMAGE_SUFFIXES))}); "
+            f"members: {', '.join(n for *_, n in sample.members.values()) or 'none'}")
     elif problem is None and len(images) > 1:
         problem = f"several image members ({', '.join('.' + s for s in images)})"
-    offset, size, name = sample.members[images[0]] if images else (0, 0, sample.key)
+    offset, size, name = (sample.members[images[0]] if images else
+                          (0, 0, sample.links[linked[0]][0] if linked else sample.key))
     label: Label = None
     if problem is None:
         label, problem = _read_label(fd, sample, label_field)
@@ -168,6 +182,8 @@ def _entries(sample: _Sample, fd: int, label_field: str | None) -> list[Entry]:
 
 def _read_label(fd: int, sample: _Sample, label_field: str | None) -> tuple[Label, str | None]:
     suffix = "json" if label_field is not None else "cls"
+    if suffix not in sample.members and sample.links and suffix in sample.links:
+        return None, sample.links[suffix][1]
     if suffix not in sample.members:
         return None, (f"no .{suffix} member to read the label from" +
                       (f" (label_field={label_field!r})" if label_field else ""))
@@ -267,6 +283,15 @@ def _scan_all(shards: list[Path], label_field: str | None, workers: int) -> Iter
 
     with multiprocessing.get_context().Pool(min(workers, len(shards))) as pool:
         yield from pool.imap(_scan_task, tasks)  # in order
+
+
+def _link_problem(member: tarfile.TarInfo) -> str:
+    """Why the link member ``member`` gives a sample nothing (one phrase naming it)."""
+    kind, fix = (("a symlink", "--dereference") if member.issym()
+                 else ("a hard link", "--hard-dereference"))
+    return (f"{member.name!r} is {kind} member (to {member.linkname!r}), not stored: its "
+            "target's bytes are not in the shard at that member; write the shard with the "
+            f"files themselves (GNU tar {fix})")
 
 
 def _bad(key: str, problem: str) -> _Sample:
