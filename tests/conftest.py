@@ -2,8 +2,30 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
+
 import pytest
 import torch
+
+_KEY_DIR = "FASTLOAD_KEY_DIR"
+_saved_key_dir: list = []
+
+
+def pytest_configure(config):
+    """Sets converted by the tests are attested under a key of this session, never under the
+    user's own (``FASTLOAD_KEY_DIR``; the processes tests start inherit it)."""
+    _saved_key_dir.append(os.environ.get(_KEY_DIR))
+    os.environ[_KEY_DIR] = tempfile.mkdtemp(prefix="fastload-test-key-")
+
+
+def pytest_unconfigure(config):
+    if _saved_key_dir:
+        shutil.rmtree(os.environ.pop(_KEY_DIR), ignore_errors=True)
+        saved = _saved_key_dir.pop()
+        if saved is not None:
+            os.environ[_KEY_DIR] = saved
 
 
 def pytest_collection_modifyitems(config, items):

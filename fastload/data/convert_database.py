@@ -22,9 +22,16 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from fastload.data.attest import attest_database
 from fastload.data.destination import prepare_destination
 from fastload.data.dst_lock import unlock_destination
-from fastload.data.format import META_FILE, STATE_COMPLETE
+from fastload.data.format import (
+    JPEG_CHECK_STRICT,
+    META_FILE,
+    META_JPEG_ATTESTATION,
+    META_JPEG_CHECK,
+    STATE_COMPLETE,
+)
 from fastload.data.image_check import (
     KEPT,
     ScratchBuffer,
@@ -88,7 +95,12 @@ def convert_one(samples, dst_path: Path, identity: dict, total_bytes: int, overw
     except BaseException:
         writer.close()
         raise
-    writer.finish({"created": datetime.now(timezone.utc).isoformat(timespec="seconds")})
+    meta = {"created": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    if identity.get(META_JPEG_CHECK) == JPEG_CHECK_STRICT:  # bind the claim to the records
+        attestation = attest_database(writer.stored, writer.checksums)
+        if attestation is not None:
+            meta[META_JPEG_ATTESTATION] = attestation
+    writer.finish(meta)
     kept = writer.counts.get(KEPT, 0)
     return ConvertReport(
         path=dst_path, stored=writer.stored, skipped=len(writer.skipped), seen=writer.seen,

@@ -45,6 +45,9 @@ LOCK_FILE = "lock.mdb"
 # before it existed, whose records the loader decodes strictly at their first read.
 META_JPEG_CHECK = "jpeg_check"
 JPEG_CHECK_STRICT = "strict"
+# The HMAC that binds that claim to the records under this user's key (see attest.py): the
+# loader trusts the claim only where it verifies, and checks each record otherwise.
+META_JPEG_ATTESTATION = "jpeg_check_attestation"
 
 STATE_COMPLETE = "complete"
 STATE_PARTIAL = "partial"
@@ -63,6 +66,7 @@ def record_key(index: int) -> bytes:
 
 
 def jpeg_checked(meta: dict) -> bool:
-    """True when the sidecar (or a sharded set's manifest) ``meta`` says every JPEG passed
-    the strict decode at conversion, so the loader needs no check of its own."""
+    """True when the sidecar (or a sharded set's manifest) ``meta`` *claims* every JPEG
+    passed the strict decode at conversion; whether the loader may trust the claim is
+    :func:`fastload.data.attest.trusted_jpeg_check`'s decision."""
     return meta.get(META_JPEG_CHECK) == JPEG_CHECK_STRICT

@@ -16,7 +16,8 @@ source, in source order, so global index ``i`` is record ``i - start`` of the sh
 ``[start, stop)`` range holds it and the global order equals an unsharded conversion's. The
 manifest lists, per shard, its directory, record count, range, checksum file and that
 file's CRC-32, plus the set's class names, source fingerprint and options (and
-``"jpeg_check": "strict"`` when every shard's sidecar says it). It exists only
+``"jpeg_check": "strict"`` when every shard's sidecar says it, with an attestation when
+every shard's own verifies here: :mod:`fastload.data.attest`). It exists only
 once every shard is complete; whichever process finds them all complete first writes it.
 What a manifest may hold, and what reading a set checks: :mod:`fastload.data.manifest_schema`
 and :mod:`fastload.data.shards`.
@@ -35,6 +36,7 @@ from fastload.data.format import (
     JPEG_CHECK_STRICT,
     LABELS_DTYPE,
     META_FILE,
+    META_JPEG_ATTESTATION,
     META_JPEG_CHECK,
     PARTIAL_FILE,
     STATE_COMPLETE,
@@ -196,10 +198,11 @@ def build_manifest(root: Path, count: int, open_shard: Callable | None = None):
     ``len``, ``checksums``, ``targets``: a remote set's sidecars, fetched)."""
     import numpy as np
 
+    from fastload.data.attest import attest_manifest, trusted_jpeg_check
     from fastload.data.reader import LMDBReader
     from fastload.data.untrusted import confined_path
 
-    shards, labels, start, first, strict = [], [], 0, None, True
+    shards, labels, start, first, strict, attested = [], [], 0, None, True, True
     real_root = os.path.realpath(root)
     for k in range(count):
         name = shard_name(k, count)
@@ -217,6 +220,7 @@ def build_manifest(root: Path, count: int, open_shard: Callable | None = None):
         _check_identity(meta, {**first, "shard": {"index": k, "count": count}},
                         str(root / name))
         strict = strict and jpeg_checked(meta)
+        attested = attested and strict and trusted_jpeg_check(meta, reader.checksums)
         info = meta["shard"]
         shards.append({
             "path": name, "count": len(reader), "start": start, "stop": start + len(reader),
@@ -238,6 +242,10 @@ def build_manifest(root: Path, count: int, open_shard: Callable | None = None):
         "index_rule": "global index i is record i - start of the shard with start <= i < stop",
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
+    if attested and shards:
+        attestation = attest_manifest(manifest)
+        if attestation is not None:
+            manifest[META_JPEG_ATTESTATION] = attestation
     joined = np.concatenate(labels) if labels else np.zeros(0, dtype=LABELS_DTYPE)
     return manifest, joined
 

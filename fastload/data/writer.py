@@ -249,6 +249,11 @@ class LMDBWriter:
         with self.env.begin(write=True) as txn:
             _delete_from(txn.cursor(), self.stored)
 
+    @property
+    def checksums(self) -> array:
+        """The committed records' CRC-32s, in key order (what ``checksums.crc32`` will hold)."""
+        return self._checksums
+
     def finish(self, meta: dict) -> dict:
         """Write the sidecars and ``fastload.json`` (last); returns the metadata written."""
         if self._txn is not None or self._pending_skipped:

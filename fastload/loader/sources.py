@@ -209,24 +209,24 @@ class LMDBSource(_Source):
     """Records of a fastload LMDB database, read from the memory map without copying.
 
     Each record's CRC-32 is checked at every read (:meth:`read`). Records of a set whose
-    sidecar does not say that conversion decoded every JPEG strictly (``"jpeg_check":
-    "strict"``; a set made with ``check="markers"`` or by an older fastload) are checked for
-    damaged JPEG data (:meth:`unchecked`) at their first read through this source, and
-    remembered; a strictly checked set's records need nothing more.
+    claim that conversion decoded every JPEG strictly (``"jpeg_check": "strict"``) cannot
+    be trusted here (:func:`fastload.data.attest.trusted_jpeg_check`: no claim, as for
+    ``check="markers"`` or an older fastload, or no attestation that verifies with this
+    user's key: a set made elsewhere, edited, or read from a URL someone else wrote) are
+    checked for damaged JPEG data (:meth:`unchecked`) at their first read through this
+    source, and remembered; a trusted set's records need nothing more.
     """
 
     def __init__(self, reader: Any, transform: Any,
                  target_transform: Callable[[Any], Any] | None = None) -> None:
-        from fastload.data.format import jpeg_checked
         from fastload.data.targets import as_label_array
 
         self.reader = reader
         self.targets = as_label_array(reader.targets)  # the mapped int32 labels: no copy
         self.transform = transform
         self.target_transform = target_transform
-        # None: every record passed the strict check at conversion
-        self._checked = (None if jpeg_checked(getattr(reader, "meta", {}))
-                         else np.zeros(len(self.targets), dtype=bool))
+        # None: every record passed the strict check at a conversion made here
+        self._checked = (None if _trusted(reader) else np.zeros(len(self.targets), dtype=bool))
 
     def name(self, i: int) -> str:
         key = self.reader.key(i)
@@ -263,6 +263,22 @@ class LMDBSource(_Source):
 
     def mark_checked(self, i: int, stamp: bool) -> None:
         self._checked[i] = stamp
+
+
+def _trusted(reader: Any) -> bool:
+    """Whether ``reader``'s set (a database, a sharded set, either at a URL) has a strict
+    JPEG check this user's key attests (once per source: a SHA-256 of its CRC-32s)."""
+    from fastload.data.attest import trusted_jpeg_check
+
+    meta = getattr(reader, "meta", None)
+    if not isinstance(meta, dict):
+        return False
+    checksums = getattr(reader, "checksums", None)
+    if checksums is None and "shards" not in meta and getattr(reader, "path", None):
+        from fastload.data.reader import load_checksums
+
+        checksums = load_checksums(reader.path, meta)  # a reader opened with checksums=False
+    return trusted_jpeg_check(meta, checksums)
 
 
 class SubsetSource(_Source):
