@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import operator
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -61,8 +62,18 @@ def record_index(index: Any, count: int, path: str | os.PathLike) -> int:
 
 # py-lmdb refuses to open one environment twice in a process, and a forked child inherits
 # the parent's handle (unusable there by LMDB's rules). So read-only environments are
-# shared per process: path -> [owner pid, environment, users].
+# shared per process: path -> [owner pid, environment, users] (changed under _ENVS_LOCK:
+# two threads opening one path at once would open it twice).
 _ENVS: dict[str, list] = {}
+_ENVS_LOCK = threading.Lock()
+
+
+def _new_envs_lock() -> None:  # a fork taken while another thread held it
+    global _ENVS_LOCK
+    _ENVS_LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_new_envs_lock)
 
 
 def acquire_env(path: Path, count: int | None = None):
@@ -72,9 +83,14 @@ def acquire_env(path: Path, count: int | None = None):
     sidecar's record count): a truncated file raises ``DamagedDatabase`` (an OSError)
     instead of a SIGBUS on the first page past its end.
     """
+    key = os.path.realpath(path)
+    with _ENVS_LOCK:
+        return _acquire_env(key, path, count)
+
+
+def _acquire_env(key: str, path: Path, count: int | None):
     import lmdb
 
-    key = os.path.realpath(path)
     pid = os.getpid()
     entry = _ENVS.get(key)
     if entry is not None and entry[0] != pid:  # inherited through fork: drop our copy only
@@ -101,12 +117,13 @@ def acquire_env(path: Path, count: int | None = None):
 def release_env(path: Path) -> None:
     """Give back :func:`acquire_env`'s environment; the last user closes it."""
     key = os.path.realpath(path)
-    entry = _ENVS.get(key)
-    if entry is not None and entry[0] == os.getpid():
-        entry[2] -= 1
-        if entry[2] <= 0:
-            del _ENVS[key]
-            entry[1].close()
+    with _ENVS_LOCK:
+        entry = _ENVS.get(key)
+        if entry is not None and entry[0] == os.getpid():
+            entry[2] -= 1
+            if entry[2] <= 0:
+                del _ENVS[key]
+                entry[1].close()
 
 
 def load_meta(path: Path) -> dict:

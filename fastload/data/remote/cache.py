@@ -24,6 +24,13 @@ Per shard, an ``flock`` on its lock file says who uses it (:mod:`~fastload.data.
   waits, then finds it installed, so the ranks of a node download a shard once;
 * eviction takes it exclusive **without waiting**: a shard anyone holds is never evicted.
 
+Within a process the lock is taken through one descriptor at a time (``flock`` locks belong
+to open file descriptions, so a second one would wait for the first forever): the leases of
+one shard in one process share one shared lock, counted in memory, and a thread wanting a
+shard another thread of the process is fetching waits on an in-process condition. A shard
+this process leases is so never installed again under its readers. Every wait is bounded
+(``LOCK_WAIT_S``, a prefetch's shorter) and ends with a ``TimeoutError`` naming the shard.
+
 A shard is downloaded into a ``.part-`` folder, checked by the caller's ``fill`` (against
 the set's manifest), given a marker holding its fingerprint and file sizes, and renamed into
 place: a crash leaves a ``.part-`` folder (removed by the next download of that shard),
@@ -39,10 +46,12 @@ read then goes over the bound with one warning, a prefetch does not start.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
 import threading
+import time
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -59,16 +68,29 @@ from fastload.data.remote.cache_layout import (
     set_key,
 )
 from fastload.data.remote.leases import (
+    Cancelled,
     Lease,
+    LocalShard,
+    close_lock,
     global_lock,
+    in_use_here,
     install_fork_hook,
     is_held,
-    lease,
+    local_shard,
     open_lock,
     try_exclusive,
+    wait_flock,
 )
 
-__all__ = ["MARKER", "Lease", "ShardCache", "content_name", "default_cache_dir", "set_key"]
+__all__ = ["LOCK_WAIT_S", "MARKER", "CacheDiskFull", "Cancelled", "Lease", "ShardCache",
+           "content_name", "default_cache_dir", "set_key"]
+
+LOCK_WAIT_S = 300.0  # the longest wait for a shard another thread or process is fetching
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+class CacheDiskFull(OSError):
+    """The shard cache's disk (or quota) is full: free space or lower ``cache_bytes``."""
 
 
 @dataclass
@@ -150,26 +172,98 @@ class ShardCache:
                 listing: Callable[[], dict[str, int]],
                 fill: Callable[[Path, dict[str, int]], None], *, keep: bool = True,
                 make_room: Callable[[], bool] | None = None,
-                overflow: bool = True) -> Lease | bool:
+                overflow: bool = True, wait_s: float | None = None,
+                cancelled: Callable[[], bool] | None = None,
+                refresh: bool = False) -> Lease | bool:
         """Make sure the shard ``folder`` is installed with ``fingerprint``, downloading it
         when it is not: ``listing()`` gives the ``{file: bytes}`` to fetch, ``fill(part,
         files)`` fetches and checks them into the folder ``part``. Returns a :class:`Lease`
         (``keep``), or True when installed and False when there was no room for it (only
-        with ``overflow=False``)."""
+        with ``overflow=False``).
+
+        A shard this process already leases is leased again without touching its file lock;
+        one another thread of this process is fetching is waited for on an in-process
+        condition (:mod:`~fastload.data.remote.leases`). Waiting, for that thread or for
+        another process's download, lasts at most ``wait_s`` (default ``LOCK_WAIT_S``), then
+        raises ``TimeoutError`` naming the shard; ``cancelled()`` true ends a wait with
+        :class:`~fastload.data.remote.leases.Cancelled`. ``refresh``: the installed copy
+        failed a check its caller made: it is moved aside and fetched again (``OSError``
+        when another reader of this process holds it open)."""
+        shard = local_shard(layout.make_folder(folder.parent / LOCKS) / f"{folder.name}.lock")
+        deadline = time.monotonic() + (LOCK_WAIT_S if wait_s is None else wait_s)
+        with shard.cond:
+            while shard.busy:  # another thread of this process takes its lock or fetches it
+                self._wait_here(shard, folder, deadline, cancelled)
+            if shard.count:  # leased here: installed, and nobody can evict or replace it
+                if refresh:
+                    raise OSError(f"the cached shard {str(folder)!r} failed a check but "
+                                  "another reader of this process holds it open, so it "
+                                  "cannot be fetched again now; close that reader, or delete "
+                                  "the folder and rerun")
+                if not layout.valid(folder, fingerprint):
+                    raise OSError(f"the cached shard {str(folder)!r} changed on disk while "
+                                  "this process reads it (its files no longer have the sizes "
+                                  "it was installed with); delete the folder and rerun")
+                layout.touch(folder / MARKER)
+                if not keep:
+                    return True
+                shard.count += 1
+                return Lease(folder, shard)
+            shard.busy = True
+        try:
+            return self._take(shard, folder, fingerprint, listing, fill, keep, make_room,
+                              overflow, deadline, cancelled, refresh)
+        finally:
+            with shard.cond:
+                shard.busy = False
+                shard.cond.notify_all()
+
+    def _wait_here(self, shard: LocalShard, folder: Path, deadline: float,
+                   cancelled: Callable[[], bool] | None) -> None:
+        """Wait (under ``shard.cond``) for the thread of this process busy with ``shard``."""
+        if cancelled is not None and cancelled():
+            raise Cancelled()
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(self._timed_out(folder, shard.lock, None))
+        shard.cond.wait(min(left, 0.25))
+
+    def _timed_out(self, folder: Path, lock: Path, waited: float | None) -> str:
+        who = "another thread of this process" if waited is None else "another process"
+        return (f"gave up waiting for the shard {folder.name!r} of the shard cache at "
+                f"{str(self.root)!r}: {who} has been fetching it (or holding its lock file "
+                f"{str(lock)!r}) for longer than the wait's bound; if that process is stuck, "
+                "end it, or give this run a cache_dir of its own")
+
+    def _take(self, shard: LocalShard, folder: Path, fingerprint: dict, listing, fill,
+              keep: bool, make_room, overflow: bool, deadline: float, cancelled,
+              refresh: bool) -> Lease | bool:
+        """Take the shard's file lock for this process (its entry is ``busy`` with this
+        thread, and no lease of this process is out): shared to use it, exclusive to
+        install it."""
         import fcntl
 
-        locks = layout.make_folder(folder.parent / LOCKS)
-        fd = open_lock(locks / f"{folder.name}.lock")
+        def timed_out(waited: float) -> str:
+            return self._timed_out(folder, shard.lock, waited)
+
+        fd = open_lock(shard.lock)
         try:
             for _ in range(4):  # a lock conversion is not atomic: an evictor may slip in
-                fcntl.flock(fd, fcntl.LOCK_SH)
-                if layout.valid(folder, fingerprint):
-                    layout.touch(folder / MARKER)  # its last use, for the LRU order
-                    if not keep:
-                        return True
-                    held, fd = lease(folder, fd), -1
-                    return held
-                fcntl.flock(fd, fcntl.LOCK_EX)  # waits for a download of it elsewhere
+                if not refresh:
+                    wait_flock(fd, fcntl.LOCK_SH, deadline, cancelled, timed_out)
+                    if layout.valid(folder, fingerprint):
+                        layout.touch(folder / MARKER)  # its last use, for the LRU order
+                        if not keep:
+                            return True
+                        with shard.cond:
+                            shard.fd, shard.count, fd = fd, 1, -1
+                        return Lease(folder, shard)
+                # waits for a download of it elsewhere, or for the readers of a bad copy
+                wait_flock(fd, fcntl.LOCK_EX, deadline, cancelled, timed_out)
+                if refresh:
+                    refresh = False
+                    if folder.exists():  # the copy that failed its caller's check
+                        layout.discard(folder)
                 if not layout.valid(folder, fingerprint) and not self._install(
                         folder, fingerprint, listing, fill, make_room, overflow):
                     return False
@@ -177,7 +271,7 @@ class ShardCache:
                           "was being opened; raise cache_bytes")
         finally:
             if fd >= 0:
-                os.close(fd)
+                close_lock(fd)
 
     def _install(self, folder, fingerprint, listing, fill, make_room, overflow) -> bool:
         for stale in folder.parent.glob(f".part-{folder.name}-*"):  # we hold its lock
@@ -193,13 +287,22 @@ class ShardCache:
             if folder.exists():
                 layout.discard(folder)
             os.rename(part, folder)
-        except BaseException:
+        except BaseException as exc:
             shutil.rmtree(part, ignore_errors=True)
+            if isinstance(exc, OSError) and exc.errno in DISK_FULL and not isinstance(
+                    exc, CacheDiskFull):
+                raise self._disk_full(exc, folder) from None
             raise
         with self._stats_lock:
             self.downloads += 1
             self.downloaded_bytes += sum(sizes.values())
         return True
+
+    def _disk_full(self, exc: OSError, folder: Path) -> CacheDiskFull:
+        return CacheDiskFull(exc.errno, f"the cache disk is full: free space or lower "
+                             f"cache_bytes (the shard cache at {str(self.root)!r}, "
+                             f"cache_bytes={self._max_bytes}, was writing {folder.name!r}: "
+                             f"{exc.strerror or exc})")
 
     def _reserve(self, folder: Path, size: int, make_room, overflow: bool) -> Path | None:
         """A ``.part-`` folder for ``size`` bytes, made once evicting the least recently used
@@ -234,11 +337,16 @@ class ShardCache:
             with self._global_lock():
                 return self._part(folder, size)
 
-    @staticmethod
-    def _part(folder: Path, size: int) -> Path:
+    def _part(self, folder: Path, size: int) -> Path:
         part = layout.part_name(folder)
-        part.mkdir()
-        (part / RESERVED).write_text(json.dumps({"shard": folder.name, "bytes": size}))
+        try:
+            part.mkdir()
+            (part / RESERVED).write_text(json.dumps({"shard": folder.name, "bytes": size}))
+        except OSError as exc:
+            shutil.rmtree(part, ignore_errors=True)
+            if exc.errno in DISK_FULL:
+                raise self._disk_full(exc, folder) from None
+            raise
         return part
 
     def _stores(self) -> Iterator[Path]:
@@ -288,7 +396,10 @@ class ShardCache:
 
     @staticmethod
     def _evict(shard: _Held) -> bool:
-        """Delete ``shard`` if nobody holds it (a lock taken without waiting)."""
+        """Delete ``shard`` if nobody holds it (a lock taken without waiting; a shard a
+        thread of this process is opening is left alone too)."""
+        if in_use_here(shard.lock):
+            return False
         fd = try_exclusive(shard.lock)
         if fd is None:
             return False
@@ -298,7 +409,7 @@ class ShardCache:
             layout.discard(shard.folder)
             return True
         finally:
-            os.close(fd)
+            close_lock(fd)
 
     def _global_lock(self):
         return global_lock(layout.make_folder(self.root) / layout.GLOBAL_LOCK)

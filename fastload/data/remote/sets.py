@@ -10,30 +10,59 @@ what the cache holds. A shard is fetched on its first read in a process, or ahea
 :meth:`RemoteShardedReader.prefetch`: its files are downloaded (a copy shorter than the
 listed object is fetched again; server errors are retried, then raised naming the URL) and
 checked against the manifest, as a local shard is at its first read, *before* it is
-installed in the cache; a shard that does not match raises ``ValueError`` naming its URL.
+installed in the cache; a shard that does not match raises :class:`ShardRefused` (a
+``ValueError``) naming its URL, for each of its records, without fetching it again.
+
+A cached copy that fails a check at its first read here (its sidecar, checksum file or
+labels are not the manifest's) or a record of it that fails its CRC-32 is moved aside and
+fetched again, once per shard and reader; if the fresh copy fails too, the error says what
+differs, the URL it came from and its cache folder. Naming a record (:meth:`key`) never
+opens or fetches its shard.
 """
 
 from __future__ import annotations
 
 import os
 from collections import OrderedDict
-from collections.abc import Iterable
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future
 from pathlib import Path
 
 import fastload.data.remote.fetch as fetch
-from fastload.data.format import CHECKSUM_FILE, DATA_FILE, LABELS_FILE, META_FILE
-from fastload.data.manifest_schema import MAX_MANIFEST_BYTES, ShardEntry
-from fastload.data.reader import MAX_META_BYTES, LMDBReader
-from fastload.data.remote.cache import Lease, ShardCache, content_name, set_key
+from fastload.data.format import CHECKSUM_FILE, DATA_FILE, LABELS_FILE, META_FILE, record_key
+from fastload.data.manifest_schema import MAX_MANIFEST_BYTES, ShardEntry, repair_advice
+from fastload.data.reader import MAX_META_BYTES, CorruptRecord, LMDBReader, record_index
+from fastload.data.remote.cache import (
+    DISK_FULL,
+    Lease,
+    ShardCache,
+    content_name,
+    set_key,
+)
+from fastload.data.remote.prefetch import Prefetcher
 from fastload.data.remote.url import RemoteLocation
 from fastload.data.shards import ShardedReader
 
-__all__ = ["RemoteLMDBReader", "RemoteShardedReader", "endpoint_of", "open_url", "remote_kind"]
+__all__ = ["PREFETCH_WAIT_S", "RemoteLMDBReader", "RemoteShardedReader", "ShardRefused",
+           "endpoint_of", "open_url", "remote_kind"]
 
 MANIFEST = "fastload-set.json"
 SHARD_FILES = (META_FILE, DATA_FILE, CHECKSUM_FILE, LABELS_FILE)  # what a reader needs
 PREFETCH_THREADS = 2
+PREFETCH_WAIT_S = 120.0  # a prefetch waits this long for another process's download
+REFETCH_WAIT_S = 30.0  # a bad copy is fetched again once no other process reads it, or fails
+
+
+class ShardRefused(ValueError):
+    """Shard ``shard`` of the set at ``url`` was refused (its copy does not pass the checks):
+    an error of each of its records, raised again for each without another download."""
+
+    def __init__(self, message: str, shard: int, url: str) -> None:
+        super().__init__(message)
+        self.shard, self.url = shard, url
+
+    def __reduce__(self):
+        return type(self), (str(self), self.shard, self.url)
 
 
 def endpoint_of(location: RemoteLocation) -> str | None:
@@ -75,8 +104,17 @@ class RemoteShardedReader(ShardedReader):
         self.url = location.url
         self._location = location
         self._cache = cache if cache is not None else ShardCache()
-        folder = self._sync_set_files(listed if listed is not None else fetch.listing(location))
-        super().__init__(folder)
+        listed = listed if listed is not None else fetch.listing(location)
+        folder = self._sync_set_files(listed)
+        try:
+            super().__init__(folder)
+        except (OSError, ValueError):  # the cached labels may be the damaged copy: once more
+            (folder / LABELS_FILE).unlink(missing_ok=True)
+            folder = self._sync_set_files(listed)
+            try:
+                super().__init__(folder)
+            except (OSError, ValueError) as exc:
+                raise type(exc)(self._url_advice(str(exc), folder)) from None
         self._identity = content_name("set", {  # what each shard's sidecar must say
             "format_version": self.meta["shard_format_version"],
             **{key: self.meta[key] for key in ("source", "source_kind", "source_fingerprint",
@@ -86,8 +124,9 @@ class RemoteShardedReader(ShardedReader):
             entry.path, self.shard_fingerprint(entry.index)))) for entry in self._entries]
         self._leases: dict[int, Lease] = {}
         self._recent: OrderedDict[int, None] = OrderedDict()
-        self._prefetcher: ThreadPoolExecutor | None = None
-        self._prefetcher_pid: int | None = None
+        self._prefetcher: Prefetcher | None = None
+        self._refused: dict[int, ShardRefused] = {}  # shards whose every copy was refused
+        self._fetched_again: set[int] = set()  # shards whose bad cached copy was replaced
 
     def __repr__(self) -> str:
         return (f"RemoteShardedReader({self.url!r}, records={len(self)}, "
@@ -95,8 +134,17 @@ class RemoteShardedReader(ShardedReader):
 
     def __getstate__(self) -> dict:
         state = super().__getstate__()
-        state.update(_leases={}, _recent=OrderedDict(), _prefetcher=None, _prefetcher_pid=None)
+        state.update(_leases={}, _recent=OrderedDict(), _prefetcher=None, _refused={},
+                     _fetched_again=set())
         return state
+
+    def _url_advice(self, message: str, folder: Path) -> str:
+        """``message`` with a local set's repair advice replaced by a URL set's."""
+        return message.replace(repair_advice(folder), (
+            f"the set at {self.url} is damaged (its copy in the cache folder {str(folder)!r} "
+            f"was fetched again and fails the same way): repair a local copy (`fastload "
+            "verify DIR --repair`) and upload it again, or rerun the `fastload convert` that "
+            "wrote it"))
 
     @property
     def cache(self) -> ShardCache:
@@ -130,8 +178,18 @@ class RemoteShardedReader(ShardedReader):
             if LABELS_FILE in listed and not (
                     labels.is_file() and labels.stat().st_size == listed[LABELS_FILE]):
                 part = folder / f".{LABELS_FILE}.{os.getpid()}.part"
-                fetch.download(self._location.child(LABELS_FILE), part, listed[LABELS_FILE])
-                os.replace(part, labels)
+                try:
+                    fetch.download(self._location.child(LABELS_FILE), part,
+                                   listed[LABELS_FILE])
+                    os.replace(part, labels)
+                except BaseException as exc:
+                    part.unlink(missing_ok=True)
+                    if isinstance(exc, OSError) and exc.errno in DISK_FULL:
+                        raise OSError(exc.errno, f"the cache disk is full: free space or "
+                                      f"lower cache_bytes (the shard cache at "
+                                      f"{str(self._cache.root)!r} was writing the labels of "
+                                      f"{self.url}: {exc.strerror or exc})") from None
+                    raise
             cached = folder / MANIFEST
             if not (cached.is_file() and cached.read_bytes() == manifest):
                 write_bytes_atomic(cached, manifest, durable=False)
@@ -154,41 +212,147 @@ class RemoteShardedReader(ShardedReader):
         try:
             reader = LMDBReader(part)
         except (OSError, ValueError) as exc:
-            raise ValueError(f"shard {entry.index} downloaded from {where.url} is damaged: "
-                             f"{exc}; upload it again (rerun the `fastload convert` that "
-                             "wrote the set)") from None
+            raise ShardRefused(f"shard {entry.index} downloaded from {where.url} is damaged: "
+                               f"{exc}; upload it again (rerun the `fastload convert` that "
+                               "wrote the set)", entry.index, where.url) from None
         problem = self.shard_problem(reader, entry)
         reader.close()
         if problem:
-            raise ValueError(f"shard {entry.index} downloaded from {where.url} does not match "
-                             f"the set's manifest: {problem}; upload the set again (rerun the "
-                             "`fastload convert` that wrote it)")
+            raise ShardRefused(f"shard {entry.index} downloaded from {where.url} does not "
+                               f"match the set's manifest: {problem}; upload the set again "
+                               "(rerun the `fastload convert` that wrote it)", entry.index,
+                               where.url)
 
-    def _acquire(self, shard: int, *, keep: bool, make_room=None, overflow: bool = True):
+    def _acquire(self, shard: int, *, keep: bool, make_room=None, overflow: bool = True,
+                 wait_s: float | None = None, cancelled: Callable[[], bool] | None = None,
+                 refresh: bool = False):
         entry = self._entries[shard]
         where = self._location.child(entry.path)
         return self._cache.acquire(
             Path(entry.folder), self.shard_fingerprint(shard),
             lambda: _shard_listing(where, SHARD_FILES),
             lambda part, files: self._fill(entry, part, files),
-            keep=keep, make_room=make_room, overflow=overflow)
+            keep=keep, make_room=make_room, overflow=overflow, wait_s=wait_s,
+            cancelled=cancelled, refresh=refresh)
 
     def shard_reader(self, shard: int) -> LMDBReader:
-        """Shard ``shard``'s reader: fetched into the cache and leased on first use here."""
+        """Shard ``shard``'s reader: fetched into the cache and leased on first use here; a
+        cached copy failing its checks is fetched again once (module docstring);
+        :class:`ShardRefused` when no copy passes them (raised again at once afterwards)."""
         reader = self._readers.get(shard)
         lease = self._leases.get(shard)
-        if reader is not None and lease is not None and lease.pid == os.getpid():
+        if reader is not None and lease is not None and lease.held:
             self._recent.move_to_end(shard)
             return reader
+        refused = self._refused.get(shard)
+        if refused is not None:
+            raise ShardRefused(str(refused), shard, refused.url)
         self._leases.pop(shard, None)
-        self._leases[shard] = self._acquire(
-            shard, keep=True, make_room=lambda: self._let_go_of_one(shard))
+        try:
+            self._leases[shard] = self._acquire(
+                shard, keep=True, make_room=lambda: self._let_go_of_one(shard))
+        except ShardRefused as exc:
+            self._refused[shard] = exc
+            raise
         self._recent[shard] = None
         try:
             return super().shard_reader(shard)
+        except (OSError, ValueError) as exc:
+            self.release_shard(shard)
+            if shard in self._fetched_again:
+                raise self._refuse(shard, str(exc)) from None
+            return self._fetched_anew(shard)
         except BaseException:
             self.release_shard(shard)
             raise
+
+    def _open_shard(self, entry: ShardEntry) -> LMDBReader:
+        """Open the cached copy of shard ``entry`` and check it against the manifest (what
+        its download was checked for: a copy changed in the cache since fails here)."""
+        reader = LMDBReader(entry.folder)
+        problem = self.shard_problem(reader, entry)
+        if problem:
+            reader.close()
+            raise ValueError(problem)
+        reader.share_labels(self.targets.view(entry.start, entry.stop))
+        return reader
+
+    def _fetched_anew(self, shard: int) -> LMDBReader:
+        """Move the cached copy of ``shard``, which failed a check, aside and fetch it
+        again (once per shard): its reader; :class:`ShardRefused` when the fresh copy fails
+        too. A failed download (a server down) is raised as it is."""
+        self.release_shard(shard)
+        self._fetched_again.add(shard)
+        try:
+            self._leases[shard] = self._acquire(
+                shard, keep=True, make_room=lambda: self._let_go_of_one(shard),
+                wait_s=REFETCH_WAIT_S, refresh=True)
+        except ShardRefused as exc:
+            self._refused[shard] = exc
+            raise
+        self._recent[shard] = None
+        try:
+            return super().shard_reader(shard)
+        except (OSError, ValueError) as exc:
+            self.release_shard(shard)
+            raise self._refuse(shard, str(exc)) from None
+        except BaseException:
+            self.release_shard(shard)
+            raise
+
+    def _refuse(self, shard: int, problem: str) -> ShardRefused:
+        """The refusal of ``shard``, whose copy fetched again fails ``problem`` (kept: each
+        later read of the shard raises it again without a download)."""
+        url = self.shard_url(shard)
+        refused = ShardRefused(
+            f"shard {shard} of the set at {url} fails its check in the cache folder "
+            f"{self._entries[shard].folder!r}, fetched again: {problem}; the object at {url} "
+            "is not what the set's manifest describes: upload the set again (rerun the "
+            "`fastload convert` that wrote it); if the server's copy is right, delete that "
+            "cache folder and rerun", shard, url)
+        self._refused[shard] = refused
+        return refused
+
+    def _bad_record(self, shard: int, exc: CorruptRecord) -> CorruptRecord:
+        url = self.shard_url(shard)
+        return CorruptRecord(
+            f"{exc} (in a copy of shard {shard} fetched again from {url} into the cache folder "
+            f"{self._entries[shard].folder!r}: the object on the server holds other bytes than "
+            "the set was written with: upload the set again (rerun the `fastload convert` "
+            "that wrote it); if the server's copy is right, delete that cache folder and "
+            "rerun)")
+
+    def _read(self, index: int, read: Callable):
+        """``read(shard reader, record)`` of global ``index``; a record failing its check
+        in a cached copy has the copy fetched again once (module docstring)."""
+        shard, local = self.locate(index)
+        reader = self.shard_reader(shard)
+        try:
+            return read(reader, local)
+        except CorruptRecord as exc:
+            if shard in self._fetched_again:
+                raise self._bad_record(shard, exc) from None
+        reader = self._fetched_anew(shard)
+        try:
+            return read(reader, local)
+        except CorruptRecord as exc:
+            raise self._bad_record(shard, exc) from None
+
+    def key(self, index: int) -> bytes:
+        """``b"<shard folder>/<record key>"`` of global ``index``, from the manifest alone
+        (never opens or fetches the shard: error messages name records with it)."""
+        shard, local = self.locate(index)
+        entry = self._entries[shard]
+        return entry.path.encode() + b"/" + record_key(
+            record_index(local, entry.count, self.shard_url(shard)))
+
+    def record(self, index: int) -> bytes:
+        """The raw Datum value of global record ``index``."""
+        return self._read(index, LMDBReader.record)
+
+    def image_bytes(self, index: int):
+        """``(encoded JPEG bytes, label, (height, width))`` of global record ``index``."""
+        return self._read(index, LMDBReader.image_bytes)
 
     def _let_go_of_one(self, keep: int) -> bool:
         """Release this process's least recently read shard other than ``keep`` (called on
@@ -216,18 +380,27 @@ class RemoteShardedReader(ShardedReader):
         had no room (a prefetch evicts only shards nobody holds and never goes over the
         bound), or whose exception is the fetch's (the read of that shard then fetches it
         again, and raises). Nothing is leased: a prefetched shard is not opened, and may be
-        evicted before it is read if the cache needs the room. Downloads run in
-        ``PREFETCH_THREADS`` threads of this process (started on first use, ended by
-        :meth:`close`), which touch no global random generator; a shard being fetched
-        here or by another process is waited for, not fetched twice.
+        evicted before it is read if the cache needs the room. Downloads run in up to
+        ``PREFETCH_THREADS`` daemon threads of this reader (:mod:`~fastload.data.remote.
+        prefetch`: they never keep the process from exiting, and end with :meth:`close` or
+        when the reader is garbage-collected, cancelling what has not started), which
+        touch no global random generator; a shard being fetched here or by another process
+        is waited for, not fetched twice, at most ``PREFETCH_WAIT_S`` (then the Future
+        holds a ``TimeoutError`` naming the shard). A shard this process has refused is not
+        fetched again.
         """
         indices = [self._shard_index(k) for k in shards]
-        if self._prefetcher is None or self._prefetcher_pid != os.getpid():
-            self._prefetcher = ThreadPoolExecutor(PREFETCH_THREADS,
-                                                  thread_name_prefix="fastload-prefetch")
-            self._prefetcher_pid = os.getpid()
-        return [self._prefetcher.submit(self._acquire, k, keep=False, overflow=False)
-                for k in indices]
+        prefetcher = self._prefetcher
+        if prefetcher is None or prefetcher.pid != os.getpid() or prefetcher.cancelled():
+            prefetcher = self._prefetcher = Prefetcher(self, _prefetch_one, PREFETCH_THREADS)
+        return [prefetcher.submit(k) for k in indices]
+
+    def cancel_prefetch(self) -> None:
+        """Cancel the prefetches not started; one under way stops waiting for locks (a
+        download under way finishes into the cache). Later prefetches start afresh."""
+        prefetcher, self._prefetcher = self._prefetcher, None
+        if prefetcher is not None and prefetcher.pid == os.getpid():
+            prefetcher.close()
 
     def is_cached(self, shard: int) -> bool:
         """Whether shard ``shard`` is in the cache now, checked against the manifest, so
@@ -247,15 +420,36 @@ class RemoteShardedReader(ShardedReader):
                              f"({self.num_shards} shards)")
         return index
 
+    def forget_refusals(self) -> None:
+        """Check the shards refused so far again at their next read (a new epoch: the
+        objects may have been put right since): fetched again, a bad cached copy replaced
+        once more."""
+        self._refused.clear()
+        self._fetched_again.clear()
+        forget = getattr(super(), "forget_refusals", None)
+        if forget is not None:
+            forget()
+
     def close(self) -> None:
-        """Close every shard, give back the leases, stop the prefetch threads (a download
-        under way finishes into the cache first)."""
+        """Close every shard, give back the leases, cancel the prefetches (a download under
+        way finishes into the cache first; its thread then ends)."""
+        self.cancel_prefetch()
         for shard in list(self._leases):
             self.release_shard(shard)
         super().close()
-        if self._prefetcher is not None and self._prefetcher_pid == os.getpid():
-            self._prefetcher.shutdown(wait=False, cancel_futures=True)
-        self._prefetcher = None
+
+
+def _prefetch_one(reader: RemoteShardedReader, shard: int,
+                  cancelled: Callable[[], bool]) -> bool:
+    """One prefetch of ``reader``'s ``shard`` (in a :class:`Prefetcher` thread)."""
+    if shard in reader._refused:
+        return False
+    try:
+        return reader._acquire(shard, keep=False, overflow=False, wait_s=PREFETCH_WAIT_S,
+                               cancelled=cancelled)
+    except ShardRefused as exc:
+        reader._refused.setdefault(shard, exc)
+        raise
 
 
 class RemoteLMDBReader(LMDBReader):
