@@ -161,6 +161,20 @@ def test_a_link_image_member_is_reported_as_a_link_not_as_a_missing_image(kind, 
     assert f"'s1.jpg' is a {kind} member (to 's0.jpg'), not stored" in error["reason"]
 
 
+def test_a_symlink_label_member_is_reported_as_a_link_not_as_a_missing_label(tmp_path):
+    with tarfile.open(tmp_path / "a.tar", "w", format=tarfile.USTAR_FORMAT) as tar:
+        _add(tar, "s0.jpg", _jpeg(0))
+        _add(tar, "s0.cls", b"0")
+        _add(tar, "s1.jpg", _jpeg(1))
+        link = tarfile.TarInfo("s1.cls")
+        link.type, link.linkname = tarfile.SYMTYPE, "s0.cls"
+        tar.addfile(link)
+    convert_folder(tmp_path / "a.tar", tmp_path / "db", workers=1, progress=False)
+    [error] = _skipped(tmp_path / "db")
+    assert error["path"].endswith(":s1.jpg")
+    assert "'s1.cls' is a symlink member (to 's0.cls'), not stored" in error["reason"]
+
+
 @pytest.mark.parametrize("how", ["folder", "file"])
 @pytest.mark.parametrize("kind", ["csv", "jsonl"])
 def test_a_list_row_leaving_its_folder_through_a_symlink_is_counted(how, kind, tmp_path):
