@@ -119,6 +119,7 @@ def main() -> None:
         params = [g.draw_sample(plan.steps, h, w, gen) for h, w in sizes]
         out = torch.empty((len(datas), 3, 224, 224), dtype=plan.output_dtype)
         writer = torch_resample.SampleWriter(plan, out)
+        parity = sd.fixed_region(plan.steps)  # the loader's scale rule for this plan
         ways = {"region decoder": (False, sd._decode_region),
                 # before fastload's own Huffman decoder: libjpeg-turbo's (mode 1)
                 "region decoder, libjpeg-turbo's Huffman": (False, _libjpeg_huffman),
@@ -129,10 +130,12 @@ def main() -> None:
                 "whole image": (True, None)}
         for way, (strict, region_fn) in ways.items():
 
-            def sample(i, data, params=params, writer=writer, strict=strict, fn=region_fn):
+            def sample(i, data, params=params, writer=writer, strict=strict, fn=region_fn,
+                       parity=parity):
                 sd._decode_region = fn
                 try:
-                    region, scaled = sd.decode_sample(data, params[i], strict=strict)
+                    region, scaled = sd.decode_sample(data, params[i], strict=strict,
+                                                      parity=parity)
                 finally:
                     sd._decode_region = decode_region
                 writer.write(i, region, scaled)
@@ -142,13 +145,13 @@ def main() -> None:
             continue
         # its pieces (H9): the Huffman decoding up to the region's last row, the region
         # decode without the resample, the resample and normalisation of decoded regions
-        decoded = [(r.copy(), p) for r, p in (sd.decode_sample(d, q) for d, q in
-                                              zip(datas, params, strict=True))]
+        decoded = [(r.copy(), p) for r, p in (sd.decode_sample(d, q, parity=parity)
+                                              for d, q in zip(datas, params, strict=True))]
 
-        def decode_only(i, data, params=params, fn=decode_region):
+        def decode_only(i, data, params=params, fn=decode_region, parity=parity):
             sd._decode_region = fn
             try:
-                sd.decode_sample(data, params[i])
+                sd.decode_sample(data, params[i], parity=parity)
             finally:
                 sd._decode_region = decode_region
 

@@ -29,6 +29,7 @@ from . import dali_backend, geometry, graph, graph_io, scaled_decode, torch_resa
 from .buffers import BatchBuffers
 from .prefix import TransformPlan
 from .scaled_decode import available as scaled_decode_available
+from .scaled_decode import fixed_region
 
 __all__ = ["BatchDecodeError", "BatchDecoder"]
 
@@ -98,8 +99,9 @@ class BatchDecoder:
     last geometric step; about twice as cheap as DALI's CPU resize and Pillow-exact);
     ``"auto"`` picks torch where it applies. ``scaled_decode``: ``"auto"`` decodes a batch of
     large sequential JPEGs at a reduced DCT scale in the resample threads, where the torch
-    resampler runs and most samples need half the pixels or fewer (see scaled_decode);
-    ``"off"`` always runs the DALI graph. Buffers passed to :meth:`submit` must stay valid
+    resampler runs and most samples need half the pixels or fewer, at the scale of the
+    parity rule where the plan's region is fixed (see scaled_decode); ``"off"`` always runs
+    the DALI graph (full-size decodes: torchvision's values for random crops too). Buffers passed to :meth:`submit` must stay valid
     until the batch has been fetched. Not thread-safe: one thread submits and fetches.
     """
 
@@ -157,7 +159,9 @@ class BatchDecoder:
         self.hw_decoder_load = hw_decoder_load
         use_scaled = self.resampler == "torch" and scaled_decode_available()
         self.scaled_decode = scaled_decode if use_scaled else "off"
-        self.scaled_batches = 0  # batches decoded on the scaled path (the rest ran DALI)
+        self.scaled_batches = 0  # batches decoded at a DCT scale (the rest: full size)
+        # the parity rule applies to the plan's scale choice (its region is fixed)
+        self._parity = fixed_region(plan.steps)
         # whether the batch fetch() returned last is done with its encoded arrays: on the
         # scaled path its threads are; DALI (no_copy) may still read a batch's inputs
         self.inputs_done = False
@@ -197,11 +201,15 @@ class BatchDecoder:
     ) -> bool:
         """Draw the batch's parameters from ``generator`` (in sample order) and enqueue it.
 
-        ``strict`` (where :meth:`strict_capable`): decode with simplejpeg in strict mode,
-        at full size below ``scaled_decode.MIN_PIXELS`` (the pixels DALI's decode gives),
-        so that damaged JPEG data fails the batch (:meth:`fetch` raises a
+        Which path makes the pixels (the DCT-scaled one, or DALI's full-size decode)
+        depends only on the batch's files and draws (``scaled_decode.worth_it``), never on
+        ``strict``. ``strict`` (where :meth:`strict_capable`) only adds the check: the whole
+        of each file is decoded with simplejpeg in strict mode at the scale that path uses
+        (the DCT scale, or full size for a DALI batch: the pixels DALI's decode gives), so
+        that damaged JPEG data fails the batch (:meth:`fetch` raises a
         :class:`BatchDecodeError` naming the samples, ``exact``) instead of decoding with a
-        warning on stderr. Returns whether the batch is decoded that way."""
+        warning on stderr. Returns whether the batch is decoded strictly or on the scaled
+        path (in the resample threads)."""
         self._check_open()
         n = len(encoded)
         if n == 0 or n > self.max_batch_size:
@@ -223,13 +231,14 @@ class BatchDecoder:
         strict = (strict and self.scaled_decode == "auto"
                   and all(p.resize == params[0].resize for p in params)  # else DALI names it
                   and all(scaled_decode.jpeg_is_sequential(a) for a in arrays))
-        if strict or (self.scaled_decode == "auto"
-                      and scaled_decode.worth_it(True, arrays, sizes, params)):
-            full_below = scaled_decode.MIN_PIXELS if strict else 0
+        scaled = self.scaled_decode == "auto" and scaled_decode.worth_it(
+            True, arrays, sizes, params, self._parity)
+        if strict or scaled:
             batch = scaled_decode.ScaledBatch(self.plan, arrays, params, self._pool,
-                                              self._buffers, full_below, strict)
+                                              self._buffers, full_size=not scaled,
+                                              strict=strict)
             self._pending.append((batch, arrays, params))
-            self.scaled_batches += 1
+            self.scaled_batches += scaled
             return True
         feeds = graph_io.feed_arrays(self._names, arrays, params)
         self._pending.append((feeds, arrays, params))

@@ -3,12 +3,26 @@
 libjpeg-turbo can run its inverse DCT at ``M/8`` of the size (M = 1..8), which costs a
 fraction of a full decode and is itself a good low-pass downscale. For each sample the crop
 and resize are drawn by :mod:`geometry` on the FULL-size image (torchvision's arithmetic, so
-the crop boxes and flips are torchvision's); here the smallest ``M/8`` whose decoded region
-still has at least the rows and columns the resample produces is found and rounded up to a
-power of two (:func:`decode_scale`: libjpeg-turbo's 1/8, 2/8, 4/8 and 8/8 inverse DCTs are
-vectorised, the others cost more than the next power of two), the region is mapped onto the
-scaled image, and the same antialiased resample, crop, flip and normalisation as
-:mod:`torch_resample` follow.
+the crop boxes and flips are torchvision's); here :func:`decode_scale` picks ``M`` (1, 2, 4
+or 8: libjpeg-turbo's 1/8, 2/8, 4/8 and 8/8 inverse DCTs are vectorised, the others cost
+more than the next power of two), the region is mapped onto the scaled image, and the same
+antialiased resample, crop, flip and normalisation as :mod:`torch_resample` follow.
+
+Which ``M`` (the parity rule, measured on real photographs: benchmarks/NOTES.md H13):
+
+* a transform whose decoded region is fixed (``Resize``, ``CenterCrop``, the val presets
+  of torchvision and timm): the smallest ``M`` at which the region's four edges lie on the
+  scaled image's pixel grid (multiples of ``8/M`` full-size pixels, so the scaled region
+  maps onto the full one exactly, with no sub-pixel shift or stretch) and the resample after
+  the DCT scale still shrinks it by at least :data:`PARITY_SHRINK` (1.6x after 2/8 or 4/8,
+  2x after 1/8) in each direction. Each image then stays within 0.01 mean absolute
+  difference of torchvision's full decode (the most detailed real textures measured: 0.0078
+  at the bounds; mixed photos about 0.002);
+* a random region (``RandomResizedCrop``, a ``RandomCrop`` before the resize): the smallest
+  ``M`` whose region still has the rows and columns the resample produces (:func:`eighths`),
+  its edges rounded to the scaled grid. Its promise is torchvision's crop boxes and flips;
+  its values move by the rounding of its edges (up to half a scaled pixel), not bounded
+  by 0.01 on detailed photos (``scaled_decode="off"`` gives torchvision's values).
 
 Decoding: where the optional ``_jpegroi`` extension is built (libjpeg-turbo's headers at
 install), only the region is decoded (no inverse DCT outside it, and nothing of the file
@@ -40,9 +54,10 @@ from . import geometry as g
 from . import torch_resample
 from .prefix import TransformPlan
 
-__all__ = ["MAX_PIXEL_RATIO", "MIN_PIXELS", "Claims", "ScaledBatch", "ScaledDecodeError", "available",
-           "decode_batch", "decode_sample", "decode_scale", "describe", "eighths",
-           "jpeg_is_sequential", "region_decoder", "worth_it"]
+__all__ = ["MAX_PIXEL_RATIO", "MIN_PIXELS", "PARITY_SHRINK", "Claims", "ScaledBatch",
+           "ScaledDecodeError", "available", "decode_batch", "decode_sample", "decode_scale",
+           "describe", "eighths", "fixed_region", "jpeg_is_sequential", "region_decoder",
+           "worth_it"]
 
 # The scaled path pays off when it decodes far fewer pixels than DALI's region decode would
 # (both pay the entropy decoding of the file, which no scale reduces). Measured, in CPU time
@@ -54,6 +69,15 @@ MAX_PIXEL_RATIO = 0.4
 # ImageNet-sized photos (~0.2 MP) keep DALI's path; tiny images would lose parity (the
 # 8x8 DCT blocks of a scaled decode are coarse against a 32-px output).
 MIN_PIXELS = 500_000
+# The parity rule for a fixed region (see the module): a DCT scale M/8 below 8/8 only where
+# the resample after it still shrinks the scaled region by at least PARITY_SHRINK[M] in each
+# direction. Measured on real photographs with the region on the scaled grid
+# (benchmarks/NOTES.md H13; Resize+CenterCrop, bilinear and bicubic), the per-image mean
+# absolute difference from torchvision's full decode at those bounds was at most 0.0078 on
+# the most detailed textures (0.0023 on mixed photos); at a 1.5x shrink bicubic reached
+# 0.0091 at 2/8 and 0.0096 at 1/8 (the 1/8 decode is a block average: it needs more), at
+# 1.2x 0.014, at 1.07x 0.015.
+PARITY_SHRINK = {1: 2.0, 2: 1.6, 4: 1.6}
 
 try:  # the region decoder (setup.py builds it where libjpeg-turbo's headers are)
     from ._jpegroi import decode_region as _decode_region
@@ -109,8 +133,22 @@ def eighths(params: g.SampleParams) -> int:
     return max(1, math.ceil(8 * rh / dh), math.ceil(8 * rw / dw)) if dh and dw else 8
 
 
-def decode_scale(params: g.SampleParams) -> int:
-    """The ``M`` the sample is decoded at: :func:`eighths` rounded up to 1, 2, 4 or 8.
+def fixed_region(steps: Sequence[g.Step]) -> bool:
+    """The plan's decoded region is the same for every draw: no ``RandomResizedCrop`` and no
+    ``RandomCrop`` before its resample (flips and crops after the resample do not move it).
+    :func:`decode_scale` applies the parity rule to such plans."""
+    for step in steps:
+        if isinstance(step, (g.RandomResizedCrop, g.RandomCrop)):
+            return False
+        if isinstance(step, (g.Resize, g.ResizeKeepRatio)):
+            return True
+    return True
+
+
+def decode_scale(params: g.SampleParams, parity: bool = True) -> int:
+    """The ``M`` the sample is decoded at: :func:`eighths` rounded up to 1, 2, 4 or 8, and,
+    with ``parity`` (a :func:`fixed_region` plan), raised until the region's edges lie on
+    the ``M/8`` grid and the resample still shrinks by ``PARITY_SHRINK[M]`` (8 at most).
 
     libjpeg-turbo vectorises only those inverse DCTs (and, at them, can size the chroma
     blocks to skip upsampling). Measured on 2100x1680 photos, whole-image decodes cost 1.0,
@@ -118,16 +156,30 @@ def decode_scale(params: g.SampleParams) -> int:
     4/8 and 5/8-7/8 far more than 8/8 (benchmarks/NOTES.md H6); the larger scale also keeps
     more detail for the resample."""
     m = eighths(params)
-    return 1 if m <= 1 else 2 if m <= 2 else 4 if m <= 4 else 8
+    m = 1 if m <= 1 else 2 if m <= 2 else 4 if m <= 4 else 8
+    if not parity:
+        return m
+    rh, rw, _, _ = torch_resample._full_resize(params)
+    top, left, dh, dw = params.decode
+    while m < 8:
+        pixel = 8 // m  # full-size pixels per scaled pixel
+        on_grid = top % pixel == 0 and left % pixel == 0 and dh % pixel == 0 and dw % pixel == 0
+        least = PARITY_SHRINK[m]
+        if on_grid and dh * m >= least * 8 * rh and dw * m >= least * 8 * rw:
+            return m
+        m *= 2
+    return 8
 
 
 def worth_it(plan_ok: bool, encoded: Sequence[np.ndarray], sizes: Sequence[tuple[int, int]],
-             params: Sequence[g.SampleParams]) -> bool:
+             params: Sequence[g.SampleParams], parity: bool = True) -> bool:
     """The batch goes the scaled way: ``plan_ok`` (device and plan allow it), every sample a
     sequential JPEG of at least ``MIN_PIXELS`` (``sizes``: (height, width) each), and the
-    scaled decodes produce at most ``MAX_PIXEL_RATIO`` of the pixels that decoding each
-    sample's region at full size would (with the region decoder that ratio is (M/8)^2:
-    batches decoded at 4/8 or less qualify; without it, the whole image at M/8 counts)."""
+    scaled decodes (at :func:`decode_scale` with ``parity``) produce at most
+    ``MAX_PIXEL_RATIO`` of the pixels that decoding each sample's region at full size would
+    (with the region decoder that ratio is (M/8)^2: batches decoded at 4/8 or less qualify;
+    without it, the whole image at M/8 counts). Depends only on the batch's files and
+    draws, never on what this process has decoded before."""
     if not plan_ok or not params:
         return False
     if any(h * w < MIN_PIXELS for h, w in sizes):
@@ -136,7 +188,7 @@ def worth_it(plan_ok: bool, encoded: Sequence[np.ndarray], sizes: Sequence[tuple
         return False
     # pixels decoded: the region only with the region decoder, else the whole image
     scaled = sum((p.decode[2] * p.decode[3] if region_decoder() else h * w)
-                 * decode_scale(p) ** 2 / 64 for (h, w), p in zip(sizes, params, strict=True))
+                 * decode_scale(p, parity) ** 2 / 64 for (h, w), p in zip(sizes, params, strict=True))
     region = sum(p.decode[2] * p.decode[3] for p in params)
     if scaled > MAX_PIXEL_RATIO * region:
         return False
@@ -154,14 +206,14 @@ def _scratch(nbytes: int) -> np.ndarray:
     return buf
 
 
-def decode_sample(data: np.ndarray, params: g.SampleParams, full_below: int = 0,
-                  strict: bool = False) -> tuple[np.ndarray, g.SampleParams]:
-    """Decode ``data`` at the scale :func:`decode_scale` picks (full size for an image of
-    fewer than ``full_below`` pixels); return the HWC uint8 region the resample reads (a view
-    into this thread's scratch buffer, valid until its next call) and ``params`` restated
-    for that region (the same output size and crop). Damaged entropy-coded data in what is
-    decoded raises ``ValueError`` with libjpeg's report; ``strict`` decodes the whole file
-    (simplejpeg), so damage anywhere in it does."""
+def decode_sample(data: np.ndarray, params: g.SampleParams, full_size: bool = False,
+                  strict: bool = False, parity: bool = True) -> tuple[np.ndarray, g.SampleParams]:
+    """Decode ``data`` at the scale :func:`decode_scale` picks (with ``parity``; 8/8 with
+    ``full_size``); return the HWC uint8 region the resample reads (a view into this
+    thread's scratch buffer, valid until its next call) and ``params`` restated for that
+    region (the same output size and crop). Damaged entropy-coded data in what is decoded
+    raises ``ValueError`` with libjpeg's report; ``strict`` decodes the whole file
+    (simplejpeg, the same pixels), so damage anywhere in it does."""
     import simplejpeg
 
     height, width, _, _ = simplejpeg.decode_jpeg_header(data)
@@ -169,7 +221,7 @@ def decode_sample(data: np.ndarray, params: g.SampleParams, full_below: int = 0,
     if top + dh > height or left + dw > width:  # drawn for another size: as DALI's slice says
         raise ValueError(f"the cropping window (anchor [{top}, {left}], shape [{dh}, {dw}]) "
                          f"is not valid for image dimensions [{height} x {width}]")
-    m = 8 if height * width < full_below else decode_scale(params)
+    m = 8 if full_size else decode_scale(params, parity)
     sh, sw = -(-height * m // 8), -(-width * m // 8)
     # The region's edges on the scaled grid, rounded to whole pixels.
     y0, x0 = min(sh - 1, round(top * m / 8)), min(sw - 1, round(left * m / 8))
@@ -241,14 +293,16 @@ class Claims:
 
 def decode_batch(plan: TransformPlan, encoded: Sequence[np.ndarray],
                  params: Sequence[g.SampleParams], out: torch.Tensor,
-                 indices: Iterable[int], full_below: int = 0, strict: bool = False) -> None:
-    """Decode, resample, flip and normalise samples ``indices`` of the batch into ``out``
-    (N x C x H x W of ``plan.output_dtype``); ``ValueError`` names a sample that fails
-    (the first one this call meets: it decodes none after it)."""
+                 indices: Iterable[int], full_size: bool = False, strict: bool = False) -> None:
+    """Decode (at :func:`decode_scale`, the parity rule where the plan's region is fixed;
+    8/8 with ``full_size``), resample, flip and normalise samples ``indices`` of the batch
+    into ``out`` (N x C x H x W of ``plan.output_dtype``); ``ValueError`` names a sample that
+    fails (the first one this call meets: it decodes none after it)."""
     writer = torch_resample.SampleWriter(plan, out)
+    parity = fixed_region(plan.steps)
     for i in indices:
         try:
-            region, scaled = decode_sample(encoded[i], params[i], full_below, strict)
+            region, scaled = decode_sample(encoded[i], params[i], full_size, strict, parity)
         except Exception as err:  # any failure names the sample
             raise ScaledDecodeError(str(err), [i]) from None
         writer.write(i, region, scaled)
@@ -269,7 +323,7 @@ class ScaledBatch:
     :meth:`result` waits and returns the N x C x H x W batch."""
 
     def __init__(self, plan: TransformPlan, encoded: Sequence[np.ndarray],
-                 params: Sequence[g.SampleParams], pool, buffers=None, full_below: int = 0,
+                 params: Sequence[g.SampleParams], pool, buffers=None, full_size: bool = False,
                  strict: bool = False):
         n = len(params)
         h, w = torch_resample.check_sizes(params)
@@ -279,7 +333,7 @@ class ScaledBatch:
         self._out = out
         claims = Claims(n)
         self._futures = [pool.submit(decode_batch, plan, encoded, params, out, claims,
-                                     full_below, strict)
+                                     full_size, strict)
                          for _ in range(torch_resample.thread_count(pool, n))]
 
     def result(self) -> torch.Tensor:
@@ -310,8 +364,13 @@ def describe(plan: TransformPlan, device: str) -> str:
         how = ("the crop's region only (libjpeg-turbo's region API, fastload's Huffman "
                "decoder for baseline JPEGs; a sample's first decode whole, simplejpeg)"
                if region_decoder() else "the whole image (simplejpeg)")
+        rule = ("the smallest whose grid holds the region's edges and leaves a resample "
+                f"shrinking >= {PARITY_SHRINK[2]:g}x ({PARITY_SHRINK[1]:g}x after 1/8): "
+                "parity with torchvision"
+                if fixed_region(plan.steps) else
+                "the smallest that keeps the resample's pixels (a random crop)")
         return (f"decode: sequential JPEGs of >= {MIN_PIXELS / 1e6:g} MP at a 1/8, 2/8, 4/8 or "
-                f"8/8 DCT scale in the resample threads, {how}, when that decodes <= "
-                f"{MAX_PIXEL_RATIO:.0%} of the pixels of a full-size region decode; "
+                f"8/8 DCT scale ({rule}) in the resample threads, {how}, when that decodes "
+                f"<= {MAX_PIXEL_RATIO:.0%} of the pixels of a full-size region decode; "
                 "else DALI's decoder")
     return "decode: DALI's decoder (full size or region)"

@@ -347,3 +347,60 @@ def test_c_normalise_kernel_matches_torch_at_any_width_mirrored_or_not(width, hf
     torch_resample._hwc_to_chw(src.numpy(), got.numpy(), mean.flatten().tolist(),
                                inv_std.flatten().tolist(), hflip)
     assert torch.equal(got, expected)
+
+
+# ------------------------------------------------------------------ real photos, 0.3-12 MP
+# Native-resolution mosaics of the real photographs packages ship (never resampled: every
+# pixel's detail is a camera's), one per size; the 800x719 one tiles the astronaut with
+# scikit-image's fine CC0 textures (grass, gravel, brick): the most detailed content at
+# hand, which a 1/2-scale decode resized by 1.4x put 0.015 off torchvision.
+REAL_SIZES = [((480, 640), False), ((719, 800), True), ((1200, 1600), False),
+              ((1680, 2100), False), ((3000, 4000), False)]
+
+
+@pytest.fixture(scope="module")
+def real_photos():
+    """(bytes, (height, width), PIL image as ImageFolder loads it) per :data:`REAL_SIZES`."""
+    from fastload.data.photos import SOURCES, TEXTURES, native_mosaic
+
+    out = []
+    for seed, ((h, w), detailed) in enumerate(REAL_SIZES):
+        sources = SOURCES[:1] + TEXTURES if detailed else SOURCES
+        buffer = io.BytesIO()
+        native_mosaic(np.random.default_rng(seed), h, w, sources).save(buffer, format="JPEG",
+                                                                       quality=90)
+        data = buffer.getvalue()
+        out.append((data, (h, w), Image.open(io.BytesIO(data)).convert("RGB")))
+    return out
+
+
+def _val_presets():
+    from timm.data import create_transform
+
+    return {
+        "torchvision": VAL,
+        "timm": create_transform(224, is_training=False),
+        "timm-bicubic-0.9": create_transform(224, is_training=False, interpolation="bicubic",
+                                             crop_pct=0.9),
+        "resize-224x224": T.Compose([T.Resize((224, 224)), T.ToTensor()]),
+        "resize-384-bicubic": T.Compose([T.Resize(384, interpolation=T.InterpolationMode.BICUBIC),
+                                         T.CenterCrop(384), T.ToTensor()]),
+    }
+
+
+@pytest.mark.parametrize("name", list(_val_presets()))
+def test_val_transforms_on_real_photos_stay_within_0_01_per_image_and_0_003_median(
+        real_photos, name):
+    transform = _val_presets()[name]
+    plan = translate(transform)
+    # on 0..1 values (a Normalize divides differences by its std): the plan's output is
+    # (pixel - mean) / std on 0..255 pixels
+    std = torch.tensor(plan.std).view(3, 1, 1) / 255
+    mads = []
+    with BatchDecoder(plan, max_batch_size=1) as dec:
+        for data, size, image in real_photos:  # one a batch: each takes its own path
+            dec.submit([data], [size], torch.Generator())
+            mads.append(float(((dec.fetch()[0] - transform(image)) * std).abs().mean()))
+        assert dec.scaled_batches >= 2  # the 3.5 and 12 MP photos are DCT-scaled
+    assert max(mads) <= 0.01, f"per-image MADs {[round(m, 4) for m in mads]}"
+    assert float(np.median(mads)) <= 0.003, f"per-image MADs {[round(m, 4) for m in mads]}"

@@ -12,6 +12,7 @@ from PIL import Image
 
 from fastload.pipelines import geometry as g
 from fastload.pipelines import scaled_decode as sd
+from fastload.pipelines import torch_resample
 from fastload.pipelines.batch_decoder import BatchDecodeError, BatchDecoder
 from fastload.pipelines.translate import translate
 
@@ -383,8 +384,49 @@ def test_decode_scale_rounds_up_to_a_vectorised_eighth():
     scales = {}
     for short in (1680, 1400, 1000, 800, 600, 300):  # eighths 2, 2, 3, 3, 4, 7
         params = g.draw_sample(steps, short, short * 5 // 4, torch.Generator())
-        scales[sd.eighths(params)] = sd.decode_scale(params)
+        scales[sd.eighths(params)] = sd.decode_scale(params, parity=False)
     assert scales == {2: 2, 3: 4, 4: 4, 7: 8}
+
+
+@pytest.mark.parametrize(("size", "scale"), [
+    ((1680, 2100), 2),  # 420 rows at 2/8: the resample still shrinks 1.64x
+    ((1536, 2048), 4),  # 384 rows at 2/8 shrink only 1.5x: 4/8
+    ((3000, 4000), 2),  # 1/8 leaves 1.46x
+    ((4096, 5464), 1),  # 2x at 1/8
+    ((719, 800), 8),  # 4/8 would end mid-pixel (359.5 rows) and shrink 1.4x
+    ((1000, 1333), 8),  # 1333 columns are not on the 4/8 grid
+    ((1002, 1336), 4),
+])
+def test_parity_rule_keeps_the_region_on_the_scaled_grid_and_the_resample_shrinking(
+        size, scale):
+    params = g.draw_sample(translate(VAL).steps, *size, torch.Generator())
+    assert sd.decode_scale(params) == scale
+
+
+def test_only_random_regions_are_exempt_from_the_parity_rule():
+    assert not sd.fixed_region(translate(TRAIN).steps)
+    assert not sd.fixed_region(translate(T.Compose([T.RandomCrop(900), T.Resize(224),
+                                                    T.ToTensor()])).steps)
+    assert sd.fixed_region(translate(T.Compose([T.Resize(256), T.RandomCrop(224),
+                                                T.RandomHorizontalFlip(), T.ToTensor()])).steps)
+    assert sd.fixed_region(translate(VAL).steps)
+
+
+def test_random_crops_decode_at_the_smallest_scale_that_holds_the_output(highres):
+    """RandomResizedCrop keeps its speed: a crop the parity rule would decode at 4/8 is
+    decoded at 2/8 (its promise is torchvision's crop boxes and flips)."""
+    plan = translate(TRAIN)
+    gen = torch.Generator().manual_seed(0)
+    while True:
+        params = g.draw_sample(plan.steps, *highres[0][1], gen)
+        if sd.decode_scale(params, parity=False) < sd.decode_scale(params, parity=True):
+            break
+    encoded = [np.frombuffer(highres[0][0], np.uint8)]
+    out = torch.empty((1, 3, 224, 224))
+    sd.decode_batch(plan, encoded, [params], out, [0])
+    writer = torch_resample.SampleWriter(plan, expected := torch.empty_like(out))
+    writer.write(0, *sd.decode_sample(encoded[0], params, parity=False))
+    assert torch.equal(out, expected)
 
 
 def test_claims_hand_each_sample_to_exactly_one_thread():

@@ -32,7 +32,8 @@ from PIL import Image
 
 from fastload.data.synth import _check_common, _write_tree
 
-__all__ = ["SOURCES", "SourcePhoto", "photo_image", "photo_size", "photo_tree", "source_paths"]
+__all__ = ["SOURCES", "TEXTURES", "SourcePhoto", "native_mosaic", "photo_image", "photo_size",
+           "photo_tree", "source_paths"]
 
 MEGAPIXELS = (0.2, 0.4)  # default picture area range, in millions of pixels
 SCALE_RANGE = (0.6, 1.6)  # output px per source px of a panel (log-uniform)
@@ -70,14 +71,25 @@ SOURCES: tuple[SourcePhoto, ...] = (
                 "public domain", "U.S. Navy portrait of Grace Hopper (matplotlib's sample data)"),
 )
 
+# Photographs of fine texture (grey, CC0) that scikit-image ships: the most detailed real
+# content at hand, for value checks of a scaled decode (:func:`native_mosaic`); not classes.
+TEXTURES: tuple[SourcePhoto, ...] = (
+    SourcePhoto("grass", "skimage", "data/grass.png", "CC0",
+                "linolafett, DeviantArt (scikit-image's grass)"),
+    SourcePhoto("gravel", "skimage", "data/gravel.png", "CC0",
+                "CC0Textures Gravel04 (scikit-image's gravel)"),
+    SourcePhoto("brick", "skimage", "data/brick.png", "CC0",
+                "CC0Textures Bricks25 (scikit-image's brick)"),
+)
+
 _INSTALL_HINT = ("the photographic set reads the sample photos scikit-image and matplotlib "
                  "ship; install them with `pip install 'fastload[photos]'`")
 
 
 @functools.cache
-def _located(count: int) -> tuple[str, ...]:
+def _located(count: int, sources: tuple[SourcePhoto, ...] = SOURCES) -> tuple[str, ...]:
     paths = []
-    for source in SOURCES[:count]:
+    for source in sources[:count]:
         try:
             spec = importlib.util.find_spec(source.package)  # locates without importing it
         except ModuleNotFoundError:
@@ -113,6 +125,41 @@ def _source(path: str) -> Image.Image:
         with Image.open(path) as opened:
             image = _LOADED[path] = opened.convert("RGB")
     return image
+
+
+def native_mosaic(rng: np.random.Generator, height: int, width: int,
+                  sources: tuple[SourcePhoto, ...] = SOURCES) -> Image.Image:
+    """A ``height`` x ``width`` RGB picture tiled with crops of ``sources`` at their native
+    resolution: never resampled (so every pixel's detail is the camera's), some mirrored,
+    nothing added. Panels are cut from the frame until each fits one source photo and holds
+    at most 0.5 MP; each shows a randomly placed crop of a photo large enough for it. For
+    checking values at any size (e.g. 12 MP from photos of 0.2-0.8 MP); uses only ``rng``."""
+    if height < 8 or width < 8:
+        raise ValueError(f"image sides should be at least 8 px, but got {height}x{width}")
+    photos = [_source(p) for p in _located(len(sources), tuple(sources))]
+    canvas = Image.new("RGB", (width, height))
+    todo, done = [(0, 0, height, width)], []
+    while todo:
+        top, left, h, w = todo.pop()
+        fits = any(h <= p.height and w <= p.width for p in photos)
+        if fits and (h * w <= 500_000 or min(h, w) < 128):
+            done.append((top, left, h, w))
+            continue
+        if w >= h:
+            cut = int(round(w * rng.uniform(0.35, 0.65)))
+            todo += [(top, left, h, cut), (top, left + cut, h, w - cut)]
+        else:
+            cut = int(round(h * rng.uniform(0.35, 0.65)))
+            todo += [(top, left, cut, w), (top + cut, left, h - cut, w)]
+    for top, left, h, w in done:
+        fitting = [p for p in photos if p.height >= h and p.width >= w]
+        photo = fitting[int(rng.integers(len(fitting)))]
+        y, x = int(rng.integers(0, photo.height - h + 1)), int(rng.integers(0, photo.width - w + 1))
+        panel = photo.crop((x, y, x + w, y + h))
+        if rng.random() < 0.5:
+            panel = panel.transpose(Image.FLIP_LEFT_RIGHT)
+        canvas.paste(panel, (left, top))
+    return canvas
 
 
 def photo_size(rng: np.random.Generator, megapixels: tuple[float, float] = MEGAPIXELS
