@@ -364,11 +364,10 @@ def describe(plan: TransformPlan, device: str) -> str:
         how = ("the crop's region only (libjpeg-turbo's region API, fastload's Huffman "
                "decoder for baseline JPEGs; a sample's first decode whole, simplejpeg)"
                if region_decoder() else "the whole image (simplejpeg)")
-        rule = ("the smallest whose grid holds the region's edges and leaves a resample "
-                f"shrinking >= {PARITY_SHRINK[2]:g}x ({PARITY_SHRINK[1]:g}x after 1/8): "
-                "parity with torchvision"
-                if fixed_region(plan.steps) else
-                "the smallest that keeps the resample's pixels (a random crop)")
+        rule = ("parity with torchvision: the smallest whose grid holds the region's edges "
+                f"and leaves the resample shrinking >= {PARITY_SHRINK[2]:g}x, "
+                f"{PARITY_SHRINK[1]:g}x after 1/8" if fixed_region(plan.steps) else
+                "a random crop: the smallest that keeps the resample's pixels")
         return (f"decode: sequential JPEGs of >= {MIN_PIXELS / 1e6:g} MP at a 1/8, 2/8, 4/8 or "
                 f"8/8 DCT scale ({rule}) in the resample threads, {how}, when that decodes "
                 f"<= {MAX_PIXEL_RATIO:.0%} of the pixels of a full-size region decode; "

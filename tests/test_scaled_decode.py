@@ -438,3 +438,37 @@ def test_claims_hand_each_sample_to_exactly_one_thread():
     flat = sorted(i for share in taken for i in share)
     assert flat == list(range(1000))
     assert list(claims) == []  # spent: a late thread finds nothing left
+
+
+def test_scaled_decode_off_gives_torchvisions_values_for_random_crops_of_real_photos():
+    """The exact mode: full-size decodes, so RandomResizedCrop's values are torchvision's
+    to a grey level (the scaled path's random edges fall between scaled pixels)."""
+    from fastload.data.photos import native_mosaic
+
+    buffer = io.BytesIO()
+    native_mosaic(np.random.default_rng(0), 1200, 1600).save(buffer, format="JPEG", quality=90)
+    image = Image.open(io.BytesIO(buffer.getvalue())).convert("RGB")
+    photos = [(buffer.getvalue(), (1200, 1600), image)] * 4
+    seeds = [21, 22, 23, 24]
+    out, scaled = _decode(TRAIN, photos, seeds, scaled_decode="off")
+    refs = []
+    for seed in seeds:
+        torch.manual_seed(seed)
+        refs.append(TRAIN(image))
+    assert scaled == 0 and _worst_mad(out, refs) <= 0.002
+
+
+def test_loader_scaled_decode_keyword_reaches_the_decoder(tmp_path):
+    from torchvision.datasets import ImageFolder
+
+    import fastload
+    from fastload.data.synth import synthesize
+
+    root = synthesize(tmp_path, train=2, val=0, classes=2, workers=1, size=(1100, 1400))
+    with pytest.raises(ValueError, match="scaled_decode should be 'auto' or 'off'"):
+        fastload.DataLoader(ImageFolder(root / "train", TRAIN), scaled_decode="fast")
+    for mode, scaled in (("auto", 1), ("off", 0)):
+        loader = fastload.DataLoader(ImageFolder(root / "train", TRAIN), batch_size=2,
+                                     device="cpu", seed=0, scaled_decode=mode)
+        list(loader)
+        assert loader._decoder.scaled_batches == scaled

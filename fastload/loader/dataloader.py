@@ -77,6 +77,10 @@ class DataLoader:
       a set streamed from object storage, ``"global"`` for a local one.
     * ``shard_window``: shards per window of ``order="shards"`` (larger: a better shuffle,
       more shards resident and cached at once).
+    * ``scaled_decode``: ``"auto"`` (CPU: large JPEGs decoded at a reduced DCT scale, fixed
+      crops within 0.01 of torchvision's values, random crops with its crop boxes and flips;
+      ``fastload.pipelines.scaled_decode``) or ``"off"`` (full-size decodes: torchvision's
+      values for random crops too, slower on large photos).
 
     Datasets: torchvision ``ImageFolder``/``DatasetFolder`` with the default PIL loader,
     ``fastload.LMDBDataset``, a ``Subset`` of either, or a path. ``num_workers`` sets the DALI
@@ -121,7 +125,7 @@ class DataLoader:
                  hw_decoder_load: float = 0.65, storage_options: dict | None = None,
                  cache_dir: str | os.PathLike | None = None,
                  cache_bytes: int | None = None, order: str | None = None,
-                 shard_window: int = DEFAULT_SHARD_WINDOW) -> None:
+                 shard_window: int = DEFAULT_SHARD_WINDOW, scaled_decode: str = "auto") -> None:
         if on_error not in ("raise", "skip"):
             raise ValueError(f"on_error should be 'raise' or 'skip', but got on_error={on_error!r}")
         if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
@@ -155,6 +159,9 @@ class DataLoader:
         if not 0.0 <= hw_decoder_load <= 1.0:
             raise ValueError(f"hw_decoder_load should be in [0, 1], but got {hw_decoder_load!r}")
         self.hw_decoder_load = hw_decoder_load
+        if scaled_decode not in ("auto", "off"):
+            raise ValueError(f"scaled_decode should be 'auto' or 'off', but got {scaled_decode=!r}")
+        self.scaled_decode = scaled_decode
         self.on_error = on_error
         self.strict = strict
         self.dataset = dataset
@@ -373,7 +380,8 @@ class DataLoader:
         decoder = BatchDecoder(
             self._plan, max_batch_size=max_batch, num_threads=max(1, self.num_workers),
             device="gpu" if cuda else "cpu", device_id=self.device.index if cuda else None,
-            queue_depth=max(1, self.prefetch_factor or 2), hw_decoder_load=self.hw_decoder_load)
+            queue_depth=max(1, self.prefetch_factor or 2), hw_decoder_load=self.hw_decoder_load,
+            scaled_decode=self.scaled_decode)
         if shared:
             self._decoder, self._decoder_size = decoder, max_batch
         return decoder
