@@ -77,7 +77,11 @@ affine(PyObject *self, PyObject *args)
         return NULL;
     }
     PyObject *result = NULL;
-    if (src.len != (Py_ssize_t)j.w * j.h * 3 || dst.len != (Py_ssize_t)j.ow * j.oh * 3) {
+    /* the sizes are the caller's ints: their products checked, not assumed to fit */
+    Py_ssize_t src_len, dst_len;
+    if (__builtin_mul_overflow((Py_ssize_t)j.w * j.h, (Py_ssize_t)3, &src_len) ||
+        __builtin_mul_overflow((Py_ssize_t)j.ow * j.oh, (Py_ssize_t)3, &dst_len) ||
+        src.len != src_len || dst.len != dst_len) {
         PyErr_SetString(PyExc_ValueError, "affine: src must hold h x w x 3 and dst oh x ow x 3 "
                                           "uint8 values");
         goto done;

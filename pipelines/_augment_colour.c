@@ -14,11 +14,13 @@
  */
 #include "_augment.h"
 
+/* clamp to [0, 255] and truncate; NaN (a product of 0 and inf) becomes 0, what torch's
+ * float -> uint8 cast gives on x86-64, so that no conversion is undefined */
 static inline unsigned char
 to_u8(float x)
 {
-    x = x < 0.0f ? 0.0f : x;
-    x = x > 255.0f ? 255.0f : x;
+    x = x > 0.0f ? x : 0.0f;
+    x = x < 255.0f ? x : 255.0f;
     return (unsigned char)(int32_t)x;
 }
 
@@ -116,7 +118,7 @@ fl_augment_gray(PyObject *self, PyObject *args)
         return NULL;
     PyObject *result = NULL;
     const Py_ssize_t n = dst.len / 4;
-    if (n == 0 || src.len % (3 * n) != 0 || src.len != 3 * n) {
+    if (n == 0 || dst.len % 4 != 0 || src.len % 3 != 0 || src.len / 3 != n) {
         PyErr_SetString(PyExc_ValueError, "gray(src, dst, fused): src uint8 3 x N, dst float32 N");
         goto done;
     }
@@ -187,7 +189,8 @@ fl_augment_sharpen(PyObject *self, PyObject *args)
                             dst_obj, &dst, 1, 1, "dst") < 0)
         return NULL;
     PyObject *result = NULL;
-    if (h < 3 || w < 3 || dst.len != src.len || src.len % (h * w) != 0) {
+    /* w <= len / h first: h * w is then at most len, no overflow (h, w from the caller) */
+    if (h < 3 || w < 3 || dst.len != src.len || w > src.len / h || src.len % (h * w) != 0) {
         PyErr_SetString(PyExc_ValueError,
                         "sharpen(src, dst, h, w, r, q, fused): uint8 planes of h x w, h, w >= 3");
         goto done;

@@ -35,6 +35,14 @@ clampi(int32_t v, int32_t hi)
     return v < 0 ? 0 : (v > hi ? hi : v);
 }
 
+/* v clamped to [-2, hi], NaN to -2 */
+static inline float
+inside(float v, float hi)
+{
+    v = v > -2.0f ? v : -2.0f;
+    return v < hi ? v : hi;
+}
+
 #define CHUNK 512 /* output pixels whose locations and weights are computed at a time */
 
 typedef struct {
@@ -50,10 +58,15 @@ taps_loop(const float *restrict grid, Taps *restrict t, Py_ssize_t n, int32_t h,
           int nearest)
 {
     const float sx = (float)w / 2, sy = (float)h / 2;
+    /* a location is first clamped to [-2, size + 2] (NaN to -2): nothing changes inside, a
+     * location further out still reads nothing, and the int conversions below stay defined
+     * for a grid of any values (torch's vector conversion of a far or NaN location reads
+     * nothing there too, but C's is undefined) */
+    const float xhi = (float)w + 2.0f, yhi = (float)h + 2.0f;
     if (nearest) {
         for (Py_ssize_t i = 0; i < n; i++) {
-            const float x = fmaf(grid[2 * i] + 1.0f, sx, -0.5f);
-            const float y = fmaf(grid[2 * i + 1] + 1.0f, sy, -0.5f);
+            const float x = inside(fmaf(grid[2 * i] + 1.0f, sx, -0.5f), xhi);
+            const float y = inside(fmaf(grid[2 * i + 1] + 1.0f, sy, -0.5f), yhi);
             const int32_t ix = (int32_t)nearbyintf(x), iy = (int32_t)nearbyintf(y);
             t->weight[0][i] = (float)((ix > -1) & (ix < w) & (iy > -1) & (iy < h));
             t->offset[0][i] = clampi(iy, h - 1) * w + clampi(ix, w - 1);
@@ -62,12 +75,12 @@ taps_loop(const float *restrict grid, Taps *restrict t, Py_ssize_t n, int32_t h,
     }
     float xs[CHUNK], ys[CHUNK];
     for (Py_ssize_t i = 0; i < n; i++) {
-        xs[i] = fmaf(grid[2 * i] + 1.0f, sx, -0.5f);
-        ys[i] = fmaf(grid[2 * i + 1] + 1.0f, sy, -0.5f);
+        xs[i] = inside(fmaf(grid[2 * i] + 1.0f, sx, -0.5f), xhi);
+        ys[i] = inside(fmaf(grid[2 * i + 1] + 1.0f, sy, -0.5f), yhi);
     }
     for (Py_ssize_t i = 0; i < n; i++) {
         const float x = xs[i], y = ys[i];
-        /* floor, for |x| < 2^31 (a location further out reads nothing, as in torch) */
+        /* floor: x is inside [-2, w + 2] */
         const int32_t tx = (int32_t)x, ty = (int32_t)y;
         const int32_t ixw = tx - ((float)tx > x), iyn = ty - ((float)ty > y);
         const int32_t ixe = ixw + 1, iys = iyn + 1;
@@ -123,11 +136,15 @@ fl_augment_grid_sample(PyObject *self, PyObject *args)
         return NULL;
     }
     PyObject *result = NULL;
-    const Py_ssize_t n = grid.len / 8;  /* output pixels */
-    const Py_ssize_t planes = h * w > 0 ? src.len / (h * w) : 0;
-    if (h < 1 || w < 1 || h * w > (1 << 24) || planes * h * w != src.len || n == 0
-        || grid.len != 8 * n || (dst.itemsize != 1 && dst.itemsize != 4)
-        || dst.len != planes * n * dst.itemsize) {
+    const Py_ssize_t n = grid.len / 8; /* output pixels */
+    /* h and w are the caller's: bounded before they are multiplied (h * w <= 2^24) */
+    const int sizes_ok = h >= 1 && w >= 1 && h <= (1 << 24) && w <= (1 << 24) / h;
+    const Py_ssize_t planes = sizes_ok ? src.len / (h * w) : 0;
+    Py_ssize_t out_len;
+    if (!sizes_ok || planes * h * w != src.len || n == 0 || grid.len % 8 != 0
+        || (dst.itemsize != 1 && dst.itemsize != 4)
+        || __builtin_mul_overflow(planes, n, &out_len)
+        || __builtin_mul_overflow(out_len, dst.itemsize, &out_len) || dst.len != out_len) {
         PyErr_SetString(PyExc_ValueError,
                         "grid_sample(src, grid, dst, h, w, nearest): src uint8 C x h x w, grid "
                         "float32 N x 2, dst uint8 or float32 C x N");

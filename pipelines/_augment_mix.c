@@ -31,7 +31,7 @@ fl_augment_mix(PyObject *self, PyObject *args)
                             src_obj, &src, 0, 1, "src") < 0)
         return NULL;
     PyObject *result = NULL;
-    if (acc.len != 4 * src.len) {
+    if (acc.len % 4 != 0 || acc.len / 4 != src.len) {
         PyErr_SetString(PyExc_ValueError, "mix(acc, src, w, init): acc float32, src uint8, one count");
         goto done;
     }
@@ -45,12 +45,17 @@ done:
     return result;
 }
 
-/* the accumulator back to uint8, truncated (torch's .to(uint8) of values in [0, 256)) */
+/* the accumulator back to uint8, truncated (torch's .to(uint8) of values in [0, 256)); a
+ * value outside (a caller's weights outside [0, 1], NaN) is clamped first, NaN to 0, so
+ * that no conversion is undefined */
 LOOP static void
 truncate_loop(const float *restrict src, unsigned char *restrict dst, Py_ssize_t n)
 {
-    for (Py_ssize_t i = 0; i < n; i++)
-        dst[i] = (unsigned char)(int32_t)src[i];
+    for (Py_ssize_t i = 0; i < n; i++) {
+        float x = src[i] > 0.0f ? src[i] : 0.0f;
+        x = x < 255.0f ? x : 255.0f;
+        dst[i] = (unsigned char)(int32_t)x;
+    }
 }
 
 PyObject *
@@ -64,7 +69,7 @@ fl_augment_truncate_u8(PyObject *self, PyObject *args)
                             dst_obj, &dst, 1, 1, "dst") < 0)
         return NULL;
     PyObject *result = NULL;
-    if (src.len != 4 * dst.len) {
+    if (src.len % 4 != 0 || src.len / 4 != dst.len) {
         PyErr_SetString(PyExc_ValueError, "truncate_u8(src, dst): src float32, dst uint8, one count");
         goto done;
     }

@@ -19,7 +19,12 @@
  * ``mode`` (for benchmarks/highres_floor.py): 2, the default, entropy-decodes one-scan
  * baseline JPEGs with fastload's own Huffman decoder (_jpegroi_huffman.c: the same
  * coefficients, fewer steps each); 1 keeps libjpeg-turbo's Huffman decoder; 0 also has
- * every MCU's coefficients stored, cropped columns' too (libjpeg-turbo's own crop).
+ * every MCU's coefficients stored, cropped columns' too (libjpeg-turbo's own crop). On
+ * damaged data, or data that ends right after the region, mode 2 decodes again with mode 1:
+ * every mode gives libjpeg-turbo's pixels or its error (tests/fuzz checks it).
+ *
+ * The region and the canvas are checked before anything is decoded; sizes are summed in 64
+ * bits (a region's int sides near INT_MAX).
  *
  * Because the tail of the file is never read, damage there goes unseen: callers use this
  * for data already found intact (fastload decodes each sample strictly once; see
@@ -35,6 +40,7 @@
 
 #include <jpeglib.h>
 #include <jpegint.h> /* struct jpeg_entropy_decoder: its decode_mcu is wrapped below */
+#include <stdint.h>
 #include <stdlib.h>
 
 #include "_jpegroi.h"
@@ -69,6 +75,7 @@ typedef struct {
     Py_ssize_t out_size;
     /* results */
     int first_column, row_width;
+    int own_huffman; /* fastload's Huffman decoder ran (mode 2 on a file it applies to) */
     char message[JMSG_LENGTH_MAX];
 } Job;
 
@@ -137,10 +144,15 @@ decode_with(Job *job, HuffScan *scan)
     cinfo.scale_denom = 8;
     cinfo.dct_method = JDCT_ISLOW;
     cinfo.do_fancy_upsampling = TRUE;
-    jpeg_start_decompress(&cinfo);
+    /* The region and the canvas are checked against the header's sizes before anything is
+     * decoded or allocated (a progressive JPEG's coefficients are, in
+     * jpeg_start_decompress): a header that claims a huge image costs nothing more than the
+     * canvas the caller sized for it. The sums in 64 bits: top + height of two ints can
+     * pass INT_MAX. */
+    jpeg_calc_output_dimensions(&cinfo);
     if (job->top < 0 || job->left < 0 || job->height < 1 || job->width < 1 ||
-        (JDIMENSION)(job->top + job->height) > cinfo.output_height ||
-        (JDIMENSION)(job->left + job->width) > cinfo.output_width) {
+        (int64_t)job->top + job->height > (int64_t)cinfo.output_height ||
+        (int64_t)job->left + job->width > (int64_t)cinfo.output_width) {
         snprintf(job->message, sizeof job->message,
                  "the region (top %d, left %d, %dx%d) is not inside the %ux%u image at scale %d/8",
                  job->top, job->left, job->height, job->width, cinfo.output_height,
@@ -150,11 +162,26 @@ decode_with(Job *job, HuffScan *scan)
     }
     /* the canvas: jpeg_crop_scanline sets output_width to the cropped width */
     JDIMENSION canvas_width = cinfo.output_width;
+    size_t stride = (size_t)canvas_width * 3;
+    if (job->out_size < 0 || (size_t)job->out_size != stride * cinfo.output_height) {
+        snprintf(job->message, sizeof job->message, "the output buffer holds %zd bytes, "
+                 "the %ux%u canvas %zu", job->out_size, cinfo.output_height,
+                 canvas_width, stride * cinfo.output_height);
+        jpeg_destroy_decompress(&cinfo);
+        return -1;
+    }
+    jpeg_start_decompress(&cinfo);
+    if (cinfo.output_width != canvas_width || cinfo.output_height * stride !=
+        (size_t)job->out_size) { /* the same function computed them: never, but checked */
+        snprintf(job->message, sizeof job->message, "the decoder's output size changed");
+        jpeg_destroy_decompress(&cinfo);
+        return -1;
+    }
     /* One column more on each side: fancy upsampling treats the first and last column of a
      * cropped row as image edges (measured: they differ from a whole decode at 8/8 with
      * subsampled chroma), so the region must not touch them unless the image's edge does. */
     JDIMENSION x = job->left > 0 ? (JDIMENSION)job->left - 1 : 0;
-    JDIMENSION end = (JDIMENSION)(job->left + job->width) + 1;
+    JDIMENSION end = (JDIMENSION)job->left + (JDIMENSION)job->width + 1; /* both checked */
     if (end > cinfo.output_width)
         end = cinfo.output_width;
     JDIMENSION w = end - x;
@@ -166,6 +193,7 @@ decode_with(Job *job, HuffScan *scan)
     int sequential = !cinfo.progressive_mode && !jpeg_has_multiple_scans(&cinfo);
     columns.decode_mcu = cinfo.entropy->decode_mcu;
     columns.huffman = job->mode >= 2 && huff_scan_start(&cinfo, scan) == 0 ? scan : NULL;
+    job->own_huffman = columns.huffman != NULL;
     columns.column = 0;
     columns.per_row = cinfo.MCUs_per_row;
     columns.first = 0;
@@ -185,14 +213,6 @@ decode_with(Job *job, HuffScan *scan)
         cinfo.client_data = &columns;
         cinfo.entropy->decode_mcu = decode_mcu_in_columns;
     }
-    size_t stride = (size_t)canvas_width * 3;
-    if ((Py_ssize_t)(stride * cinfo.output_height) != job->out_size) {
-        snprintf(job->message, sizeof job->message, "the output buffer holds %zd bytes, "
-                 "the %ux%u canvas %zu", job->out_size, cinfo.output_height,
-                 canvas_width, stride * cinfo.output_height);
-        jpeg_destroy_decompress(&cinfo);
-        return -1;
-    }
     unsigned char *origin = job->out + (size_t)job->top * stride + (size_t)x * 3;
     if (job->top > 0)
         jpeg_skip_scanlines(&cinfo, (JDIMENSION)job->top);
@@ -211,6 +231,11 @@ decode_with(Job *job, HuffScan *scan)
         }
         done += (int)got;
     }
+    if (columns.huffman && huff_near_end(scan)) {
+        snprintf(job->message, sizeof job->message, "the data ends near the region's end");
+        jpeg_destroy_decompress(&cinfo);
+        return -1; /* run() asks libjpeg's decoder, which decides */
+    }
     jpeg_abort_decompress(&cinfo); /* the rows below the region are never decoded */
     jpeg_destroy_decompress(&cinfo);
     job->first_column = (int)x;
@@ -226,7 +251,21 @@ run(Job *job)
         snprintf(job->message, sizeof job->message, "out of memory");
         return -1;
     }
+    job->own_huffman = 0;
     int status = decode_with(job, scan);
+    if (status != 0 && job->own_huffman) {
+        /* Corrupt data, or data that ends close by: fastload's decoder reports every bad
+         * code, libjpeg-turbo's does not (its fast path, used where 512 bytes a block are
+         * left and no restart interval, decodes a bad code as a zero without a warning), and
+         * libjpeg's read-ahead can reach the end of a file this decoder never reaches. What
+         * libjpeg decodes is decoded here too, with its decoder: the same pixels or the same
+         * error, whatever the mode. */
+        int mode = job->mode;
+        job->mode = 1;
+        job->message[0] = '\0';
+        status = decode_with(job, scan);
+        job->mode = mode;
+    }
     free(scan);
     return status;
 }

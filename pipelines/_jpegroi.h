@@ -46,4 +46,9 @@ int huff_scan_start(j_decompress_ptr cinfo, HuffScan *scan);
  * reported with libjpeg's own warnings (JWRN_HUFF_BAD_CODE, JWRN_HIT_MARKER, ...). */
 boolean huff_decode_mcu(j_decompress_ptr cinfo, HuffScan *scan, JBLOCKROW *MCU_data);
 
+/* After the last MCU wanted: whether the data ends, without a marker, within what
+ * libjpeg-turbo's bit reader may have read ahead (where it warns that the file ends, this
+ * decoder would not: the region decoder asks libjpeg's decoder then). */
+int huff_near_end(const HuffScan *scan);
+
 #endif

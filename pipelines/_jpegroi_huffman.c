@@ -16,7 +16,10 @@
  * skipped, any other marker ends the data and zeros follow (using one of those zeros is
  * corrupt data: JWRN_HIT_MARKER; the buffer's end without one: JWRN_JPEG_EOF), restart
  * markers are expected in order every restart_interval MCUs. Anything libjpeg would warn
- * about is reported with its warning, which the region decoder turns into an error.
+ * about is reported with its warning, which the region decoder turns into an error; so is
+ * some damage libjpeg lets pass (a bad code in its fast path), and huff_near_end says where
+ * libjpeg's read-ahead may reach the end of a file: in both cases the region decoder asks
+ * libjpeg's own decoder, whose answer is the one given.
  */
 #include <string.h>
 
@@ -318,13 +321,13 @@ ac_block(j_decompress_ptr cinfo, HuffScan *s, Bits *b, const HuffTable *t, JCOEF
 static void
 restart(j_decompress_ptr cinfo, HuffScan *s)
 {
-    /* the interval's last byte is padded: its unread bits are dropped */
+    /* The interval's last byte is padded: its unread bits are dropped. Bytes between the
+     * last MCU and the marker are corrupt data: a whole byte of the bits read but not used,
+     * or one not read yet (libjpeg counts both as discarded bytes). */
+    if (s->count - s->zeros >= 8 || (!s->at_marker && s->p < s->end && *s->p != 0xFF))
+        WARNMS2(cinfo, JWRN_EXTRANEOUS_DATA, 1, 0xD0 + s->next_restart);
     s->buf = 0;
     s->count = s->zeros = 0;
-    if (!s->at_marker) { /* bytes between the last MCU and the marker: corrupt */
-        if (s->p < s->end && *s->p != 0xFF)
-            WARNMS2(cinfo, JWRN_EXTRANEOUS_DATA, 1, 0xD0 + s->next_restart);
-    }
     const uint8_t *q = s->p;
     while (q < s->end && *q == 0xFF)
         q++;
@@ -360,7 +363,10 @@ huff_decode_mcu(j_decompress_ptr cinfo, HuffScan *s, JBLOCKROW *MCU_data)
             diff = size ? value(&b, size) : 0;
         }
         int ci = s->component[blkn];
-        s->last_dc[ci] += diff;
+        /* libjpeg-turbo's int sum, which wraps (its UBSan check is off there): crafted data
+         * can repeat a difference until the prediction passes INT_MAX. Summed as unsigned
+         * here, defined, the same bits, and (JCOEF) keeps the same low 16 of them. */
+        s->last_dc[ci] = (int)((unsigned)s->last_dc[ci] + (unsigned)diff);
         if (block) {
             block[0] = (JCOEF)s->last_dc[ci];
             if (s->ac_stored[blkn]) {
@@ -377,4 +383,29 @@ huff_decode_mcu(j_decompress_ptr cinfo, HuffScan *s, JBLOCKROW *MCU_data)
     cinfo->src->next_input_byte = s->p;
     cinfo->src->bytes_in_buffer = (size_t)(s->end - s->p);
     return TRUE;
+}
+
+int
+huff_near_end(const HuffScan *s)
+{
+    /* libjpeg-turbo reads at most 8 data bytes past the bits it has used; this reader's
+     * position is never behind those bits. Within 16 data bytes of the buffer's end, with no
+     * marker in between, libjpeg may have asked its source for more (a warning there). */
+    if (s->truncated)
+        return 1;
+    int data_bytes = 0;
+    for (const uint8_t *q = s->p; q < s->end && data_bytes < 16;) {
+        if (*q != 0xFF) {
+            q++, data_bytes++;
+            continue;
+        }
+        while (q < s->end && *q == 0xFF) /* fill bytes */
+            q++;
+        if (q == s->end)
+            return 1;
+        if (*q != 0)
+            return 0; /* a marker: libjpeg stops there too */
+        q++, data_bytes++; /* a stuffed 0xFF */
+    }
+    return data_bytes < 16;
 }

@@ -117,10 +117,14 @@ hwc_to_chw(PyObject *self, PyObject *args)
         goto done;
     }
     const Py_ssize_t height = src.shape[0], width = src.shape[1];
+    /* a buffer's shape need not be backed by as many bytes (a zero stride): products checked */
+    Py_ssize_t row_bytes, plane_bytes;
     if (dst.ndim != 3 || dst.itemsize != 4 || dst.format == NULL || strcmp(dst.format, "f") != 0
         || dst.shape[0] != 3 || dst.shape[1] != height || dst.shape[2] != width
-        || dst.strides[2] != 4 || dst.strides[1] != 4 * width
-        || dst.strides[0] != 4 * width * height) {
+        || __builtin_mul_overflow(width, (Py_ssize_t)4, &row_bytes)
+        || __builtin_mul_overflow(row_bytes, height, &plane_bytes)
+        || dst.strides[2] != 4 || dst.strides[1] != row_bytes
+        || dst.strides[0] != plane_bytes) {
         PyErr_SetString(PyExc_ValueError,
                         "dst should be a contiguous float32 3 x H x W array matching src");
         goto done;
@@ -188,7 +192,7 @@ lookup_planes(PyObject *self, PyObject *args)
     const Py_ssize_t channels = lut.len / (256 * (lut.itemsize ? lut.itemsize : 1));
     if (src.itemsize != 1 || (size != 2 && size != 4 && size != 8) || lut.itemsize != size
         || channels < 1 || lut.len != channels * 256 * size || src.len % channels != 0
-        || dst.len != src.len * size) {
+        || dst.len % size != 0 || dst.len / size != src.len) {
         PyErr_SetString(PyExc_ValueError,
                         "lookup_planes(src, dst, lut): src contiguous uint8 C x H x W, lut "
                         "contiguous C x 256 with dst's element size (2, 4 or 8), dst contiguous "

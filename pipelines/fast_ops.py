@@ -5,8 +5,9 @@ Contract: ``apply_op(img, op_name, magnitude, interpolation, fill)`` takes the s
 (``torch.equal``), for every input; errors are torchvision's too.
 
 Fast paths apply to contiguous CPU ``torch.uint8`` tensors of shape (..., C, H, W), C in {1, 3},
-with a finite int/float magnitude in the op's valid range. Everything else (PIL images, other
-dtypes, CUDA, "Identity", "Invert", "Posterize", batched affine ops) goes to torchvision unchanged.
+with a finite int/float magnitude (within float32's range) in the op's valid range. Everything
+else (PIL images, other dtypes, CUDA, "Identity", "Invert", "Posterize", batched affine ops, a
+larger magnitude) goes to torchvision unchanged.
 
 Why each fast path is exact:
 
@@ -73,7 +74,8 @@ def apply_op(img: Any, op_name: str, magnitude: float, interpolation: Any, fill:
                 return _solarize(img, magnitude)
         else:
             factor = 1.0 + magnitude
-            if factor >= 0:  # below: torchvision raises
+            # below 0 torchvision raises; above the kernels' bound its float32 overflows
+            if 0 <= factor <= kernels.BLEND_FACTOR_MAX:
                 if op_name == "Brightness":
                     return _brightness(img, factor)
                 if op_name == "Contrast":
@@ -104,7 +106,7 @@ def adjust(img: Any, name: str, kwargs: dict) -> Any | None:
     apply (the caller then calls torchvision)."""
     factor = kwargs.get(_ADJUST.get(name, ""))
     if (len(kwargs) != 1 or not _is_fast_input(img) or not _is_plain_number(factor)
-            or factor < 0):
+            or not 0 <= factor <= kernels.BLEND_FACTOR_MAX):
         return None
     if name == "adjust_brightness":
         return _brightness(img, factor)
@@ -130,7 +132,10 @@ def _is_fast_input(img: Any) -> bool:
 
 
 def _is_plain_number(magnitude: Any) -> bool:
-    return type(magnitude) in (float, int) and math.isfinite(magnitude)
+    # within float32's range too: the C loops compute in float32, where torchvision's float32
+    # arithmetic of a larger value (inf, inf - inf) is its own to replay (or to raise on)
+    # (NaN and inf fail the comparison; an int of any size is compared exactly)
+    return type(magnitude) in (float, int) and abs(magnitude) <= kernels.FLOAT32_MAX
 
 
 def _to_uint8(x: Tensor) -> Tensor:

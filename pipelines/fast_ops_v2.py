@@ -7,7 +7,7 @@ and :func:`adjust` (``v2.functional.adjust_brightness`` / ``_contrast`` / ``_sat
 stays one), or None where they have no fast path: the caller then calls torchvision.
 
 Fast paths apply to contiguous CPU ``torch.uint8`` plain tensors and ``tv_tensors.Image``\\ s of
-shape (..., C, H, W), C in {1, 3}, with a finite magnitude or factor in the op's valid range.
+shape (..., C, H, W), C in {1, 3}, with a finite magnitude or factor (within float32's range) in the op's valid range.
 Why each is exact:
 
 * Brightness, Color, Contrast, Sharpness: v2's kernels blend with ``mul`` then
@@ -94,9 +94,9 @@ def _like(out: Tensor, img: Any) -> Any:
 
 
 def _blend(img: Tensor, op_name: str, factor: float) -> Tensor | None:
-    # Below zero v2 raises; a 1-channel Color and a Sharpness thinner than 3 pixels return
-    # the input itself: all left to v2.
-    if factor < 0 or not kernels.fused_ok():
+    # Below zero v2 raises, above the kernels' bound its float32 overflows; a 1-channel
+    # Color and a Sharpness thinner than 3 pixels return the input itself: all left to v2.
+    if not 0 <= factor <= kernels.BLEND_FACTOR_MAX or not kernels.fused_ok():
         return None
     if op_name == "Sharpness":
         return kernels.sharpen(img, factor, fused=True) if min(img.shape[-2:]) > 2 else None

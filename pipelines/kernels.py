@@ -9,11 +9,19 @@ not); callers leave v2 to torchvision where it says no. Every function takes a c
 uint8 CPU tensor of shape (..., C, H, W), C in {1, 3} (3 where a grayscale is taken), and
 returns a new one; :data:`AVAILABLE` is False where the C extension was not built (no
 compiler at install time): callers keep torch's own ops then.
+
+The numbers are checked here, before they reach C: a blend factor below zero gets
+torchvision's own ``ValueError`` ("brightness_factor (-1.0) is not non-negative."), and
+NaN, infinity, a weight float32 cannot hold (the loops compute in float32) or a factor
+above :data:`BLEND_FACTOR_MAX` a ``ValueError`` naming it; the fast paths hand such values to torchvision instead
+(:mod:`.fast_ops`). The C loops themselves stay defined on any input (sizes checked before
+they are multiplied, NaN converted to 0).
 """
 
 from __future__ import annotations
 
 import functools
+import math
 
 import numpy as np
 import torch
@@ -28,6 +36,36 @@ __all__ = ["AVAILABLE", "augmix_mix", "blend", "fused_ok", "gray", "grid_sample"
            "interleave", "mixup_rows", "sharpen"]
 
 AVAILABLE = _c is not None
+FLOAT32_MAX = 3.4028234663852886e38  # the largest finite float32
+# The largest blend factor whose products with a pixel value (and with 1 - factor) stay
+# finite in float32; above it torch's float32 blend overflows (inf - inf), and which of its
+# loops fuses the multiply-add decides the result: not the kernels' to replay.
+BLEND_FACTOR_MAX = FLOAT32_MAX / 256
+_FACTORS = {"zero": "brightness_factor", "mean": "contrast_factor", "gray": "saturation_factor"}
+
+
+def _finite(value: float, name: str) -> float:
+    """``value`` as a float32-finite number, or a ValueError naming ``name``."""
+    try:
+        number = float(value)
+    except OverflowError:  # an int beyond any float
+        number = math.inf
+    if not (math.isfinite(number) and abs(number) <= FLOAT32_MAX):
+        raise ValueError(f"{name} should be a finite number within float32's range, but got "
+                         f"{name}={value}")
+    return number
+
+
+def _factor(value: float, name: str) -> float:
+    """A blend factor: torchvision's error below zero, :func:`_finite`'s for NaN and inf,
+    and one above :data:`BLEND_FACTOR_MAX`."""
+    if value < 0:
+        raise ValueError(f"{name} ({value}) is not non-negative.")  # torchvision's words
+    number = _finite(value, name)
+    if number > BLEND_FACTOR_MAX:
+        raise ValueError(f"{name} should be at most {BLEND_FACTOR_MAX:.4g} (float32 products "
+                         f"of a larger one overflow), but got {name}={value}")
+    return number
 
 
 def _images(img: Tensor) -> tuple[Tensor, Tensor]:
@@ -49,6 +87,9 @@ def blend(img: Tensor, ratio: float, other: str, fused: bool) -> Tensor:
     """``clamp(img * ratio + o * (1 - ratio))`` as uint8, per image, ``o`` being ``other``:
     ``"zero"`` (brightness), ``"mean"`` (the mean of the image's grayscale: contrast) or
     ``"gray"`` (its grayscale: saturation)."""
+    if other not in _FACTORS:
+        raise ValueError(f"other should be 'zero', 'mean' or 'gray', but got other={other!r}")
+    ratio = _factor(ratio, _FACTORS[other])
     src, out = _images(img)
     q = 1.0 - ratio
     channels = src.shape[1]
@@ -69,6 +110,7 @@ def blend(img: Tensor, ratio: float, other: str, fused: bool) -> Tensor:
 
 def sharpen(img: Tensor, ratio: float, fused: bool) -> Tensor:
     """torchvision's ``adjust_sharpness`` of an image at least 3 x 3 (v1's or v2's border)."""
+    ratio = _factor(ratio, "sharpness_factor")
     src, out = _images(img)
     height, width = img.shape[-2:]
     _c.sharpen(src.numpy(), out.numpy(), height, width, ratio, 1.0 - ratio, fused)
@@ -80,9 +122,9 @@ def augmix_mix(batch: Tensor, first: Tensor, chains: list[tuple[Tensor, Tensor]]
     ``first`` and each ``w_i`` float32 one-element tensors, products and sums rounded in
     torchvision's order (``mix = m * batch; mix.add_(w_i * aug_i)``)."""
     acc = torch.empty(batch.shape, dtype=torch.float32)
-    _c.mix(acc.numpy(), batch.contiguous().numpy(), float(first), True)
+    _c.mix(acc.numpy(), batch.contiguous().numpy(), _finite(first, "AugMix's weight"), True)
     for weight, aug in chains:
-        _c.mix(acc.numpy(), aug.contiguous().numpy(), float(weight), False)
+        _c.mix(acc.numpy(), aug.contiguous().numpy(), _finite(weight, "AugMix's weight"), False)
     out = torch.empty(batch.shape, dtype=torch.uint8)
     _c.truncate_u8(acc.numpy(), out.numpy())
     return out
@@ -127,7 +169,7 @@ def grid_sample_ok() -> bool:
 def mixup_rows(prev: Tensor, cur: Tensor, a: float, b: float) -> None:
     """``cur = prev * a + cur * b`` in place, float32, each product and the sum rounded (v2
     MixUp's ``roll(1, 0).mul_(1 - lam).add_(x.mul(lam))`` for one image)."""
-    _c.mixup(prev.contiguous().numpy(), cur.numpy(), a, b)
+    _c.mixup(prev.contiguous().numpy(), cur.numpy(), _finite(a, "a"), _finite(b, "b"))
 
 
 def interleave(img: Tensor) -> np.ndarray:

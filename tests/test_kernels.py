@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
+import re
 
+import numpy as np
 import pytest
 import torch
 import torchvision.transforms.functional as F1
@@ -113,3 +115,83 @@ def test_without_the_extension_the_fast_paths_keep_torchvisions_values(monkeypat
     want = (first * batch).add_(weights[:, 0].reshape(1, 1, 1, 1) * chains[0]).to(torch.uint8)
     assert torch.equal(augment_common.augmix_combine(batch, [1, 1, 1, 1], first, weights,
                                                      chains), want)
+
+
+def _outcome(fn, *args, **kwargs):
+    """A call's tensor, or its exception's type and message."""
+    try:
+        return fn(*args, **kwargs)
+    except Exception as e:  # noqa: BLE001 - compared with torchvision's own
+        return type(e).__name__, str(e)
+
+
+def _same(a, b) -> bool:
+    return torch.equal(a, b) if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) \
+        else a == b
+
+
+@pytest.mark.parametrize("factor", [1e39, 3e38, 1e37, 1.3e36])
+def test_blend_factors_float32_cannot_hold_give_torchvisions_values(factor):
+    # Before issue 35 a factor of 1e39 reached the C loops as inf (v1 brightness: 255 where
+    # torchvision gives 0; v2 contrast returned pixels where torchvision raises), and 1e37
+    # overflowed torch's float32 products in ways the loops do not replay.
+    from fastload.pipelines import fast_ops_v2
+
+    img = _random((3, 23, 31), 9)
+    img[:, :3] = 0
+    for name, key in [("adjust_brightness", "brightness_factor"),
+                      ("adjust_contrast", "contrast_factor"),
+                      ("adjust_saturation", "saturation_factor"),
+                      ("adjust_sharpness", "sharpness_factor")]:
+        for tv, fast in ((F1, fast_ops), (F2, fast_ops_v2)):
+            want = _outcome(getattr(tv, name), img, **{key: factor})
+            got = fast.adjust(img, name, {key: factor})
+            got = want if got is None else got  # None: the caller runs torchvision
+            assert _same(got, want), (name, tv.__name__)
+    for op in ("Brightness", "Color", "Contrast", "Sharpness"):
+        want = _outcome(_apply_op, img, op, factor, InterpolationMode.NEAREST, None)
+        got = _outcome(fast_ops.apply_op, img, op, factor, InterpolationMode.NEAREST, None)
+        assert _same(got, want), op
+
+
+def test_kernels_refuse_a_negative_factor_in_torchvisions_words():
+    img = _random((3, 8, 8), 10)
+    with pytest.raises(ValueError, match=re.escape("brightness_factor (-1.0) is not non-negative.")):
+        kernels.blend(img, -1.0, "zero", False)
+    with pytest.raises(ValueError, match=re.escape("sharpness_factor (-0.5) is not non-negative.")):
+        kernels.sharpen(img, -0.5, True)
+
+
+@pytest.mark.parametrize("factor", [math.nan, math.inf, 1e39, 1e37])
+def test_kernels_refuse_factors_their_float32_loops_cannot_blend(factor):
+    img = _random((3, 8, 8), 11)
+    with pytest.raises(ValueError, match="contrast_factor should be"):
+        kernels.blend(img, factor, "mean", True)
+    with pytest.raises(ValueError, match="sharpness_factor should be"):
+        kernels.sharpen(img, factor, False)
+    if abs(factor) <= kernels.FLOAT32_MAX:  # a float32 weight is AugMix's own to use
+        return
+    with pytest.raises(ValueError, match="AugMix's weight should be a finite number"):
+        kernels.augmix_mix(img[None], torch.tensor(factor), [])
+
+
+def test_sharpen_refuses_plane_sizes_whose_product_overflows():
+    # 5 * 3689348814741910325 = 2**64 + 9: wrapped to 9, a divisor of the 27 bytes, the loop
+    # read far past them before issue 35 (a heap-buffer-overflow)
+    src = np.zeros(27, np.uint8)
+    with pytest.raises(ValueError, match="uint8 planes of h x w"):
+        kernels._c.sharpen(src, np.zeros(27, np.uint8), 5, 3689348814741910325, 0.5, 0.5, False)
+
+
+@pytest.mark.parametrize("nearest", [False, True])
+def test_grid_sample_reads_nothing_at_far_or_nan_locations(nearest):
+    img = _random((3, 6, 7), 12)
+    grid = torch.tensor([[[[1e10, 0.1], [-1e10, 0.2], [0.3, 3e38], [math.inf, 0.0],
+                           [math.nan, 0.0], [0.1, -math.inf], [0.0, 0.0]]]], dtype=torch.float32)
+    got = kernels.grid_sample(img, grid, nearest, False)
+    assert torch.equal(got[:, :, :6], torch.zeros(3, 1, 6))
+    # the far finite ones read nothing in torch's own grid_sample too (3e38 * w/2 is inf there)
+    want = torch.nn.functional.grid_sample(img[None].float(), grid[:, :, [0, 1, 6]],
+                                           mode="nearest" if nearest else "bilinear",
+                                           padding_mode="zeros", align_corners=False)[0]
+    assert torch.equal(got[:, :, [0, 1, 6]], want)
