@@ -26,6 +26,8 @@ __all__ = ["RemoteLocation", "is_url", "locate", "url_scheme"]
 # colon as well, since pathlib collapses "s3://b" to "s3:/b"; "a::b://" is fsspec chaining.
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+)(:/|::)")
 _S3 = ("s3", "s3a")
+S3_CONNECT_TIMEOUT_S = 5.0  # botocore's connect_timeout unless storage_options set it
+S3_READ_TIMEOUT_S = 10.0  # botocore's read_timeout (per read of a response) unless set
 
 
 def url_scheme(path: object) -> str | None:
@@ -72,10 +74,16 @@ class RemoteLocation:
         if shared.get("pid") != os.getpid():
             import fsspec
 
-            shared["fs"] = fsspec.filesystem(self.protocol, skip_instance_cache=True,
-                                             **self.storage_options)
-            shared["pid"] = os.getpid()
+            fs = fsspec.filesystem(self.protocol, skip_instance_cache=True,
+                                   **self.storage_options)
+            if self.protocol in _S3:
+                fs.retries = 1  # this instance's own retries off: fastload's are bounded
+            shared["fs"], shared["pid"] = fs, os.getpid()
         return shared["fs"]
+
+    def attempt_bound_s(self) -> float | None:
+        """The longest one try of a request here can take (None when unknown)."""
+        return _s3_attempt_bound(self.storage_options) if self.protocol in _S3 else None
 
     def child(self, *parts: str) -> RemoteLocation:
         """The location ``parts`` below this one (the same file system object)."""
@@ -131,9 +139,32 @@ def _filesystem_class(protocol: str, text: str = "", what: str = "path"):
 
 def _with_defaults(protocol: str, options: dict) -> dict:
     """S3: botocore's own retries off unless asked for (fastload retries, with its own
-    generator: botocore's backoff draws from the global ``random`` one)."""
+    generator: botocore's backoff draws from the global ``random`` one), and its connect and
+    read timeouts ``S3_CONNECT_TIMEOUT_S`` and ``S3_READ_TIMEOUT_S`` unless set (they bound
+    each try: see :mod:`fastload.data.remote.fetch`)."""
     if protocol in _S3:
         config = dict(options.get("config_kwargs") or {})
         config.setdefault("retries", {"total_max_attempts": 1})
+        config.setdefault("connect_timeout", S3_CONNECT_TIMEOUT_S)
+        config.setdefault("read_timeout", S3_READ_TIMEOUT_S)
         options["config_kwargs"] = config
     return options
+
+
+def _s3_attempt_bound(options: dict) -> float | None:
+    """The longest one S3 request can take under ``options``: botocore's connect plus read
+    timeout, times its tries (None when the options make it unknowable)."""
+    config = options.get("config_kwargs") or {}
+    try:
+        once = float(config.get("connect_timeout", S3_CONNECT_TIMEOUT_S)) + float(
+            config.get("read_timeout", S3_READ_TIMEOUT_S))
+        retries = config.get("retries") or {}
+        if "total_max_attempts" in retries:
+            tries = int(retries["total_max_attempts"])
+        elif "max_attempts" in retries:
+            tries = int(retries["max_attempts"]) + 1
+        else:
+            tries = 5  # botocore's own default when "retries" names no count
+    except (TypeError, ValueError, AttributeError):
+        return None
+    return once * max(1, tries)
