@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DEMO   := runs/demo
 
-.PHONY: install test lint demo bench clean
+.PHONY: install test lint demo bench clean fuzz fuzz-short fuzz-build
 
 $(STAMP): pyproject.toml constraints.txt setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -18,8 +18,30 @@ install: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
-test: lint
+test: lint fuzz-short
 	$(BIN)/python -m pytest -q tests benchmarks --benchmark-disable
+
+# The C extensions under AddressSanitizer + UndefinedBehaviorSanitizer, into build/fuzz (the
+# in-place build stays as it is); the saved regressions, then FUZZ_SECONDS of mutated cases
+# (README, "Fuzzing"). fuzz-short is make test's fixed-seed minute; both skip without libasan.
+FUZZ_SECONDS ?= 300
+FUZZ_SEED    ?= 0
+FUZZ_RUN     := $(BIN)/python tests/fuzz/run.py
+LIBASAN       = $(shell gcc -print-file-name=libasan.so 2>/dev/null)
+
+fuzz-build: $(STAMP)
+	@if [ -e "$(LIBASAN)" ]; then \
+	  FASTLOAD_SANITIZE=1 $(BIN)/python setup.py --quiet build_ext --build-lib build/fuzz \
+	    --build-temp build/fuzz-temp; \
+	else echo "fuzz: skipped (gcc's libasan is not installed)"; fi
+
+fuzz: fuzz-build
+	@if [ -e "$(LIBASAN)" ]; then $(FUZZ_RUN) --replay tests/fuzz/regressions && \
+	  $(FUZZ_RUN) --seconds $(FUZZ_SECONDS) --seed $(FUZZ_SEED); fi
+
+fuzz-short: fuzz-build
+	@if [ -e "$(LIBASAN)" ]; then $(FUZZ_RUN) --replay tests/fuzz/regressions && \
+	  $(FUZZ_RUN) --seconds 60 --seed 0; fi
 
 demo: $(STAMP)
 	$(BIN)/fastload demo --workdir $(DEMO)
