@@ -23,9 +23,10 @@ test: lint fuzz-short
 
 # The C extensions under AddressSanitizer + UndefinedBehaviorSanitizer, into build/fuzz (the
 # in-place build stays as it is); the saved regressions, then FUZZ_SECONDS of mutated cases
-# (README, "Fuzzing"). fuzz-short is make test's fixed-seed minute; both skip without libasan.
+# (README, "Fuzzing"). fuzz-short is make test's fixed-seed pass; both skip without libasan.
 FUZZ_SECONDS ?= 300
 FUZZ_SEED    ?= 0
+FUZZ_SHORT_SECONDS ?= 45
 FUZZ_RUN     := $(BIN)/python tests/fuzz/run.py
 LIBASAN       = $(shell gcc -print-file-name=libasan.so 2>/dev/null)
 
@@ -41,7 +42,7 @@ fuzz: fuzz-build
 
 fuzz-short: fuzz-build
 	@if [ -e "$(LIBASAN)" ]; then $(FUZZ_RUN) --replay tests/fuzz/regressions && \
-	  $(FUZZ_RUN) --seconds 60 --seed 0; fi
+	  $(FUZZ_RUN) --seconds $(FUZZ_SHORT_SECONDS) --seed 0; fi
 
 demo: $(STAMP)
 	$(BIN)/fastload demo --workdir $(DEMO)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 HARNESS = ROOT / "tests" / "fuzz" / "run.py"
 REGRESSIONS = ROOT / "tests" / "fuzz" / "regressions"
 LIBASAN = subprocess.run(["gcc", "-print-file-name=libasan.so"], capture_output=True,
-                         text=True).stdout.strip() if os.path.exists("/usr/bin/gcc") else ""
+                         text=True).stdout.strip() if shutil.which("gcc") else ""
 
 
 def _harness(*args: str, **kwargs) -> subprocess.CompletedProcess:
@@ -48,9 +49,10 @@ def replayed() -> dict[str, str]:
 @pytest.mark.parametrize("regression", sorted(p.name for p in REGRESSIONS.iterdir()
                                               if (p / "case.json").exists()))
 def test_regression_runs_without_a_sanitizer_report(replayed, regression):
-    # sharpen-plane-size-overflow: a heap-buffer-overflow before issue 35; the region and
-    # DC-prediction ones: signed overflows; the blend, truncate and grid ones: float-to-int
-    # conversions of NaN and inf. Each now returns or raises ValueError.
+    # sharpen-plane-size-overflow: a heap-buffer-overflow before issue 35; the region,
+    # DC-prediction, affine and grid size ones: signed overflows; the blend, sharpen,
+    # truncate and grid NaN ones: float-to-int conversions of NaN and inf. Each failed under
+    # the sanitizers before issue 35 and now returns or raises ValueError.
     assert replayed.get(regression, "missing").startswith("ok"), replayed["_output"]
 
 
