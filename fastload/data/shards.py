@@ -14,7 +14,11 @@ as it is checked:
   and names this shard of this set (index, shard count, source, fingerprint, classes,
   options), its record count and the CRC-32 of its ``checksums.crc32`` equal the
   manifest's, and its labels equal the set's labels over its range. Each record's CRC-32
-  and label are then checked as it is read.
+  and label are then checked as it is read. A shard that fails these checks is refused
+  once: each later read of it raises the same error at once, without opening it again,
+  until :meth:`ShardedReader.forget_refusals` (the loader calls it at each ``iter()``) or
+  :meth:`ShardedReader.release_shard`. Naming a record (:meth:`ShardedReader.key`) never
+  opens its shard, so an error message about a refused shard cannot fail itself.
 
 What only ``fastload verify`` checks: every record of every shard (its CRC-32, its Datum,
 its label) and a decode of a sample (see :mod:`fastload.data.set_verify`).
@@ -23,6 +27,7 @@ its label) and a decode of a sample (see :mod:`fastload.data.set_verify`).
 from __future__ import annotations
 
 import bisect
+import copy
 import os
 
 from fastload.data.format import (
@@ -31,6 +36,7 @@ from fastload.data.format import (
     LABELS_FILE,
     META_FILE,
     crc32,
+    record_key,
 )
 from fastload.data.manifest import (
     SET_LABELS_FILE,
@@ -70,6 +76,8 @@ class ShardedReader:
         self.targets: Labels = map_labels(self.path, self.meta, SET_LABELS_FILE,
                                           len(self.classes), fix)
         self._readers: dict[int, LMDBReader] = {}
+        # shard -> the error its first read raised (see the module docstring)
+        self._refusals: dict[int, Exception] = {}
 
     @property
     def num_shards(self) -> int:
@@ -95,6 +103,7 @@ class ShardedReader:
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
         state["_readers"] = {}  # reopened lazily where the copy reads
+        state["_refusals"] = {}  # and checked again there
         return state
 
     def close(self) -> None:
@@ -105,9 +114,15 @@ class ShardedReader:
     def release_shard(self, shard: int) -> None:
         """Close shard ``shard``'s handle in this process (it reopens on its next read), so
         that a reader done with a shard holds nothing of it."""
+        self._refusals.pop(shard, None)
         reader = self._readers.pop(shard, None)
         if reader is not None:
             reader.close()
+
+    def forget_refusals(self) -> None:
+        """Check the shards refused so far again at their next read (a new epoch: the
+        files may have been put right since)."""
+        self._refusals.clear()
 
     def prefetch(self, shards) -> list:
         """Ask for ``shards`` to be ready before they are read: a remote set fetches them
@@ -134,10 +149,20 @@ class ShardedReader:
 
     def shard_reader(self, shard: int) -> LMDBReader:
         """The reader of shard ``shard``, opened on first use here and checked against the
-        manifest (module docstring); ValueError/OSError naming the shard otherwise."""
+        manifest (module docstring); ValueError/OSError naming the shard otherwise, raised
+        again (a copy of the first error) without opening it at each later read."""
         reader = self._readers.get(shard)
-        if reader is None:
-            reader = self._readers[shard] = self._open_shard(self._entries[shard])
+        if reader is not None:
+            return reader
+        refused = self._refusals.get(shard)
+        if refused is not None:
+            raise _again(refused)
+        try:
+            reader = self._open_shard(self._entries[shard])
+        except Exception as err:
+            self._refusals[shard] = err
+            raise
+        self._readers[shard] = reader
         return reader
 
     def _open_shard(self, entry: ShardEntry) -> LMDBReader:
@@ -177,9 +202,10 @@ class ShardedReader:
         return None
 
     def key(self, index: int) -> bytes:
-        """``b"<shard folder>/<record key>"`` of global ``index``."""
+        """``b"<shard folder>/<record key>"`` of global ``index``, from the manifest alone
+        (never opens the shard: error messages name records with it)."""
         shard, local = self.locate(index)
-        return self._entries[shard].path.encode() + b"/" + self.shard_reader(shard).key(local)
+        return self._entries[shard].path.encode() + b"/" + record_key(local)
 
     def record(self, index: int) -> bytes:
         shard, local = self.locate(index)
@@ -189,6 +215,16 @@ class ShardedReader:
         """``(encoded JPEG bytes, label, (height, width))`` of global record ``index``."""
         shard, local = self.locate(index)
         return self.shard_reader(shard).image_bytes(local)
+
+
+def _again(err: Exception) -> Exception:
+    """A fresh exception like ``err`` (its type and message, no traceback) to raise again:
+    the first one may still be in the caller's hands."""
+    try:
+        fresh = copy.copy(err)
+    except Exception:  # noqa: BLE001 - an exception type copy cannot rebuild
+        return ValueError(str(err))
+    return fresh if isinstance(fresh, Exception) and str(fresh) == str(err) else ValueError(str(err))
 
 
 def open_reader(path: str | os.PathLike) -> LMDBReader | ShardedReader:

@@ -45,6 +45,15 @@ class FallbackWarning(UserWarning):
     """fastload runs torch's DataLoader for this dataset; the message names the reason."""
 
 
+def _forget_refusals(source: Any) -> None:
+    """A new epoch reads the shards a sharded set refused in the last one again (see
+    ``fastload.data.shards``): they may have been put right since."""
+    reader = getattr(getattr(source, "base", source), "reader", None)
+    forget = getattr(reader, "forget_refusals", None)
+    if forget is not None:
+        forget()
+
+
 def _name(obj: Any) -> str:
     return getattr(obj, "__qualname__", None) or type(obj).__name__
 
@@ -171,7 +180,10 @@ class DataLoader:
         self.last_batch_indices: list[int] = []
         self._decoder: Any = None
         self._decoder_size = 0
+        self._decoder_dirty = False  # a reset of it was interrupted: build a new one
         self._live: weakref.ref | None = None
+        self._last_maker: weakref.WeakMethod | None = None  # see __iter__
+        self._iterators: weakref.WeakSet = weakref.WeakSet()  # close() ends them all
         self._pid = os.getpid()  # a forked child starts afresh: see _after_fork
         reason, self._source, split = self._fast_path(dataset, worker_init_fn,
                                                       multiprocessing_context)
@@ -278,13 +290,23 @@ class DataLoader:
             return iter(self._torch)
         if self._pid != os.getpid():
             self._after_fork()
+        _forget_refusals(self._source)
         old = self._live() if self._live is not None else None
         if old is not None and old.running:
             # An unfinished iterator holds the loader's graph: as torch does, both iterate
             # (each its own epoch); this one gets a graph of its own, released when it ends.
-            return _EpochIterator(self._epoch_context(private=True))
-        iterator = _EpochIterator(self._epoch_context(private=False))
-        self._live = weakref.ref(iterator)
+            iterator = _EpochIterator(self._epoch_context(private=True))
+        else:
+            # The last epoch on the loader's graph may still make batches though its handle
+            # is gone (an interrupt inside iter(), say): it ends before the graph is reset.
+            stop = self._last_maker() if self._last_maker is not None else None
+            if stop is not None:
+                stop()
+            iterator = _EpochIterator(self._epoch_context(private=False))
+            self._live = weakref.ref(iterator)
+            self._last_maker = iterator.maker_stopper()
+        self._iterators.add(iterator)
+        iterator.start()  # last: an interrupt before it leaves no thread (see start())
         return iterator
 
     def _epoch_context(self, private: bool) -> EpochContext:
@@ -305,7 +327,9 @@ class DataLoader:
         damage = DamageCheck(self.num_workers)
         decoder = self._decoder_for(max(1, max_batch), shared=not private)
         if not private:
+            self._decoder_dirty = True  # until the reset is over (an interrupt may stop it)
             decoder.reset()
+            self._decoder_dirty = False
         return EpochContext(
             source=self._source, order=self._order, epoch=epoch, at_first_next=at_first_next,
             decoder=decoder, owns_decoder=private, stage=self._stage, damage=damage,
@@ -348,10 +372,12 @@ class DataLoader:
         self._order.load_state_dict(state)
 
     def close(self) -> None:
-        """Release the DALI graph now (idempotent); a later ``iter()`` builds it again."""
-        old = self._live() if self._live is not None else None
-        if old is not None:
-            old.close()
+        """Release the DALI graph now (idempotent) and end every iterator of this loader
+        (their ``next()`` then says so); a later ``iter()`` builds the graph again."""
+        if self._torch is None and self._pid != os.getpid():
+            self._after_fork()  # the parent's iterators and graph are not this process's
+        for old in list(self._iterators):
+            old.close("loader.close()")
         decoder, self._decoder, self._decoder_size = self._decoder, None, 0
         if decoder is not None:
             decoder.close()
@@ -364,18 +390,21 @@ class DataLoader:
         decoder, self._decoder, self._decoder_size = self._decoder, None, 0
         if decoder is not None:
             decoder.close()  # in a child this only keeps DALI's pipeline alive, untouched
-        self._live = None
+        self._live = self._last_maker = None
+        self._iterators = weakref.WeakSet()
         self._stage.after_fork()
 
     def _decoder_for(self, max_batch: int, shared: bool = True) -> Any:
         """The loader's decoder for batches up to ``max_batch`` (or, not ``shared``, a new
         one for an iterator that runs beside the one holding the loader's)."""
-        if shared and self._decoder is not None and self._decoder_size >= max_batch:
+        if (shared and self._decoder is not None and self._decoder_size >= max_batch
+                and not self._decoder_dirty):
             return self._decoder
         from fastload.pipelines.batch_decoder import BatchDecoder
 
         if shared and self._decoder is not None:
             self._decoder.close()
+            self._decoder, self._decoder_dirty = None, False
         cuda = self.device.type == "cuda"
         decoder = BatchDecoder(
             self._plan, max_batch_size=max_batch, num_threads=max(1, self.num_workers),

@@ -56,6 +56,18 @@ class _EpochIterator:
         finalizer = weakref.finalize(self, self._core.close)
         finalizer.atexit = False  # at exit, the process's end releases everything
 
+    def start(self) -> None:
+        """Start making the first batches now when the context asks for it (with workers,
+        as torch's workers start at ``iter()``). Called last in ``iter()``, once this handle
+        and the loader's record of it exist: an interrupt at any instant before leaves no
+        thread, and one after leaves a thread this handle's finaliser ends."""
+        self._core.start()
+
+    def maker_stopper(self) -> weakref.WeakMethod:
+        """A weak reference to this epoch's ``stop_making`` (end its maker thread and wait
+        for it), alive while the maker may still run even when this handle is gone."""
+        return weakref.WeakMethod(self._core.stop_making)
+
     def __iter__(self) -> _EpochIterator:
         return self
 
@@ -67,18 +79,19 @@ class _EpochIterator:
 
     @property
     def running(self) -> bool:
-        """Whether this epoch may still yield (not ended, closed or superseded)."""
+        """Whether this epoch may still yield (not ended or closed)."""
         return self._core.running
 
-    def close(self) -> None:
-        """End this epoch now (idempotent): the next ``next()`` raises; its decoder (closed
-        here when it is its own), its queued batches and its threads are let go."""
-        self._core.close()
+    def close(self, by: str = "its close()") -> None:
+        """End this epoch now (idempotent): the next ``next()`` raises, saying it was
+        closed ``by``; its decoder (closed here when it is its own), its queued batches and
+        its threads are let go."""
+        self._core.close(by)
 
 
 class _EpochCore(MakerHandoff, DamageRecovery):
     """One epoch of a DataLoader on the DALI path, keeping ``prefetch_factor`` batches in
-    the decoder while the caller works. A newer ``iter()`` on the loader supersedes it."""
+    the decoder while the caller works."""
 
     def __init__(self, context: EpochContext) -> None:
         # The context's fields, not the context: close() must drop the decoder's reference.
@@ -121,9 +134,14 @@ class _EpochCore(MakerHandoff, DamageRecovery):
         self._pulled_ahead = 0  # batches pulled and not yet handed out (caller side)
         self._pulls_done = False
         self._maker: threading.Thread | None = None
-        if self._handoff is not None and context.eager_batches and not self._at_first_next:
-            # the first batches are made while the caller gets ready
-            self._start_making(limit=context.eager_batches)
+        self._eager = context.eager_batches
+        self._closed_by: str | None = None
+
+    def start(self) -> None:
+        """With workers, pull the first batches and start the maker at ``iter()``: they
+        are made while the caller gets ready."""
+        if self._handoff is not None and self._eager and self._at_first_next is None:
+            self._start_making(limit=self._eager)
 
     def __iter__(self) -> _EpochCore:
         return self
@@ -133,13 +151,18 @@ class _EpochCore(MakerHandoff, DamageRecovery):
 
     @property
     def running(self) -> bool:
-        """Whether this epoch may still yield (not ended, closed or superseded)."""
+        """Whether this epoch may still yield (not ended or closed)."""
         return self._active and not self._done
 
-    def close(self) -> None:
-        """End this epoch now (idempotent): the next ``next()`` raises; its decoder (closed
-        here when it is its own), its queued batches and its threads are let go."""
+    def close(self, by: str = "its close()") -> None:
+        """End this epoch now (idempotent): the next ``next()`` raises, saying it was
+        closed ``by``; its decoder (closed here when it is its own), its queued batches and
+        its threads are let go."""
+        if self._active and not self._done:
+            self._closed_by = by
         self._active = False
+        if self._pid != os.getpid():  # a forked child's copy: its threads and locks are the
+            return  # parent's, as the fork found them (one may be held): leave them be
         self._stop_maker()
         self._release()
         self._decoder = None
@@ -153,8 +176,9 @@ class _EpochCore(MakerHandoff, DamageRecovery):
                                "decoder runs in the parent process; call iter(loader) in "
                                "this process for an epoch of its own")
         if not self._active:
-            raise RuntimeError("this DataLoader iterator was superseded by a newer iter() on "
-                               "the same loader (one epoch runs at a time per loader)")
+            raise RuntimeError(f"this DataLoader iterator was closed by {self._closed_by}; "
+                               "call iter(loader) for a new epoch (after loader.close(), it "
+                               "builds the DALI graph again)")
         if self._at_first_next is not None:  # torch's RandomSampler draws at its first index
             draw, self._at_first_next = self._at_first_next, None
             draw()
@@ -172,6 +196,11 @@ class _EpochCore(MakerHandoff, DamageRecovery):
                     continue
                 self._finish()
                 raise StopIteration
+
+    def stop_making(self) -> None:
+        """End the maker thread, if any, and wait for it (idempotent): the loader calls
+        this on an epoch it let go before it resets the decoder that epoch used."""
+        self._stop_maker()
 
     def _make_one(self) -> bool:
         """Make the oldest pulled batch's outcome into ``_out`` (reading and submitting the
@@ -273,7 +302,10 @@ class _EpochCore(MakerHandoff, DamageRecovery):
             if pulled is None:
                 self._exhausted = True
                 break
-            batch = self._read(*pulled)
+            try:
+                batch = self._read(*pulled)
+            except Exception as err:  # a fault of this batch's read: raised at its turn
+                batch = Batch(pulled[0], [], [], [], 0, error=err)
             self._queue.append(batch)
             if batch.indices:
                 self._submit_ahead(batch)
@@ -305,19 +337,30 @@ class _EpochCore(MakerHandoff, DamageRecovery):
             try:
                 data, size = self._source.read(i)
             except Exception as err:
+                name = self._name(i, err)
                 if not isinstance(err, OSError | SampleError | DecompressionBombError):
-                    name = self._source.name(i)
                     err = SampleError(f"sample {i}: cannot read {name}: {err}", [name])
                 if self._on_error == "raise":
                     batch.error = err  # raised after the samples before it are decoded
                     break
-                self._note_skip([self._source.name(i)], str(err))
+                self._note_skip([name], str(err))
                 continue
             batch.indices.append(i)
             batch.encoded.append(data)
             batch.sizes.append(size)
         self._drop_damaged(batch)
         return batch
+
+    def _name(self, i: int, err: BaseException) -> str:
+        """How messages name sample ``i``, whose read raised ``err``: the name the error
+        carries, else the source's (which opens nothing), else its index; never raises."""
+        names = getattr(err, "names", None)
+        if names:
+            return str(names[0])
+        try:
+            return self._source.name(i)
+        except Exception:  # noqa: BLE001 - a name is no reason to lose the epoch
+            return f"sample {i}"
 
     def _finish(self) -> None:
         self._active = False

@@ -101,15 +101,17 @@ class MakerHandoff:
         with handoff.cond:
             while not self._out and not handoff.finished:
                 handoff.cond.wait()
-            if handoff.failure is not None:
-                raise handoff.failure
-            if not self._out:
-                finished = True
-            else:
+            failure = None
+            if self._out:  # what was made before a failure is handed out first
                 finished = False
                 self._pulled_ahead -= self._out[0][2]
+            else:
+                finished = True
+                failure, handoff.failure = handoff.failure, None
         if finished:
             self._finish()
+            if failure is not None:  # raised once; the epoch ends with its maker
+                raise failure
             raise StopIteration
         return self._pop_outcome()
 

@@ -71,7 +71,9 @@ class DamageRecovery:
     def _recover(self, head: Batch, err: BaseException) -> torch.Tensor | None:
         """The decoder failed on ``head`` (``err``): find the culprit samples by decoding
         each alone, then raise naming them (the first in order first) or (on_error="skip")
-        decode the batch without them."""
+        decode the batch without them. When each decodes alone the batch is decoded alone
+        again (the failure may have been a later batch's), else raised or skipped whole;
+        under "skip" no decode error leaves this method."""
         self._decoder.reset()
         for batch in self._queue:  # the head is the queue's first
             batch.submitted = False
@@ -92,11 +94,19 @@ class DamageRecovery:
                                else dali_failure(single_err))
         names = [self._source.name(head.indices[j]) for j in bad]
         message = getattr(err, "message", str(err))
-        if not bad or self._on_error == "raise":
-            if not bad:
-                names = [self._source.name(i) for i in head.indices]
-                raise SampleError(f"decoding failed for a batch of {', '.join(names)}, though "
-                                  f"each decodes alone: {message}", names) from err
+        if not bad:
+            self._submit(head)  # alone: the failure may have been a batch's behind it
+            try:
+                return self._decoder.fetch()
+            except self._decode_error:
+                self._decoder.reset()
+            names = [self._source.name(i) for i in head.indices]
+            why = f"decoding failed for a batch of {', '.join(names)}, though each decodes alone"
+            if self._on_error == "raise":
+                raise SampleError(f"{why}: {message}", names) from err
+            self._note_skip(names, f"{why}: {message}")
+            return None
+        if self._on_error == "raise":
             raise SampleError(f"cannot decode {names[0]}: {reasons[0]}"
                               + (f" (and {len(names) - 1} more: {', '.join(names[1:])})"
                                  if len(names) > 1 else ""), names) from err
@@ -111,4 +121,7 @@ class DamageRecovery:
         for batch in list(self._queue)[1:]:
             if batch.error is None and batch.indices:
                 self._submit(batch)
-        return self._decoder.fetch()
+        try:
+            return self._decoder.fetch()
+        except self._decode_error as again:  # it fails without them too: recover again (each
+            return self._recover(head, again)  # round drops a sample, or the batch)
