@@ -472,3 +472,21 @@ def test_loader_scaled_decode_keyword_reaches_the_decoder(tmp_path):
                                      device="cpu", seed=0, scaled_decode=mode)
         list(loader)
         assert loader._decoder.scaled_batches == scaled
+
+
+@pytest.mark.parametrize("transform", [VAL, TRAIN], ids=["val", "train"])
+def test_a_strict_decode_gives_the_pixels_of_the_path_the_batch_takes_unchecked(
+        highres, synth_photos, transform):
+    """Checking files never changes a batch's pixels: a batch of large photos and a small
+    one goes DALI's way, and its strict decode (whole files, simplejpeg) matches it bit for
+    bit; so does a batch of large photos alone on the scaled path."""
+    small = _photos(synth_photos)[:1]
+    for photos in (highres[:2] + small + highres[2:], highres):
+        batch = ([p[0] for p in photos], [p[1] for p in photos])
+        with BatchDecoder(translate(transform), max_batch_size=len(photos)) as dec:
+            outs = []
+            for strict in (False, True):
+                dec.submit(*batch, torch.Generator().manual_seed(4), strict=strict)
+                outs.append(dec.fetch())
+            assert torch.equal(*outs)
+            assert dec.scaled_batches == (2 if photos is highres else 0)
