@@ -95,8 +95,9 @@ def test_a_prefetch_of_a_shard_this_process_leases_reuses_the_lease(s3_env, s3_s
 def test_a_prefetch_of_a_leased_shard_changed_on_disk_raises_instead_of_waiting_on_itself(
         s3_env, s3_sharded_set):
     code = f"""
-        import glob, os, fastload
-        reader = fastload.LMDBDataset({s3_sharded_set!r}).reader
+        import glob, os
+        from fastload.data.remote import open_any
+        reader = open_any({s3_sharded_set!r})
         reader.record(reader.entries[1].start)  # leased by this process
         (data,) = glob.glob(os.path.join({str(s3_env)!r}, "shards", "{SHARD1}-*", "data.mdb"))
         with open(data, "ab") as handle:
@@ -155,15 +156,14 @@ def test_closing_a_reader_cancels_its_queued_prefetches(s3_env, s3_sharded_set, 
 
 STRESS = """
     import random, sys, threading, warnings
-    import fastload
-    from fastload.data.remote import leases
+    from fastload.data.remote import leases, open_any
     warnings.simplefilter("ignore")
     url, seed = sys.argv[1], int(sys.argv[2])
     errors = []
 
     def work(k):
         rng = random.Random(seed * 10 + k)
-        reader = fastload.LMDBDataset(url, cache_bytes={bound}).reader
+        reader = open_any(url, cache_bytes={bound})
         try:
             for _ in range(25):
                 shard = rng.randrange(reader.num_shards)
