@@ -1,10 +1,13 @@
 """Sets at a URL (``s3://``, ``gs://``, ``az://``... through fsspec): read through a local
 shard cache, written by uploading finished shards.
 
-url (which strings are URLs, the file system each names), fetch (transfers with retries),
-cache (the bounded, shared, locked shard cache; its names and markers in cache_layout, its
-file locks in leases), sets (reading a remote set or LMDB), upload (``convert`` to a URL). :func:`open_any` is the entry point of the dataset, the
-loader and ``verify``: a URL opens remotely, a local path as before.
+url (which strings are URLs, the file system each names), fetch (transfers, retried while
+a retry can help, bounded in time), cache (the bounded, shared, locked shard cache; its
+names and markers in cache_layout, its file locks and this process's leases in leases),
+sets (reading a remote set or LMDB; a bad cached copy fetched again), prefetch (its
+background fetches, in daemon threads), upload (``convert`` to a URL). :func:`open_any` is
+the entry point of the dataset, the loader and ``verify``: a URL opens remotely, a local
+path as before.
 """
 
 from __future__ import annotations
