@@ -231,8 +231,8 @@ decode_with(Job *job, HuffScan *scan)
         }
         done += (int)got;
     }
-    if (columns.huffman && huff_near_end(scan)) {
-        snprintf(job->message, sizeof job->message, "the data ends near the region's end");
+    if (columns.huffman && huff_libjpeg_decides(scan)) {
+        snprintf(job->message, sizeof job->message, "libjpeg's decoder decides");
         jpeg_destroy_decompress(&cinfo);
         return -1; /* run() asks libjpeg's decoder, which decides */
     }
@@ -256,10 +256,11 @@ run(Job *job)
     if (status != 0 && job->own_huffman) {
         /* Corrupt data, or data that ends close by: fastload's decoder reports every bad
          * code, libjpeg-turbo's does not (its fast path, used where 512 bytes a block are
-         * left and no restart interval, decodes a bad code as a zero without a warning), and
-         * libjpeg's read-ahead can reach the end of a file this decoder never reaches. What
-         * libjpeg decodes is decoded here too, with its decoder: the same pixels or the same
-         * error, whatever the mode. */
+         * left and no restart interval, decodes a bad code as a zero without a warning),
+         * libjpeg's read-ahead can reach the end of a file this decoder never reaches, and
+         * its fast path mistakes fill bytes for a marker (huff_libjpeg_decides). What libjpeg
+         * decodes is decoded here too, with its decoder: the same pixels or the same error,
+         * whatever the mode. */
         int mode = job->mode;
         job->mode = 1;
         job->message[0] = '\0';

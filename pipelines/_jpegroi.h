@@ -27,6 +27,7 @@ typedef struct {
     int zeros;     /* of those, the zeros appended after the data ended */
     int at_marker; /* the reader stopped at a marker (p points at its 0xFF) or the end */
     int truncated; /* ... at the buffer's end, no marker: the file is cut short */
+    int fill_stuffed; /* 0xFF fill bytes before a stuffed 0x00 were read (see the .c) */
     const uint8_t *p, *end;
     int last_dc[MAX_COMPS_IN_SCAN];
     unsigned restarts_to_go, next_restart;
@@ -46,9 +47,11 @@ int huff_scan_start(j_decompress_ptr cinfo, HuffScan *scan);
  * reported with libjpeg's own warnings (JWRN_HUFF_BAD_CODE, JWRN_HIT_MARKER, ...). */
 boolean huff_decode_mcu(j_decompress_ptr cinfo, HuffScan *scan, JBLOCKROW *MCU_data);
 
-/* After the last MCU wanted: whether the data ends, without a marker, within what
- * libjpeg-turbo's bit reader may have read ahead (where it warns that the file ends, this
- * decoder would not: the region decoder asks libjpeg's decoder then). */
-int huff_near_end(const HuffScan *scan);
+/* After the last MCU wanted: whether libjpeg-turbo's decoder may have given another
+ * answer, so that the region decoder must ask it: the data ends, without a marker, within
+ * what its bit reader may have read ahead (it warns that the file ends, this decoder does
+ * not), or the data holds fill bytes before a stuffed zero (its fast path takes them for a
+ * marker and leaves coefficients of zero bits in the block it then decodes again). */
+int huff_libjpeg_decides(const HuffScan *scan);
 
 #endif

@@ -17,9 +17,10 @@
  * corrupt data: JWRN_HIT_MARKER; the buffer's end without one: JWRN_JPEG_EOF), restart
  * markers are expected in order every restart_interval MCUs. Anything libjpeg would warn
  * about is reported with its warning, which the region decoder turns into an error; so is
- * some damage libjpeg lets pass (a bad code in its fast path), and huff_near_end says where
- * libjpeg's read-ahead may reach the end of a file: in both cases the region decoder asks
- * libjpeg's own decoder, whose answer is the one given.
+ * some damage libjpeg lets pass (a bad code in its fast path), and huff_libjpeg_decides says
+ * where libjpeg may answer otherwise (its read-ahead reaching the end of a file, fill bytes
+ * inside the data): in both cases the region decoder asks libjpeg's own decoder, whose
+ * answer is the one given.
  */
 #include <string.h>
 
@@ -173,7 +174,7 @@ huff_scan_start(j_decompress_ptr cinfo, HuffScan *scan)
     }
     scan->blocks = cinfo->blocks_in_MCU;
     scan->buf = 0;
-    scan->count = scan->zeros = scan->at_marker = scan->truncated = 0;
+    scan->count = scan->zeros = scan->at_marker = scan->truncated = scan->fill_stuffed = 0;
     scan->p = cinfo->src->next_input_byte;
     scan->end = scan->p + cinfo->src->bytes_in_buffer;
     memset(scan->last_dc, 0, sizeof scan->last_dc);
@@ -198,6 +199,7 @@ refill_slowly(HuffScan *s)
                 while (q < s->end && *q == 0xFF)
                     q++;
                 if (q < s->end && *q == 0) {
+                    s->fill_stuffed |= q > s->p + 1; /* 0xFF 0xFF ... 0x00 */
                     s->p = q + 1;
                 } else {
                     s->at_marker = 1; /* p stays at the marker */
@@ -386,13 +388,16 @@ huff_decode_mcu(j_decompress_ptr cinfo, HuffScan *s, JBLOCKROW *MCU_data)
 }
 
 int
-huff_near_end(const HuffScan *s)
+huff_libjpeg_decides(const HuffScan *s)
 {
+    /* libjpeg-turbo's fast path reads 0xFF 0xFF as a marker (its slow path as a fill byte):
+     * it fills zero bits, decodes the MCU from them, then decodes it again with its slow
+     * path into the same, not re-zeroed, blocks. Its pixels are what a user of it gets. */
+    if (s->truncated || s->fill_stuffed)
+        return 1;
     /* libjpeg-turbo reads at most 8 data bytes past the bits it has used; this reader's
      * position is never behind those bits. Within 16 data bytes of the buffer's end, with no
      * marker in between, libjpeg may have asked its source for more (a warning there). */
-    if (s->truncated)
-        return 1;
     int data_bytes = 0;
     for (const uint8_t *q = s->p; q < s->end && data_bytes < 16;) {
         if (*q != 0xFF) {

@@ -72,6 +72,20 @@ def test_damaged_restart_intervals_give_libjpegs_answer():
     assert _disagreements(_flipped(data, 200, 1), 4, (32, 48)) == []
 
 
+def test_fill_bytes_inside_the_data_give_libjpegs_pixels():
+    # 0xFF 0xFF 0x00 is a fill byte and a stuffed 0xFF. libjpeg-turbo's fast path takes it
+    # for a marker, decodes the MCU from zero bits, then again with its slow path into the
+    # same blocks, where the first attempt's coefficients stay: its pixels, which fastload's
+    # decoder (reading the fill byte as the standard says) did not give before issue 35
+    # (found by tests/fuzz)
+    data = _jpeg(120, 160, quality=95, subsampling=0)
+    scan = data.index(b"\xff\xda")
+    stuffed = [i for i in range(scan + 2, len(data) - 1) if data[i:i + 2] == b"\xff\x00"]
+    assert len(stuffed) > 40
+    variants = [data[:i] + b"\xff" + data[i:] for i in stuffed[::len(stuffed) // 40]]
+    assert _disagreements(variants, 8, (120, 160)) == []
+
+
 @pytest.mark.parametrize("region", [(INT_MAX, 0, 2, 1), (0, 1, 1, INT_MAX),
                                     (INT_MAX, INT_MAX, INT_MAX, INT_MAX)])
 def test_a_region_whose_end_passes_int_max_is_refused(region):

@@ -146,12 +146,13 @@ def _scan_start(data: bytes) -> int:
 
 def mutate(rng: random.Random, data: bytes) -> tuple[bytes, list[str]]:
     """1 to 4 mutations: bit flips, bytes set, truncations, cuts, insertions, rewritten
-    DHT/DQT/SOF/SOS/DRI fields and lengths, inserted DRI, moved or changed RST markers."""
+    DHT/DQT/SOF/SOS/DRI fields and lengths, inserted DRI, moved or changed RST markers,
+    fill bytes."""
     out = bytearray(data)
     done = []
     for _ in range(rng.choice([1, 1, 1, 2, 2, 3, 4])):
         kind = rng.choice(["flip", "flip", "byte", "truncate", "cut", "insert", "segment",
-                           "segment", "segment", "dri", "rst", "marker"])
+                           "segment", "segment", "dri", "rst", "marker", "fill"])
         n = len(out)
         if n < 4:
             break
@@ -205,6 +206,12 @@ def mutate(rng: random.Random, data: bytes) -> tuple[bytes, list[str]]:
                 at = rng.randrange(scan, n)
                 out[at:at] = bytes([0xFF, 0xD0 + rng.randrange(8)])
             done.append("rst")
+        elif kind == "fill":  # fill bytes: 0xFF before a stuffed 0xFF 0x00 or a marker
+            places = [m.start() for m in re.finditer(rb"\xff", bytes(out[scan:]))]
+            if places:
+                at = scan + rng.choice(places)
+                out[at:at] = b"\xff" * rng.choice([1, 1, 2, 7])
+            done.append("fill")
         else:  # a marker inside the entropy-coded data
             if scan < n:
                 at = rng.randrange(scan, n)
