@@ -307,9 +307,14 @@ def fuzz(args: argparse.Namespace) -> int:
     counts: dict[str, int] = {}
     found = []
     start = time.monotonic()
+    next_progress = start + args.progress
     i = 0
     try:
         while time.monotonic() - start < args.seconds:
+            if time.monotonic() >= next_progress:
+                next_progress += args.progress
+                print(f"  {time.monotonic() - start:.0f} s: {i} cases, {len(found)} found",
+                      flush=True)
             rng = random.Random(f"{args.seed}:{i}")
             if rng.random() < 0.75:
                 name, data = rng.choice(files)
@@ -384,7 +389,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="where the generated seed corpus is kept")
     parser.add_argument("--shrink-seconds", type=float, default=60.0,
                         help="time spent shrinking each finding")
-    parser.add_argument("--max-findings", type=int, default=20)
+    parser.add_argument("--max-findings", type=int, default=20,
+                        help="stop after this many findings")
+    parser.add_argument("--progress", type=float, default=300.0,
+                        help="seconds between progress lines")
     parser.add_argument("--replay", type=Path, nargs="+",
                         help="replay saved case folders (or folders of them) instead")
     args = parser.parse_args(argv)
