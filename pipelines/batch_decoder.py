@@ -101,8 +101,9 @@ class BatchDecoder:
     large sequential JPEGs at a reduced DCT scale in the resample threads, where the torch
     resampler runs and most samples need half the pixels or fewer, at the scale of the
     parity rule where the plan's region is fixed (see scaled_decode); ``"off"`` always runs
-    the DALI graph (full-size decodes: torchvision's values for random crops too). Buffers passed to :meth:`submit` must stay valid
-    until the batch has been fetched. Not thread-safe: one thread submits and fetches.
+    the DALI graph (full-size decodes: torchvision's values for random crops too). Buffers
+    passed to :meth:`submit` must stay valid until the batch has been fetched. Not
+    thread-safe: one thread submits and fetches.
     """
 
     def __init__(
