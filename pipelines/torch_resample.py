@@ -44,15 +44,27 @@ def one_omp_thread() -> None:
     team of ``omp_get_max_threads()`` (all cores) from every pool thread for each op over
     32K elements, oversubscribing the cores DALI decodes on. OpenMP's thread count is a
     per-thread setting, so the caller's threads (the training loop's
-    ``torch.get_num_threads()``) keep theirs."""
+    ``torch.get_num_threads()``) keep theirs.
+
+    Fork-safe: it enters no OpenMP parallel region. A child forked while another thread
+    of the parent was inside one inherits the OpenMP runtime's locks as that thread held
+    them, and a region started in a new thread of the child could wait on them for ever."""
+    # torch sets each thread's OpenMP count once, lazily (from a global torch.set_num_threads
+    # value, if any), at the thread's first get_num_threads() or parallel op: let that happen
+    # first, without a parallel region, then override it.
+    torch.get_num_threads()
+    set_num_threads = _omp_set_num_threads()
+    if set_num_threads is not None:
+        set_num_threads(1)
+
+
+@functools.cache  # opened once: no dlopen (and its loader lock) in a thread of a forked child
+def _omp_set_num_threads():
+    """The OpenMP runtime's ``omp_set_num_threads``, or None without one."""
     import ctypes
 
-    # torch sets this thread's OpenMP count on its first parallel op (from a global
-    # torch.set_num_threads value, if any): let that happen first, then override it.
-    torch.empty(1 << 16, dtype=torch.uint8).fill_(0)
     lib = _openmp_library()
-    if lib is not None:
-        ctypes.CDLL(lib).omp_set_num_threads(1)
+    return None if lib is None else ctypes.CDLL(lib).omp_set_num_threads
 
 
 @functools.cache  # a scan of /proc/self/maps (thousands of lines with torch) per epoch's maker

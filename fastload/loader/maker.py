@@ -173,4 +173,7 @@ class MakerHandoff:
             self._handoff.close()
         maker = self._maker
         if maker is not None and maker is not threading.current_thread():
-            maker.join()
+            try:
+                maker.join()
+            except RuntimeError:  # not started (an interrupt inside iter()): once it runs, it
+                pass  # finds the handoff closed and ends without touching the decoder
