@@ -22,6 +22,7 @@ from fastload.loader.datasets import NotASource, make_source, resolve_dataset
 from fastload.loader.devices import resolve_device
 from fastload.loader.epoch import _EpochIterator
 from fastload.loader.plan import make_plan
+from fastload.loader.read_buffers import DEFAULT_READ_BUFFER_BYTES
 from fastload.loader.sampling import BatchOrder, EpochSampler, distributed_settings
 from fastload.loader.shard_order import (
     DEFAULT_SHARD_WINDOW,
@@ -90,6 +91,10 @@ class DataLoader:
       crops within 0.01 of torchvision's values, random crops with its crop boxes and flips;
       ``fastload.pipelines.scaled_decode``) or ``"off"`` (full-size decodes: torchvision's
       values for random crops too, slower on large photos).
+    * ``read_buffer_bytes``: memory an image folder's file reads keep for reuse (files of
+      256 KiB to 32 MiB are read into blocks lent again once their batch is decoded;
+      ``fastload.loader.read_buffers``): at most this many bytes of free blocks per loader,
+      256 MiB by default; 0 keeps none (each read gets fresh memory).
 
     Datasets: torchvision ``ImageFolder``/``DatasetFolder`` with the default PIL loader,
     ``fastload.LMDBDataset``, a ``Subset`` of either, or a path. ``num_workers`` sets the DALI
@@ -134,9 +139,15 @@ class DataLoader:
                  hw_decoder_load: float = 0.65, storage_options: dict | None = None,
                  cache_dir: str | os.PathLike | None = None,
                  cache_bytes: int | None = None, order: str | None = None,
-                 shard_window: int = DEFAULT_SHARD_WINDOW, scaled_decode: str = "auto") -> None:
+                 shard_window: int = DEFAULT_SHARD_WINDOW, scaled_decode: str = "auto",
+                 read_buffer_bytes: int = DEFAULT_READ_BUFFER_BYTES) -> None:
         if on_error not in ("raise", "skip"):
             raise ValueError(f"on_error should be 'raise' or 'skip', but got on_error={on_error!r}")
+        if (not isinstance(read_buffer_bytes, int) or isinstance(read_buffer_bytes, bool)
+                or read_buffer_bytes < 0):
+            raise ValueError("read_buffer_bytes should be a non-negative integer, but got "
+                             f"read_buffer_bytes={read_buffer_bytes!r}")
+        self.read_buffer_bytes = read_buffer_bytes
         if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
             raise TypeError(f"seed should be an int or None, but got seed={seed!r}")
         if seed is not None and generator is not None:
@@ -222,7 +233,7 @@ class DataLoader:
         if self.num_workers > 0 and mp_context is not None:
             return "multiprocessing_context= needs worker processes", None, None
         try:
-            source = make_source(dataset)
+            source = make_source(dataset, self.read_buffer_bytes)
         except NotASource as err:
             return str(err), None, None
         try:

@@ -13,6 +13,7 @@ import os
 import pathlib
 from typing import Any
 
+from fastload.loader.read_buffers import DEFAULT_READ_BUFFER_BYTES
 from fastload.loader.sources import FileSource, LMDBSource, SubsetSource
 
 __all__ = ["NotASource", "make_source", "resolve_dataset"]
@@ -22,7 +23,7 @@ class NotASource(ValueError):
     """The dataset cannot be read without running its own ``__getitem__``; ``str()`` says why."""
 
 
-def _folder_source(dataset: Any) -> FileSource:
+def _folder_source(dataset: Any, read_buffer_bytes: int) -> FileSource:
     from torchvision.datasets.folder import DatasetFolder, default_loader, pil_loader
 
     cls = type(dataset)
@@ -42,25 +43,28 @@ def _folder_source(dataset: Any) -> FileSource:
         raise NotASource(f"{cls.__name__} has a joint transforms={type(transforms).__name__}")
     paths = [path for path, _ in dataset.samples]
     targets = [target for _, target in dataset.samples]
-    return FileSource(paths, targets, dataset.transform, dataset.target_transform)
+    return FileSource(paths, targets, dataset.transform, dataset.target_transform,
+                      read_buffer_bytes=read_buffer_bytes)
 
 
-def make_source(dataset: Any) -> FileSource | LMDBSource | SubsetSource:
+def make_source(dataset: Any, read_buffer_bytes: int = DEFAULT_READ_BUFFER_BYTES
+                ) -> FileSource | LMDBSource | SubsetSource:
     """The source for ``dataset``, or NotASource naming why the torch path must read it.
-    Its length is ``len(dataset)``, as torch's samplers take it."""
-    source = _make_source(dataset)
+    Its length is ``len(dataset)``, as torch's samplers take it; an image folder's file
+    reads keep up to ``read_buffer_bytes`` of memory for reuse (``loader/read_buffers``)."""
+    source = _make_source(dataset, read_buffer_bytes)
     source.length = len(dataset)
     return source
 
 
-def _make_source(dataset: Any) -> FileSource | LMDBSource | SubsetSource:
+def _make_source(dataset: Any, read_buffer_bytes: int) -> FileSource | LMDBSource | SubsetSource:
     from torch.utils.data import Subset
     from torchvision.datasets import DatasetFolder
 
     if isinstance(dataset, Subset):
-        return SubsetSource(make_source(dataset.dataset), dataset.indices)
+        return SubsetSource(make_source(dataset.dataset, read_buffer_bytes), dataset.indices)
     if isinstance(dataset, DatasetFolder):
-        return _folder_source(dataset)
+        return _folder_source(dataset, read_buffer_bytes)
     from fastload.data.dataset import LMDBDataset
 
     if isinstance(dataset, LMDBDataset):

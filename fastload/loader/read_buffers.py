@@ -25,9 +25,10 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ReadBuffers"]
+__all__ = ["DEFAULT_READ_BUFFER_BYTES", "ReadBuffers"]
 
 _ROUND = 64 << 10  # block sizes: multiples of 64 KiB, with a quarter of headroom
+DEFAULT_READ_BUFFER_BYTES = 256 << 20  # 256 MiB of free blocks at most, per loader
 
 
 class ReadBuffers:
@@ -35,7 +36,7 @@ class ReadBuffers:
     ``min_file_bytes`` (malloc serves those from memory already mapped) or larger than
     ``max_file_bytes`` gets an array of its own, never pooled."""
 
-    def __init__(self, max_bytes: int = 256 << 20, min_file_bytes: int = 256 << 10,
+    def __init__(self, max_bytes: int = DEFAULT_READ_BUFFER_BYTES, min_file_bytes: int = 256 << 10,
                  max_file_bytes: int = 32 << 20) -> None:
         self.max_bytes = max_bytes
         self.min_file_bytes = min_file_bytes

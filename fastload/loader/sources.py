@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from fastload.loader.image_headers import check_pixel_limit, jpeg_size
-from fastload.loader.read_buffers import ReadBuffers
+from fastload.loader.read_buffers import DEFAULT_READ_BUFFER_BYTES, ReadBuffers
 
 __all__ = ["FileSource", "LMDBSource", "SampleError", "SubsetSource"]
 
@@ -113,7 +113,8 @@ class FileSource(_Source):
     """
 
     def __init__(self, paths: Sequence[str], targets: Sequence[int], transform: Any,
-                 target_transform: Callable[[Any], Any] | None = None) -> None:
+                 target_transform: Callable[[Any], Any] | None = None, *,
+                 read_buffer_bytes: int = DEFAULT_READ_BUFFER_BYTES) -> None:
         self.paths = [os.fspath(p) for p in paths]
         self.targets = np.asarray(targets, dtype=np.int64)
         self.transform = transform
@@ -124,7 +125,8 @@ class FileSource(_Source):
         self._stamps = np.full((len(self.paths), 2), -1, dtype=np.int64)
         self._checked = np.full((len(self.paths), 2), -2, dtype=np.int64)
         self._pillow = np.zeros(len(self.paths), dtype=bool)  # decoded here, not by DALI
-        self._buffers = ReadBuffers()  # what files are read into (see loader/read_buffers)
+        # what files are read into, up to read_buffer_bytes kept (see loader/read_buffers)
+        self._buffers = ReadBuffers(read_buffer_bytes)
 
     def name(self, i: int) -> str:
         """How error messages refer to sample ``i``."""
