@@ -204,15 +204,29 @@ def two_sets(tmp_path_factory):
     return base
 
 
-@pytest.fixture()
-def one_shard_foreign(two_sets, tmp_path):
-    """Set a with its shard 2 (records 20-29) replaced by set b's shard 2."""
+def _shard_refused(two_sets, tmp_path, how: str):
+    """Set a with its shard 2 (records 20-29) replaced by set b's shard 2 (``"foreign"``),
+    its ``data.mdb`` cut in half (``"truncated"``) or a byte of its ``labels.i32`` flipped
+    (``"labels"``)."""
     work = tmp_path / "work.set"
     shutil.copytree(two_sets / "a.set", work)
     victim = sorted(p for p in work.iterdir() if p.is_dir())[2]
-    shutil.rmtree(victim)
-    shutil.copytree(two_sets / "b.set" / victim.name, victim)
+    if how == "foreign":
+        shutil.rmtree(victim)
+        shutil.copytree(two_sets / "b.set" / victim.name, victim)
+    elif how == "truncated":
+        data = (victim / "data.mdb").read_bytes()
+        (victim / "data.mdb").write_bytes(data[: len(data) // 2])
+    else:
+        labels = bytearray((victim / "labels.i32").read_bytes())
+        labels[0] ^= 1
+        (victim / "labels.i32").write_bytes(bytes(labels))
     return work
+
+
+@pytest.fixture()
+def one_shard_foreign(two_sets, tmp_path):
+    return _shard_refused(two_sets, tmp_path, "foreign")
 
 
 TINY = T.Compose([T.Resize(8), T.CenterCrop(8), T.ToTensor()])
@@ -229,6 +243,15 @@ def test_a_refused_shard_raises_for_its_batches_only_and_the_others_arrive_in_or
     assert "shard 2" in str(got[4]) and "does not match the manifest" in str(got[4])
     assert got[4].names == [f"LMDB key 'shard-00002-of-00006/00000000' in "
                             f"'{one_shard_foreign}'"]
+
+
+@pytest.mark.parametrize("how", ["truncated", "labels"])
+def test_a_damaged_shard_raises_for_its_batches_only(two_sets, tmp_path, how):
+    work = _shard_refused(two_sets, tmp_path, how)
+    got = outcomes(fastload.DataLoader(str(work), transform=TINY, batch_size=5, num_workers=2))
+    expected = batches(60, 5)
+    assert [o for o in got if isinstance(o, list)] == expected[:4] + expected[6:]
+    assert all("shard-00002-of-00006" in str(o) for o in got[4:6]), got[4:6]
 
 
 def test_skip_delivers_every_record_of_the_other_shards_with_one_warning(one_shard_foreign):
