@@ -16,7 +16,9 @@ An error belongs to its batch, as in torch's loader: whatever fails while a batc
 ahead (its sampler, an index, a read, the decode, ``target_transform``, the suffix or
 collate) is kept as that batch's outcome and raised at its turn, after every batch before
 it; the next ``next()`` goes on with the batch after it (after the sampler itself raised,
-the epoch ends there, as torch's single-process loader's does).
+the epoch ends there, as torch's single-process loader's does). Naming a sample in an error
+never raises (``_name``), and a fault of fastload's own that ends the maker thread is
+raised once, after every batch made before it, and ends the epoch.
 
 The loader hands the iterator what it needs in an ``EpochContext`` (``loader/context.py``)
 and ends it with :meth:`_EpochIterator.close`; neither reads the other's private state. The
