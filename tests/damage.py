@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 import random
+import shutil
+from pathlib import Path
 
 import simplejpeg
 from PIL import Image
@@ -29,3 +31,17 @@ def scramble_scan(data: bytes, count: int = 40) -> bytes:
         except ValueError:
             return damaged
     raise AssertionError("no silent corruption found")
+
+
+def scrambled_copy(root: Path, dst: Path, index: int) -> Path:
+    """A copy of the ImageFolder tree ``root`` at ``dst`` with the scan of its ``index``-th
+    sample (in ``ImageFolder`` order) scrambled by :func:`scramble_scan`."""
+    from torchvision.datasets import ImageFolder
+
+    shutil.copytree(root, dst)
+    bad = ImageFolder(dst).samples[index][0]
+    with open(bad, "rb") as f:
+        data = scramble_scan(f.read())
+    with open(bad, "wb") as f:
+        f.write(data)
+    return dst

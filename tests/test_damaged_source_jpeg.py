@@ -5,12 +5,11 @@ set converted without that check are checked by the loader and by ``fastload ver
 from __future__ import annotations
 
 import json
-import shutil
 import warnings
 
 import pytest
 import torchvision.transforms as T
-from damage import scramble_scan
+from damage import scrambled_copy
 from torchvision.datasets import ImageFolder
 
 import fastload
@@ -38,14 +37,7 @@ PATHS = pytest.mark.parametrize("transform", [
 def folder(synth_root, tmp_path):
     """The generated validation split (16 images, 4 classes) with file ``BAD`` scrambled:
     markers intact, Pillow decodes it without an error."""
-    root = tmp_path / "val"
-    shutil.copytree(synth_root / "val", root)
-    bad = ImageFolder(root).samples[BAD][0]
-    with open(bad, "rb") as f:
-        damaged = scramble_scan(f.read())
-    with open(bad, "wb") as f:
-        f.write(damaged)
-    return root
+    return scrambled_copy(synth_root / "val", tmp_path / "val", BAD)
 
 
 @pytest.fixture()

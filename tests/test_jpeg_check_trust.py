@@ -8,12 +8,10 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 
 import pytest
 import torchvision.transforms as T
-from damage import scramble_scan
-from torchvision.datasets import ImageFolder
+from damage import scrambled_copy
 
 import fastload
 from fastload.data.attest import KEY_FILE, trusted_jpeg_check
@@ -48,14 +46,7 @@ def back(monkeypatch, here):
 def damaged(synth_root, tmp_path):
     """The generated validation split (16 images) with file ``BAD``'s scan data scrambled:
     markers intact, a correct CRC-32 once stored, only a strict decode tells."""
-    root = tmp_path / "val"
-    shutil.copytree(synth_root / "val", root)
-    bad = ImageFolder(root).samples[BAD][0]
-    with open(bad, "rb") as f:
-        data = scramble_scan(f.read())
-    with open(bad, "wb") as f:
-        f.write(data)
-    return root
+    return scrambled_copy(synth_root / "val", tmp_path / "val", BAD)
 
 
 def _source(path):
