@@ -243,18 +243,24 @@ def test_a_loader_alive_at_interpreter_exit_prints_nothing(folder):
 def test_the_threads_openmp_setting_starts_no_openmp_team():
     """``one_omp_thread`` (the maker's and the resample pool's first call) enters no OpenMP
     parallel region: a child forked while a parent's thread is inside one would wait for
-    ever in the next region a new thread of its starts. A region would leave OpenMP's team
-    threads behind; none appear."""
+    ever in the next region a new thread of its starts. A region would start OpenMP's team
+    threads (alive while the thread that made them lives); none appear."""
     done = _run_script("""
         import os, threading
         import torch
         from fastload.pipelines.torch_resample import one_omp_thread
         torch.set_num_threads(4)  # what a thread's first parallel op would team up with
         before = len(os.listdir("/proc/self/task"))
-        thread = threading.Thread(target=one_omp_thread)
+        counted = []
+
+        def run():
+            one_omp_thread()
+            counted.append(len(os.listdir("/proc/self/task")) - before - 1)  # not itself
+
+        thread = threading.Thread(target=run)
         thread.start()
         thread.join()
-        print(len(os.listdir("/proc/self/task")) - before)
+        print(counted[0])
     """)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "0"
