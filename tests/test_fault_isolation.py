@@ -305,3 +305,37 @@ def test_a_failing_name_lookup_never_ends_the_epoch(folder):
     seen, warned = skip_epoch(loader)
     assert seen == [i for i in range(16) if i != 5]
     assert loader.skipped == ["sample 5"] and len(warned) == 1
+
+
+RRC = T.Compose([T.RandomResizedCrop(16), T.ToTensor()])
+
+
+def _shrink_in_place(path: str, factor: float) -> None:
+    """Re-encode the image ``factor`` times smaller, padded to its old length, its
+    modification time kept: the loader still trusts its cached size, so some of the random
+    crops drawn for it lie outside the decoded image (DALI fails its batch), some not."""
+    st = os.stat(path)
+    image = Image.open(path).convert("RGB")
+    width, height = image.size
+    image.resize((int(width * factor), int(height * factor))).save(path, format="JPEG",
+                                                                    quality=50)
+    with open(path, "ab") as f:
+        f.write(b"\0" * (st.st_size - os.path.getsize(path)))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+@pytest.mark.parametrize("factor", [0.7, 0.8])
+@pytest.mark.parametrize("on_error", ["raise", "skip"])
+def test_files_shrunk_after_their_first_check_cost_only_themselves(folder, factor, on_error):
+    dataset = ImageFolder(folder, RRC)
+    loader = fastload.DataLoader(dataset, batch_size=4, seed=0, on_error=on_error)
+    assert [i for o in outcomes(loader) for i in o] == list(range(16))
+    bad = [1, 2, 9, 10]
+    for i in bad:
+        _shrink_in_place(dataset.samples[i][0], factor)
+    if on_error == "raise":
+        got = outcomes(loader)
+        assert_isolated(got, 16, 4, set(bad))
+        assert got[0].names[0] in (f"file '{dataset.samples[i][0]}'" for i in bad)
+    else:
+        assert skip_epoch(loader)[0] == [i for i in range(16) if i not in bad]

@@ -320,9 +320,10 @@ class _EpochCore(MakerHandoff, DamageRecovery):
         except ValueError as err:
             batch.error, batch.indices = err, []
 
-    def _submit(self, batch: Batch) -> None:
-        gen = torch.Generator()
-        gen.manual_seed(batch.seed)
+    def _submit(self, batch: Batch, gen: torch.Generator | None = None) -> None:
+        if gen is None:
+            gen = torch.Generator()
+            gen.manual_seed(batch.seed)
         # strict refused only for samples of different output sizes, which DALI refuses too
         batch.strict = self._decoder.submit(batch.encoded, batch.sizes, gen, strict=batch.strict)
         batch.submitted = True

@@ -68,6 +68,18 @@ class DamageRecovery:
         batch.encoded = [batch.encoded[j] for j in keep]
         batch.sizes = [batch.sizes[j] for j in keep]
 
+    def _draws_at(self, head: Batch, j: int) -> torch.Generator:
+        """The generator in the state sample ``j`` of ``head`` drew its parameters from:
+        ``BatchDecoder.submit`` draws each sample's, in order, from one generator seeded
+        with the batch's seed."""
+        from fastload.pipelines.geometry import draw_sample
+
+        gen = torch.Generator()
+        gen.manual_seed(head.seed)
+        for h, w in head.sizes[:j]:
+            draw_sample(self._decoder.plan.steps, int(h), int(w), gen)
+        return gen
+
     def _recover(self, head: Batch, err: BaseException) -> torch.Tensor | None:
         """The decoder failed on ``head`` (``err``): find the culprit samples by decoding
         each alone, then raise naming them (the first in order first) or (on_error="skip")
@@ -85,8 +97,8 @@ class DamageRecovery:
         for j in range(len(head.indices)) if not bad else ():
             single = Batch(-1, [head.indices[j]], [head.encoded[j]], [head.sizes[j]], head.seed,
                             strict=head.strict)
-            try:
-                self._submit(single)
+            try:  # with the draws it had in the batch: a random crop fails alone as it did
+                self._submit(single, self._draws_at(head, j))
                 self._decoder.fetch()
             except self._decode_error as single_err:
                 bad.append(j)
