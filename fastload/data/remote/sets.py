@@ -27,6 +27,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from pathlib import Path
+from typing import Any
 
 import fastload.data.remote.fetch as fetch
 from fastload.data.format import CHECKSUM_FILE, DATA_FILE, LABELS_FILE, META_FILE, record_key
@@ -248,20 +249,28 @@ class RemoteShardedReader(ShardedReader):
         if refused is not None:
             raise ShardRefused(str(refused), shard, refused.url)
         self._leases.pop(shard, None)
+        self._lease(shard)
+        try:
+            return self._open_leased(shard)
+        except (OSError, ValueError) as exc:
+            if shard in self._fetched_again:
+                raise self._refuse(shard, str(exc)) from None
+            return self._fetched_anew(shard)
+
+    def _lease(self, shard: int, **acquire: Any) -> None:
+        """Lease the cached copy of ``shard`` (fetched when missing); a refusal is kept."""
         try:
             self._leases[shard] = self._acquire(
-                shard, keep=True, make_room=lambda: self._let_go_of_one(shard))
+                shard, keep=True, make_room=lambda: self._let_go_of_one(shard), **acquire)
         except ShardRefused as exc:
             self._refused[shard] = exc
             raise
         self._recent[shard] = None
+
+    def _open_leased(self, shard: int) -> LMDBReader:
+        """The reader of ``shard``'s leased copy; its lease is let go when opening fails."""
         try:
             return super().shard_reader(shard)
-        except (OSError, ValueError) as exc:
-            self.release_shard(shard)
-            if shard in self._fetched_again:
-                raise self._refuse(shard, str(exc)) from None
-            return self._fetched_anew(shard)
         except BaseException:
             self.release_shard(shard)
             raise
@@ -283,22 +292,11 @@ class RemoteShardedReader(ShardedReader):
         too. A failed download (a server down) is raised as it is."""
         self.release_shard(shard)
         self._fetched_again.add(shard)
+        self._lease(shard, wait_s=REFETCH_WAIT_S, refresh=True)
         try:
-            self._leases[shard] = self._acquire(
-                shard, keep=True, make_room=lambda: self._let_go_of_one(shard),
-                wait_s=REFETCH_WAIT_S, refresh=True)
-        except ShardRefused as exc:
-            self._refused[shard] = exc
-            raise
-        self._recent[shard] = None
-        try:
-            return super().shard_reader(shard)
+            return self._open_leased(shard)
         except (OSError, ValueError) as exc:
-            self.release_shard(shard)
             raise self._refuse(shard, str(exc)) from None
-        except BaseException:
-            self.release_shard(shard)
-            raise
 
     def _refuse(self, shard: int, problem: str) -> ShardRefused:
         """The refusal of ``shard``, whose copy fetched again fails ``problem`` (kept: each
