@@ -25,6 +25,7 @@ import importlib.util
 import math
 import os
 import pathlib
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -138,20 +139,12 @@ def native_mosaic(rng: np.random.Generator, height: int, width: int,
         raise ValueError(f"image sides should be at least 8 px, but got {height}x{width}")
     photos = [_source(p) for p in _located(len(sources), tuple(sources))]
     canvas = Image.new("RGB", (width, height))
-    todo, done = [(0, 0, height, width)], []
-    while todo:
-        top, left, h, w = todo.pop()
+
+    def small_enough(h: int, w: int) -> bool:
         fits = any(h <= p.height and w <= p.width for p in photos)
-        if fits and (h * w <= 500_000 or min(h, w) < 128):
-            done.append((top, left, h, w))
-            continue
-        if w >= h:
-            cut = int(round(w * rng.uniform(0.35, 0.65)))
-            todo += [(top, left, h, cut), (top, left + cut, h, w - cut)]
-        else:
-            cut = int(round(h * rng.uniform(0.35, 0.65)))
-            todo += [(top, left, cut, w), (top + cut, left, h - cut, w)]
-    for top, left, h, w in done:
+        return fits and (h * w <= 500_000 or min(h, w) < 128)
+
+    for top, left, h, w in _split_frame(rng, height, width, small_enough):
         fitting = [p for p in photos if p.height >= h and p.width >= w]
         photo = fitting[int(rng.integers(len(fitting)))]
         y, x = int(rng.integers(0, photo.height - h + 1)), int(rng.integers(0, photo.width - w + 1))
@@ -183,10 +176,20 @@ def _panels(rng: np.random.Generator, height: int, width: int,
     the largest scale."""
     limit = math.exp(rng.uniform(*np.log(PANEL_MEGAPIXELS))) * 1e6
     largest = max(s.width * s.height for s in sources) * SCALE_RANGE[1] ** 2
+    done = _split_frame(
+        rng, height, width,
+        lambda h, w: (h * w <= max(limit, 1) and h * w <= largest) or min(h, w) < 64)
+    return sorted(done, key=lambda p: -p[2] * p[3])
+
+
+def _split_frame(rng: np.random.Generator, height: int, width: int,
+                 small_enough: Callable[[int, int], bool]) -> list[tuple[int, int, int, int]]:
+    """``(top, left, height, width)`` panels of the frame: a panel is cut in two across its
+    longer side, at a drawn 35-65% of it, until ``small_enough(height, width)``."""
     todo, done = [(0, 0, height, width)], []
     while todo:
         top, left, h, w = todo.pop()
-        if (h * w <= max(limit, 1) and h * w <= largest) or min(h, w) < 64:
+        if small_enough(h, w):
             done.append((top, left, h, w))
             continue
         if w >= h:
@@ -195,7 +198,7 @@ def _panels(rng: np.random.Generator, height: int, width: int,
         else:
             cut = int(round(h * rng.uniform(0.35, 0.65)))
             todo += [(top, left, cut, w), (top + cut, left, h - cut, w)]
-    return sorted(done, key=lambda p: -p[2] * p[3])
+    return done
 
 
 def _panel(rng: np.random.Generator, source: Image.Image, h: int, w: int) -> Image.Image:
