@@ -12,8 +12,10 @@ What is checked, and when:
   with its length and ``st_mtime_ns`` (a file replaced since is checked again); later
   epochs pay a ``fstat`` per file. A batch holding unchecked files is *decoded* strictly
   where the decoder can (sequential JPEGs, a CPU plan the torch resampler finishes: the
-  default recipes), on the reduced-scale path at full size, so the check is the decode
-  (measured about 7% more CPU than DALI's decode for that first epoch). Otherwise
+  default recipes): simplejpeg decodes each file at the scale of the path the batch takes
+  anyway (its DCT scale, or full size for DALI's path), giving that path's pixels, so the
+  check is the decode and a batch's pixels never depend on what was checked before
+  (``BatchDecoder.submit``). Otherwise
   (progressive JPEGs, a GPU, a plan that resizes in DALI) each unchecked file gets a
   strict 1/8-scale decode (:func:`fastload.data.jpeg_damage.jpeg_damage`) in this
   module's threads (``fastload-check``, started by the first such check of an epoch
@@ -24,10 +26,12 @@ What is checked, and when:
   its bytes reach a decoder (``LMDBReader``), so a record is exactly what ``fastload
   convert`` stored. Whether what it stored was intact, the sidecar says: a set converted
   with ``check="decode"`` (the default) says ``"jpeg_check": "strict"`` (every JPEG passed
-  the strict decode), and its records pay nothing more. The records of any other set
-  (``check="markers"``, a set written by an older fastload) are checked as files are, at
-  their first read through the loader's source, and remembered per record (a record
-  cannot change under its CRC-32).
+  the strict decode), and its records pay nothing more when that claim is attested under
+  this user's key (:mod:`fastload.data.attest`: the set was converted here and not edited
+  since). The records of any other set (``check="markers"``, an older fastload, a set made
+  elsewhere or at a URL someone else wrote) are checked as files are, at their first read
+  through the loader's source, and remembered per record (a record cannot change under
+  its CRC-32).
 """
 
 from __future__ import annotations
