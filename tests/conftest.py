@@ -100,6 +100,25 @@ def two_epoch_run(synth_root, synth_lmdb_data):
 
 
 @pytest.fixture(scope="session")
+def big_folder(tmp_path_factory):
+    """8 sequential 900x700 JPEGs in 2 classes (above scaled_decode.MIN_PIXELS): with
+    Resize(16) they are decoded on the reduced-scale path (the region decoder where it is
+    built), in the resample pool's threads, not by DALI."""
+    import numpy as np
+    from PIL import Image
+
+    root = tmp_path_factory.mktemp("big") / "src"
+    rng = np.random.default_rng(0)
+    y, x = np.mgrid[0:700, 0:900]
+    for i in range(8):
+        (root / f"c{i % 2}").mkdir(parents=True, exist_ok=True)
+        pixels = np.stack([(x * (i + 1)) % 256, (2 * y) % 256, ((x + y) // 3) % 256], -1)
+        pixels = np.clip(pixels + rng.integers(0, 30, pixels.shape), 0, 255).astype(np.uint8)
+        Image.fromarray(pixels).save(root / f"c{i % 2}" / f"{i}.jpg", quality=90)
+    return root
+
+
+@pytest.fixture(scope="session")
 def sharded_set(tmp_path_factory):
     """61 tiny JPEGs (3 classes, 9-12 px sides) converted into a 3-shard set (do not modify)."""
     import numpy as np

@@ -9,13 +9,13 @@ from __future__ import annotations
 import io
 import os
 import shutil
-import threading
 import warnings
 
 import numpy as np
 import pytest
 import torchvision.transforms as T
 from damage import scramble_scan
+from hang_guard import within
 from PIL import Image
 from torchvision.datasets import ImageFolder
 
@@ -46,11 +46,7 @@ def outcomes(loader) -> list:
             else:
                 got.append(list(loader.last_batch_indices))
 
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    thread.join(LIMIT)
-    if thread.is_alive():
-        pytest.fail(f"the epoch hung: not over within {LIMIT:.0f} s")
+    within(run, LIMIT, "the epoch hung")
     return got
 
 
@@ -152,21 +148,6 @@ def test_skip_drops_each_bad_folder_sample_and_delivers_every_other(folder, plac
     assert seen == [i for i in range(16) if i not in bad]
     assert len(warned) <= 1 and sorted(loader.skipped) == sorted(
         f"file '{dataset.samples[i][0]}'" for i in bad)
-
-
-@pytest.fixture(scope="module")
-def big_folder(tmp_path_factory):
-    """8 sequential 900x700 JPEGs (above scaled_decode.MIN_PIXELS): with Resize(16) they are
-    decoded on the reduced-scale path (the region decoder where it is built)."""
-    root = tmp_path_factory.mktemp("big_iso") / "src"
-    rng = np.random.default_rng(0)
-    y, x = np.mgrid[0:700, 0:900]
-    for i in range(8):
-        (root / f"c{i % 2}").mkdir(parents=True, exist_ok=True)
-        pixels = np.stack([(x * (i + 1)) % 256, (2 * y) % 256, ((x + y) // 3) % 256], -1)
-        pixels = np.clip(pixels + rng.integers(0, 30, pixels.shape), 0, 255).astype(np.uint8)
-        Image.fromarray(pixels).save(root / f"c{i % 2}" / f"{i}.jpg", quality=90)
-    return root
 
 
 @pytest.mark.parametrize("on_error", ["raise", "skip"])

@@ -17,6 +17,7 @@ import time
 import numpy as np
 import pytest
 import torchvision.transforms as T
+from hang_guard import wait_child, within
 from torchvision.datasets import ImageFolder
 
 import fastload
@@ -37,23 +38,9 @@ def loader(synth_root, tmp_path):
 
 
 def epoch_indices(loader) -> list[int]:
-    """One whole epoch's sample indices, under a watchdog (a daemon thread)."""
-    box: dict = {}
-
-    def run() -> None:
-        try:
-            box["seen"] = [i for _ in loader for i in loader.last_batch_indices]
-        except BaseException as err:  # noqa: BLE001 - handed to the test
-            box["error"] = err
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    thread.join(LIMIT)
-    if thread.is_alive():
-        pytest.fail(f"the epoch hung: not over within {LIMIT:.0f} s")
-    if "error" in box:
-        raise box["error"]
-    return box["seen"]
+    """One whole epoch's sample indices, under a watchdog."""
+    return within(lambda: [i for _ in loader for i in loader.last_batch_indices],
+                  LIMIT, "the epoch hung")[0]
 
 
 def makers() -> list[threading.Thread]:
@@ -104,19 +91,6 @@ def _child_epoch(loader, write_fd: int) -> None:
         os._exit(code)
 
 
-def _wait(pid: int) -> int | None:
-    """The child's exit code, or None (after killing it) when it runs past ``LIMIT``."""
-    deadline = time.monotonic() + LIMIT
-    while time.monotonic() < deadline:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return os.waitstatus_to_exitcode(status)
-        time.sleep(0.005)
-    os.kill(pid, signal.SIGKILL)
-    os.waitpid(pid, 0)
-    return None
-
-
 def test_a_child_forked_at_any_moment_after_iter_gets_a_working_loader(loader):
     expected = ",".join(map(str, epoch_indices(loader)))
     for delay in FORK_DELAYS:
@@ -129,7 +103,7 @@ def test_a_child_forked_at_any_moment_after_iter_gets_a_working_loader(loader):
             os.close(read_fd)
             _child_epoch(loader, write_fd)
         os.close(write_fd)
-        code = _wait(pid)
+        code = wait_child(pid, LIMIT)
         with os.fdopen(read_fd, "rb") as f:
             got = f.read().decode()
         assert code is not None, f"the child forked {delay * 1e3:.1f} ms after iter() hung"

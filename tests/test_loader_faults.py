@@ -12,7 +12,7 @@ import threading
 import time
 import warnings
 
-import numpy as np
+import hang_guard
 import pytest
 import torch
 import torchvision.transforms as T
@@ -31,25 +31,8 @@ LIMIT = 20.0  # seconds: far above a real failure's time to raise, far below a h
 
 def within(fn, limit: float = LIMIT):
     """``fn()``'s result (or its exception) and the seconds it took; fails the test when it
-    does not finish within ``limit`` (a daemon thread: a hang cannot block pytest's exit)."""
-    box: dict = {}
-
-    def run():
-        start = time.monotonic()
-        try:
-            box["value"] = fn()
-        except BaseException as err:  # noqa: BLE001 - handed to the test
-            box["error"] = err
-        box["seconds"] = time.monotonic() - start
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    thread.join(limit)
-    if thread.is_alive():
-        pytest.fail(f"the loader hung: no batch and no exception within {limit:.0f} s")
-    if "error" in box:
-        raise box["error"]
-    return box["value"], box["seconds"]
+    does not finish within ``limit``."""
+    return hang_guard.within(fn, limit, "the loader hung: no batch and no exception")
 
 
 def indices_seen(loader) -> list[int]:
@@ -157,21 +140,6 @@ def test_skip_finishes_the_epoch_without_a_sample_whose_crop_window_is_outside(f
 
 
 # ------------------------------------------- the resample pool's threads throw
-@pytest.fixture(scope="module")
-def big_folder(tmp_path_factory):
-    """8 sequential JPEGs of 900x700 (above scaled_decode.MIN_PIXELS): with Resize(16) they
-    are decoded by simplejpeg at 1/8 scale in the resample pool's threads, not by DALI."""
-    root = tmp_path_factory.mktemp("big") / "src"
-    rng = np.random.default_rng(0)
-    y, x = np.mgrid[0:700, 0:900]
-    for i in range(8):
-        (root / f"c{i % 2}").mkdir(parents=True, exist_ok=True)
-        pixels = np.stack([(x * (i + 1)) % 256, (2 * y) % 256, ((x + y) // 3) % 256], -1)
-        pixels = np.clip(pixels + rng.integers(0, 30, pixels.shape), 0, 255).astype(np.uint8)
-        Image.fromarray(pixels).save(root / f"c{i % 2}" / f"{i}.jpg", quality=90)
-    return root
-
-
 @pytest.fixture()
 def big(big_folder, tmp_path):
     root = tmp_path / "big"

@@ -15,6 +15,7 @@ import time
 import pytest
 import torchvision.transforms as T
 import torchvision.transforms.v2 as v2
+from hang_guard import wait_child
 from torchvision.datasets import ImageFolder
 
 import fastload
@@ -36,16 +37,11 @@ def _fd2() -> tuple[int, int]:
 
 
 def _wait_child(pid: int, limit: float = LIMIT) -> int:
-    """The forked child's exit code; kills it and fails the test when it hangs."""
-    deadline = time.monotonic() + limit
-    while time.monotonic() < deadline:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return os.waitstatus_to_exitcode(status)
-        time.sleep(0.05)
-    os.kill(pid, 9)
-    os.waitpid(pid, 0)
-    pytest.fail(f"the forked child hung: not finished within {limit:.0f} s")
+    """The forked child's exit code; fails the test when it hangs."""
+    code = wait_child(pid, limit)
+    if code is None:
+        pytest.fail(f"the forked child hung: not finished within {limit:.0f} s")
+    return code
 
 
 def _run_script(code: str, *args: str, shell_suffix: str = "") -> subprocess.CompletedProcess:
