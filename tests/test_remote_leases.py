@@ -131,6 +131,28 @@ def test_a_process_exits_at_once_while_its_prefetch_waits_for_another_process(
     assert done.stdout.strip() == "broke out"
 
 
+def test_an_abandoned_iterator_stops_its_prefetches_waiting_on_another_process(
+        s3_env, s3_sharded_set, holder):
+    import threading
+    import time
+
+    from torchvision import transforms as T
+
+    reader = fastload.LMDBDataset(s3_sharded_set).reader
+    holder(lock_file(reader, 1), lock_file(reader, 2))  # "another rank" fetching them
+    loader = fastload.DataLoader(s3_sharded_set, batch_size=4, shuffle=False, shard_window=1,
+                                 transform=T.Compose([T.Resize((8, 8)), T.ToTensor()]))
+    it = iter(loader)
+    for _ in range(3):
+        next(it)  # shard 0 read; the prefetch of shards 1 and 2 waits on their locks
+    it.close()
+    deadline = time.monotonic() + 10  # far below the prefetch's own wait for a lock
+    while time.monotonic() < deadline and any(
+            t.name.startswith("fastload-prefetch") for t in threading.enumerate()):
+        time.sleep(0.05)
+    assert not [t.name for t in threading.enumerate() if t.name.startswith("fastload-prefetch")]
+
+
 def test_a_prefetch_waiting_on_another_process_gives_up_naming_the_shard(
         s3_env, s3_sharded_set, holder, monkeypatch):
     from fastload.data.remote import sets

@@ -30,7 +30,7 @@ from fastload.loader.shard_order import (
     resolve_order,
     warn_if_class_sorted,
 )
-from fastload.loader.sources import SampleError
+from fastload.loader.sources import SampleError, call_set_hook
 from fastload.loader.stage import SampleStage
 
 __all__ = ["DataLoader", "FallbackWarning", "SampleError"]
@@ -44,15 +44,6 @@ _COPIED = ("num_workers", "prefetch_factor", "pin_memory", "pin_memory_device", 
 
 class FallbackWarning(UserWarning):
     """fastload runs torch's DataLoader for this dataset; the message names the reason."""
-
-
-def _forget_refusals(source: Any) -> None:
-    """A new epoch reads the shards a sharded set refused in the last one again (see
-    ``fastload.data.shards``): they may have been put right since."""
-    reader = getattr(getattr(source, "base", source), "reader", None)
-    forget = getattr(reader, "forget_refusals", None)
-    if forget is not None:
-        forget()
 
 
 def _name(obj: Any) -> str:
@@ -301,7 +292,8 @@ class DataLoader:
             return iter(self._torch)
         if self._pid != os.getpid():
             self._after_fork()
-        _forget_refusals(self._source)
+        # the shards a sharded set refused last epoch are read again: they may be put right
+        call_set_hook(self._source, "forget_refusals")
         old = self._live() if self._live is not None else None
         if old is not None and old.running:
             # An unfinished iterator holds the loader's graph: as torch does, both iterate

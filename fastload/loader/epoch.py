@@ -43,7 +43,7 @@ from fastload.loader.context import EpochContext
 from fastload.loader.maker import Handoff, MakerHandoff, NothingYet
 from fastload.loader.recovery import Batch, DamageRecovery
 from fastload.loader.sampling import mix_seed
-from fastload.loader.sources import SampleError
+from fastload.loader.sources import SampleError, call_set_hook
 
 
 class _EpochIterator:
@@ -160,12 +160,15 @@ class _EpochCore(MakerHandoff, DamageRecovery):
         """End this epoch now (idempotent): the next ``next()`` raises, saying it was
         closed ``by``; its decoder (closed here when it is its own), its queued batches and
         its threads are let go."""
-        if self._active and not self._done:
+        abandoned = self._active and not self._done
+        if abandoned:
             self._closed_by = by
         self._active = False
         if self._pid != os.getpid():  # a forked child's copy: its threads and locks are the
             return  # parent's, as the fork found them (one may be held): leave them be
         self._stop_maker()
+        if abandoned:  # the shards it announced will not be read by it: stop fetching them
+            call_set_hook(self._source, "cancel_prefetch")
         self._release()
         self._decoder = None
         self._queue.clear()

@@ -28,7 +28,17 @@ import torch
 from fastload.loader.image_headers import check_pixel_limit, jpeg_size
 from fastload.loader.read_buffers import DEFAULT_READ_BUFFER_BYTES, ReadBuffers
 
-__all__ = ["FileSource", "LMDBSource", "SampleError", "SubsetSource"]
+__all__ = ["FileSource", "LMDBSource", "SampleError", "SubsetSource", "call_set_hook"]
+
+
+def call_set_hook(source: Any, hook: str) -> None:
+    """Call the optional method ``hook`` of the set reader behind ``source`` (a subset's
+    base included), when it has one: a sharded set's ``forget_refusals`` at a new epoch,
+    a URL set's ``cancel_prefetch`` when an epoch is abandoned."""
+    reader = getattr(getattr(source, "base", source), "reader", None)
+    method = getattr(reader, hook, None)
+    if method is not None:
+        method()
 
 
 class SampleError(ValueError):
