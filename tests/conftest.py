@@ -10,22 +10,26 @@ import pytest
 import torch
 
 _KEY_DIR = "FASTLOAD_KEY_DIR"
-_saved_key_dir: list = []
+_KEY_DIR_STASH = pytest.StashKey[tuple]()  # (the caller's value or None, the test folder)
 
 
 def pytest_configure(config):
-    """Sets converted by the tests are attested under a key of this session, never under the
-    user's own (``FASTLOAD_KEY_DIR``; the processes tests start inherit it)."""
-    _saved_key_dir.append(os.environ.get(_KEY_DIR))
-    os.environ[_KEY_DIR] = tempfile.mkdtemp(prefix="fastload-test-key-")
+    """Sets converted by the tests are attested under a key of this test run, never under
+    the user's own (``FASTLOAD_KEY_DIR``; the processes tests start inherit it)."""
+    folder = tempfile.mkdtemp(prefix="fastload-test-key-")
+    config.stash[_KEY_DIR_STASH] = (os.environ.get(_KEY_DIR), folder)
+    os.environ[_KEY_DIR] = folder
 
 
 def pytest_unconfigure(config):
-    if _saved_key_dir:
-        shutil.rmtree(os.environ.pop(_KEY_DIR), ignore_errors=True)
-        saved = _saved_key_dir.pop()
-        if saved is not None:
-            os.environ[_KEY_DIR] = saved
+    saved, folder = config.stash.get(_KEY_DIR_STASH, (None, None))
+    if folder is None:
+        return
+    shutil.rmtree(folder, ignore_errors=True)
+    if saved is None:
+        os.environ.pop(_KEY_DIR, None)
+    else:
+        os.environ[_KEY_DIR] = saved
 
 
 def pytest_collection_modifyitems(config, items):
