@@ -1,9 +1,9 @@
 """Only the optional C kernels live here; everything else is in pyproject.toml.
 
 ``optional=True``: without a C compiler the install still succeeds and fastload uses the
-torch fallback (the same values, slower: see pipelines/torch_resample.py). ``_jpegroi`` also
+torch fallback (the same values, slower: see pipelines/decode/resample.py). ``_jpegroi`` also
 needs libjpeg-turbo's headers (Debian/Ubuntu: libjpeg62-turbo-dev or libjpeg-turbo8-dev);
-without them large JPEGs are decoded whole at their DCT scale (pipelines/scaled_decode.py).
+without them large JPEGs are decoded whole at their DCT scale (pipelines/decode/scaled.py).
 ``_augment`` and ``_affine`` are each one module built from several sources; ``depends``
 names their private header, so a change to it rebuilds them and the sdist ships it.
 
@@ -37,7 +37,7 @@ setup(
     ext_modules=[
         Extension(
             "fastload.pipelines._normalize",
-            sources=["pipelines/_normalize.c"],
+            sources=["pipelines/csrc/normalize/normalize.c"],
             extra_compile_args=_flags("-O3", "-ffp-contract=off"),
             extra_link_args=_LINK,
             optional=not _SANITIZE,  # a sanitizer build that fails says so
@@ -45,12 +45,12 @@ setup(
         Extension(
             "fastload.pipelines._augment",
             sources=[
-                "pipelines/_augment.c",
-                "pipelines/_augment_colour.c",
-                "pipelines/_augment_mix.c",
-                "pipelines/_augment_grid.c",
+                "pipelines/csrc/augment/augment.c",
+                "pipelines/csrc/augment/colour.c",
+                "pipelines/csrc/augment/mix.c",
+                "pipelines/csrc/augment/grid.c",
             ],
-            depends=["pipelines/_augment.h"],
+            depends=["pipelines/csrc/augment/augment.h"],
             extra_compile_args=_flags("-O3", "-ffp-contract=off"),
             extra_link_args=_LINK,
             libraries=["m"],
@@ -59,11 +59,11 @@ setup(
         Extension(
             "fastload.pipelines._affine",
             sources=[
-                "pipelines/_affine.c",
-                "pipelines/_affine_filter.c",
-                "pipelines/_affine_nearest.c",
+                "pipelines/csrc/affine/affine.c",
+                "pipelines/csrc/affine/filter.c",
+                "pipelines/csrc/affine/nearest.c",
             ],
-            depends=["pipelines/_affine.h"],
+            depends=["pipelines/csrc/affine/affine.h"],
             extra_compile_args=_flags("-O3", "-ffp-contract=off"),
             extra_link_args=_LINK,
             libraries=["m"],
@@ -71,8 +71,8 @@ setup(
         ),
         Extension(
             "fastload.pipelines._jpegroi",
-            sources=["pipelines/_jpegroi.c", "pipelines/_jpegroi_huffman.c"],
-            depends=["pipelines/_jpegroi.h"],
+            sources=["pipelines/csrc/jpegroi/jpegroi.c", "pipelines/csrc/jpegroi/huffman.c"],
+            depends=["pipelines/csrc/jpegroi/jpegroi.h"],
             libraries=["jpeg"],
             extra_compile_args=_flags("-O3"),
             extra_link_args=_LINK,

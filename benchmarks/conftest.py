@@ -33,7 +33,7 @@ def convert_tree(bench_image_count, request, tmp_path_factory):
 
     Full size (300-800 px, about 80 KB each) for a measurement; 64-160 px for a smoke run.
     """
-    from fastload.data.synth import synthesize
+    from fastload.data.pictures.synth import synthesize
 
     smoke = _benchmark_disabled(request.config)
     unique = min(bench_image_count, UNIQUE_PHOTOS)

@@ -33,7 +33,7 @@ def main() -> None:
     from torchvision.transforms import InterpolationMode
     from torchvision.transforms.autoaugment import _apply_op
 
-    from fastload.pipelines.fast_ops import apply_op
+    from fastload.pipelines.fast.ops_v1 import apply_op
 
     torch.set_num_threads(1)
     small = torch.randint(0, 256, (1, 3, 16, 16), dtype=torch.uint8,
@@ -57,8 +57,8 @@ def _v2(image, args) -> None:
     has no fast path)."""
     from torchvision.transforms import InterpolationMode
 
-    from fastload.pipelines.augment_v2 import apply_op_v2
-    from fastload.pipelines.torch_seams import v2_apply_autoaugment_op
+    from fastload.pipelines.replays.v2 import apply_op_v2
+    from fastload.pipelines.seams.torch_private import v2_apply_autoaugment_op
 
     fill, mode = {"others": None}, InterpolationMode.BILINEAR
     print(f"{'v2 op':<13} {'torchvision us':>14} {'fast_ops_v2 us':>14} {'speed-up':>8}")
@@ -88,7 +88,7 @@ def _tail(image, args) -> None:
     import torch
     import torchvision.transforms as T
 
-    from fastload.pipelines.suffix import Suffix
+    from fastload.pipelines.suffix.run import Suffix
 
     steps = [T.ConvertImageDtype(torch.float), T.Normalize((0.485, 0.456, 0.406),
                                                            (0.229, 0.224, 0.225))]

@@ -55,9 +55,9 @@ def main() -> None:
     from PIL import Image
     from test_highres_throughput import highres_tree
 
-    from fastload.pipelines import geometry as g
-    from fastload.pipelines import scaled_decode as sd
-    from fastload.pipelines import torch_resample
+    from fastload.pipelines.decode import resample as torch_resample
+    from fastload.pipelines.decode import scaled as sd
+    from fastload.pipelines.prefix import geometry as g
     from fastload.pipelines.translate import translate
 
     torch.set_num_threads(1)

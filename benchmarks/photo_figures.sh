@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# The README's figures on crops of real photographs (issue 25), in one go: the loader bench,
+# The benchmark figures (docs/benchmarks/) on crops of real photographs (issue 25), in one go: the loader bench,
 # the recipe table twice on both sets, high-res against the entropy-decode floor, and a
-# fresh `make demo`-style run. Run it on a quiet machine. Logs and JSON go to $OUT (docs/).
+# fresh `make demo`-style run. Run it on a quiet machine. Logs and JSON go to $OUT (docs/benchmarks/results/).
 #   bash benchmarks/photo_figures.sh [WORKDIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-.venv/bin}
 WORK=${1:-/tmp/fastload-photo-figures}
-OUT=${OUT:-docs}
+OUT=${OUT:-docs/benchmarks/results}
 mkdir -p "$WORK" "$OUT"
 
 # The two ImageNet-sized sets: generated pictures and crops of photographs.

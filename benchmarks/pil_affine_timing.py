@@ -6,7 +6,7 @@
 One thread, an RGB SIZE x SIZE image (a centre crop of ``--photo`` resized, or smooth random
 content without one), each op at RandAugment's m9 magnitude with timm's DeiT fill, for each
 resample; Pillow's ``Image.transform`` / ``Image.rotate`` and
-``fastload.pipelines.pil_affine`` (the round trip through bytes included) alternate in rounds
+``fastload.pipelines.fast.pil_affine`` (the round trip through bytes included) alternate in rounds
 of ``--calls`` calls, and the median per-call thread CPU time of each is printed with their
 ratio (CPU time: the figures survive a shared machine better than wall time). The values are
 the same (tests/test_pil_affine.py checks them bit for bit).
@@ -61,7 +61,7 @@ def main() -> None:
 
     from PIL import Image
 
-    from fastload.pipelines import pil_affine
+    from fastload.pipelines.fast import pil_affine
 
     if not pil_affine.available():
         raise SystemExit("fastload's _affine extension is not built or this Pillow is unchecked: "
@@ -108,7 +108,7 @@ def _recipe(args: argparse.Namespace) -> None:
     from PIL import Image
 
     from fastload.bench.recipes import recipe
-    from fastload.pipelines import pil_affine
+    from fastload.pipelines.fast import pil_affine
     from fastload.pipelines.split import split
 
     torch.set_num_threads(1)

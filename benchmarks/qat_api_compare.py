@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/qat_api_compare.py --train 400 --val 200 --epochs 1 --img-size 128
 
-One run: generated photos (``fastload.data.synth``, 4 classes) -> a short fp32 fine-tune
+One run: generated photos (``fastload.data.pictures.synth``, 4 classes) -> a short fp32 fine-tune
 (``fastload.train.finetune``, as ``benchmarks/test_quantize_tradeoff.py`` does) -> from that one
 checkpoint, the same ``--epochs`` of training, same batches in the same order (materialised once),
 same AdamW and cosine schedule (``fastload.train.optim``), for:
@@ -52,7 +52,7 @@ from qat_api_paths import (
 )
 from torch import nn
 
-from fastload.data.synth import synthesize
+from fastload.data.pictures.synth import synthesize
 from fastload.train.config import FinetuneConfig
 from fastload.train.export import model_from_checkpoint
 from fastload.train.finetune import finetune

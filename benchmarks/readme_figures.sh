@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
-# Regenerates every figure in README.md on this machine, in one go, on generated data.
+# Regenerates the benchmark figures of the loader bench and the fine-tune A/B (docs/benchmarks/) in one go, on generated data.
 # Run it on a quiet machine (nothing else busy): the rows of each table are measured side
-# by side, but a busy neighbour still adds noise. Writes docs/*.json, docs/bench.png and
-# a log per step under $OUT (default docs/).
+# by side, but a busy neighbour still adds noise. Writes docs/benchmarks/results/*.json, bench.png and
+# a log per step under $OUT (default docs/benchmarks/results/).
 #   bash benchmarks/readme_figures.sh [WORKDIR]
 # Row (h) of the bench runs only where ffcv is installed: BIN=.venv-ffcv/bin (benchmarks/ffcv_env.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-.venv/bin}
 WORK=${1:-/tmp/fastload-figures}
-OUT=${OUT:-docs}
+OUT=${OUT:-docs/benchmarks/results}
 mkdir -p "$WORK" "$OUT"
 
 # Loader throughput (README "Throughput"): 2048 train images, batch 64, train transforms.

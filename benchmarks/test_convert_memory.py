@@ -49,7 +49,7 @@ TARGET_CORES = 16
 # sampled every 5 ms by a thread: what a conversion really holds).
 CHILD = r"""
 import json, resource, sys, threading, time
-from fastload.data.convert import convert_folder
+from fastload.data.convert.folder import convert_folder
 def cpu():
     own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
@@ -111,7 +111,7 @@ def _link_tree(photos: list[Path], root: Path, count: int, per_folder: int = 100
 
 
 def _photos(base: Path, count: int, **sizes) -> list[Path]:
-    from fastload.data.synth import synthesize
+    from fastload.data.pictures.synth import synthesize
 
     synthesize(base, train=count, val=0, classes=2, seed=0, workers=1, **sizes)
     return sorted((base / "train").rglob("*.jpg"))

@@ -26,8 +26,8 @@ import time
 
 import pytest
 
-from fastload.data.convert import convert_folder
-from fastload.data.convert_sources import list_source
+from fastload.data.convert.folder import convert_folder
+from fastload.data.convert.source_list import list_source
 
 ROUNDS = 5
 PER_SHARD = 200
@@ -43,7 +43,7 @@ def _numbered(photo: bytes, i: int) -> bytes:
 
 
 def _items(request, tmp_path) -> list[tuple[int, bytes]]:
-    from fastload.data.synth import synthesize
+    from fastload.data.pictures.synth import synthesize
 
     smoke = bool(request.config.getoption("benchmark_disable", default=False))
     count = int(os.environ.get("FASTLOAD_BENCH_IMAGES", 12 if smoke else 1200))

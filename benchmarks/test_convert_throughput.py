@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from fastload.data.convert import convert_folder
+from fastload.data.convert.folder import convert_folder
 
 ROUNDS = 3
 RATIO_ROUNDS = 15  # alternating runs for the ratio (a run of each takes ~0.1 s)
@@ -150,7 +150,7 @@ def test_strict_check_cost(benchmark, convert_tree, bench_image_count, tmp_path,
     """Keep-bytes conversion with ``check="markers"`` against the default strict check, the
     latter in threads of the main process (the default) and in the worker processes (with
     everything that needs Pillow), rounds alternating: img/s and CPU ms per image."""
-    import fastload.data.convert_database as convert
+    import fastload.data.convert.database as convert
 
     ways = {"markers w1": (1, "markers", True), "markers w2": (2, "markers", True),
             "strict w1": (1, "decode", True), "strict w2 threads": (2, "decode", True),

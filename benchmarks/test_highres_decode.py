@@ -119,7 +119,7 @@ def table(results: dict[str, dict]) -> str:
 
 
 def _photos(root: Path, images: int, size: tuple[int, int]) -> list[bytes]:
-    from fastload.data.synth import synthesize
+    from fastload.data.pictures.synth import synthesize
 
     synthesize(root, train=images, val=0, classes=2, seed=0, size=size)
     return [p.read_bytes() for p in sorted(root.rglob("*.jpg"))]

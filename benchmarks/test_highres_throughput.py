@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from fastload.bench.rows import RowSpec, make_row
-from fastload.pipelines import scaled_decode
+from fastload.pipelines.decode import scaled as scaled_decode
 
 SIZE = (1680, 2100)  # (height, width) of the generated photos
 ROWS = ("a", "c", "c0", "i")
@@ -38,8 +38,8 @@ def highres_tree(root: Path, images: int, size: tuple[int, int] = SIZE,
                  photos: bool = True) -> Path:
     """``root/train`` and ``root/val`` of ``images`` camera-sized pictures each (made once):
     collages of real photographs, or with ``photos=False`` generated pictures."""
-    from fastload.data.photos import photo_tree
-    from fastload.data.synth import synthesize
+    from fastload.data.pictures.photos import photo_tree
+    from fastload.data.pictures.synth import synthesize
 
     kind = "photos" if photos else "generated"
     marker = root / f".done-{kind}-{images}-{size[0]}x{size[1]}"

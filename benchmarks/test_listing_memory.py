@@ -33,9 +33,9 @@ def rss():
     with open("/proc/self/status") as f:
         return {k: int(v.split()[0]) * 1024 for k, _, v in (l.partition(":") for l in f)
                 if k in ("VmRSS", "VmHWM")}
-from fastload.data.convert_sources import list_source
-from fastload.data.manifest import shard_bounds
-from fastload.data.sources.base import iter_records
+from fastload.data.convert.source_list import list_source
+from fastload.data.sets.manifest import shard_bounds
+from fastload.data.convert.sources.base import iter_records
 base = rss()["VmRSS"]
 times = {}
 t = time.perf_counter()

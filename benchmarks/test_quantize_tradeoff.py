@@ -76,7 +76,7 @@ def test_dynamic_static_and_qat_side_by_side(request, tmp_path_factory):
     work = tmp_path_factory.mktemp("quantize_bench")
     data = os.environ.get("FASTLOAD_QUANT_DATA")
     if data is None:
-        from fastload.data.synth import synthesize
+        from fastload.data.pictures.synth import synthesize
 
         sizes = {"min_side": 64, "max_side": 160} if smoke else {}
         data = str(synthesize(work / "data", train=s["train"], val=s["val"], classes=4, seed=0, **sizes))

@@ -36,8 +36,8 @@ import torchvision.transforms as T
 from torchvision.datasets import ImageFolder
 
 import fastload
-from fastload.data.convert import convert_folder
-from fastload.data.format import crc32
+from fastload.data.convert.folder import convert_folder
+from fastload.data.format.constants import crc32
 
 BATCH = 64
 ROUNDS = 5
@@ -129,7 +129,7 @@ def _strict(**kwargs):
 
 
 def _markers(data: bytes) -> None:
-    from fastload.data.jpeg import parse_jpeg
+    from fastload.data.format.jpeg import parse_jpeg
 
     parse_jpeg(data)
 

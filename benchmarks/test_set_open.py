@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from fastload.data.convert import convert_folder
-from fastload.data.shards import ShardedReader
+from fastload.data.convert.folder import convert_folder
+from fastload.data.sets.shards import ShardedReader
 
 
 @pytest.mark.parametrize("shards", [64, 1000])

@@ -1,6 +1,6 @@
 """fastload: fast image training input for PyTorch."""
 
-from fastload.data.datum import Datum, decode_datum, encode_datum
+from fastload.data.format.datum import Datum, decode_datum, encode_datum
 
 __version__ = "0.1.0"
 
@@ -17,7 +17,7 @@ def __getattr__(name: str):
 
         return DataLoader
     if name == "LMDBDataset":
-        from fastload.data.dataset import LMDBDataset
+        from fastload.data.format.dataset import LMDBDataset
 
         return LMDBDataset
     if name == "FallbackWarning":
@@ -25,7 +25,7 @@ def __getattr__(name: str):
 
         return FallbackWarning
     if name == "SampleError":
-        from fastload.loader.sources import SampleError
+        from fastload.loader.sample_sources import SampleError
 
         return SampleError
     if name == "StallMeter":

@@ -1,9 +1,59 @@
 """DALI graph definitions, the torchvision/timm -> DALI translation and the torch suffix.
 
-registry (one entry per supported transform class: ops.Op) is read by translate (the DALI
-prefix: prefix, prefix_steps, geometry, draws), split (prefix + suffix), suffix (per-sample
-torch ops: augment and its replays augment_v1/v2/timm, tail, fast_ops). graph/batch_decoder
-run the prefix (graph_io: a batch's arrays in, its tensor out; dali_backend: the seam with
-DALI's private handle); torch_seams holds every private torch/torchvision/timm name.
-Installed as ``fastload.pipelines``; imports nothing of ``fastload`` or ``fastload.tools``.
+Installed as ``fastload.pipelines``. This module is the package's face: ``fastload/`` imports
+what it uses from here, never from a sub-module. Names load lazily (PEP 562), so
+``import fastload`` does not import DALI or build anything.
+
+Layout, by job:
+
+- top level: ``registry`` (one ``Op`` per transform class), ``ops``, ``draws`` (torchvision's
+  random draws), ``split`` (prefix and suffix of a transform), ``translate``;
+- ``prefix/``: the DALI prefix (plan, per-transform steps, per-sample geometry);
+- ``decode/``: a batch through the DALI graph, region and DCT-scaled decodes, resampling,
+  output buffers (never reads the registry);
+- ``replays/``: torchvision's and timm's random transforms replayed from explicit generators;
+- ``fast/``: exact fast ops and the C kernels' Python side;
+- ``suffix/``: the torch suffix, its lookup-table tail, the MixUp/CutMix collate;
+- ``seams/``: the only users of private names of torch, torchvision, timm and DALI;
+- ``csrc/<extension>/``: all C (built as ``fastload.pipelines._normalize``, ``_augment``,
+  ``_affine``, ``_jpegroi``).
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# exported name -> (module relative to this package, name in it); no exported name is also
+# a sub-module's name, which the import system would set on the package first
+_EXPORTS = {
+    "split_transform": (".split", "split"),
+    "BatchDecoder": (".decode.batch_decoder", "BatchDecoder"),
+    "BatchDecodeError": (".decode.batch_decoder", "BatchDecodeError"),
+    "BatchBuffers": (".decode.buffers", "BatchBuffers"),
+    "describe_decode": (".decode.scaled", "describe"),
+    "draw_sample": (".prefix.geometry", "draw_sample"),
+    "fused_collate": (".suffix.collate", "fused_collate"),
+    "process_pool": (".suffix.run", "process_pool"),
+}
+
+__all__ = sorted(_EXPORTS)
+
+if TYPE_CHECKING:
+    from .decode.batch_decoder import BatchDecodeError, BatchDecoder
+    from .decode.buffers import BatchBuffers
+    from .decode.scaled import describe as describe_decode
+    from .prefix.geometry import draw_sample
+    from .split import split as split_transform
+    from .suffix.collate import fused_collate
+    from .suffix.run import process_pool
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        module, attr = _EXPORTS[name]
+    except KeyError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    value = getattr(importlib.import_module(module, __name__), attr)
+    globals()[name] = value  # later lookups skip this function
+    return value

@@ -1,6 +1,6 @@
 """torchvision's random draws from an explicit generator: the one copy the DALI prefix
-(:mod:`~fastload.pipelines.geometry`) and the torch suffix's replays
-(:mod:`~fastload.pipelines.augment_v1`, :mod:`~fastload.pipelines.augment_v2`) share.
+(:mod:`~fastload.pipelines.prefix.geometry`) and the torch suffix's replays
+(:mod:`~fastload.pipelines.replays.v1`, :mod:`~fastload.pipelines.replays.v2`) share.
 
 Each function makes the calls a transform's ``get_params``/``make_params`` makes on torch's
 default generator, in the same order, on ``generator``: seeded alike, it returns the very

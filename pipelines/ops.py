@@ -58,16 +58,16 @@ class Op:
     ``hint``). ``leaves``: the state it leaves the image in (``ToTensor``: FLOAT,
     ``PILToTensor``: UINT8, ``Normalize``: NORMALIZED; None: unchanged, or set by the step
     from its input, as a dtype conversion does). ``replay``: per family, the maker of its
-    explicit-generator form (:mod:`~fastload.pipelines.augment`). ``container``: it holds
+    explicit-generator form (:mod:`~fastload.pipelines.suffix.replay`). ``container``: it holds
     transforms in ``.transforms``. ``per_pixel``: it maps each channel's uint8 values one by
-    one, so a lookup table can stand for it (:mod:`~fastload.pipelines.tail`).
+    one, so a lookup table can stand for it (:mod:`~fastload.pipelines.suffix.tail`).
     ``after_tail``: it keeps a sample's shape and dtype, so it may follow that table.
     ``tensor_ok``: it takes a uint8 CHW tensor where it would take a PIL image (torchvision's
     classes but ``Lambda`` and ``ToPILImage``). ``cpu_suffix``: on a CPU graph the torch suffix
     runs it faster than DALI's CPU operators, so :func:`~fastload.pipelines.split.split`
     leaves it there (after a fixed-size step). ``batch_mix``: for a batch transform the
     reference collate applies (v2 ``MixUp``/``CutMix``), its in-place form on a collated
-    batch (:mod:`~fastload.pipelines.batch_mix`). ``converts`` (computed): it turns a PIL image
+    batch (:mod:`~fastload.pipelines.replays.batch_mix`). ``converts`` (computed): it turns a PIL image
     into a tensor (``leaves`` UINT8 or FLOAT from ``PIL``).
     """
 

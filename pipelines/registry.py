@@ -2,7 +2,7 @@
 entry per class, read by the translation, the split, the suffix and the replays.
 
 Adding a transform is one entry here (its DALI prefix step in
-:mod:`~fastload.pipelines.prefix_steps`, its replays in ``augment_v1``/``augment_v2``) plus
+:mod:`~fastload.pipelines.prefix.steps`, its replays in ``augment_v1``/``augment_v2``) plus
 its tests. A class with no entry is not translated: the graph stops before it, and where the
 torch suffix cannot take it either, the loader's ``FallbackWarning`` names it.
 """
@@ -14,12 +14,12 @@ import sys
 from types import MappingProxyType
 from typing import Any
 
-from . import augment_common as common
-from . import augment_timm, batch_mix
-from . import augment_v1 as a1
-from . import augment_v2 as a2
-from . import prefix_steps as step
 from .ops import GEOMETRIC, PUBLIC_MODULES, TENSORS, Op, State, family_of_class
+from .prefix import steps as step
+from .replays import batch_mix, common
+from .replays import timm_aug as augment_timm
+from .replays import v1 as a1
+from .replays import v2 as a2
 
 __all__ = ["OPS", "lookup", "named"]
 

@@ -4,7 +4,7 @@
 delegate to a ``Compose`` in their ``transforms`` attribute, such as torchvision's reference
 ``ClassificationPresetTrain``/``Eval``), translates the longest prefix to a
 :class:`~fastload.pipelines.translate.TransformPlan` and leaves the rest to
-:class:`~fastload.pipelines.suffix.Suffix`. It raises :class:`UnsupportedTransform` only
+:class:`~fastload.pipelines.suffix.run.Suffix`. It raises :class:`UnsupportedTransform` only
 when the first transform must see a PIL image and is not one torchvision runs on tensors
 (a ``Lambda`` first, say), or when the prefix ends at a size that varies per image.
 """
@@ -14,10 +14,10 @@ from __future__ import annotations
 import dis
 from dataclasses import dataclass, field
 
-from . import geometry as g
 from .ops import State, library
+from .prefix import geometry as g
 from .registry import lookup, named
-from .suffix import Suffix, tensor_capable
+from .suffix.run import Suffix, tensor_capable
 from .translate import TransformPlan, UnsupportedTransform, translate_list
 
 __all__ = ["SplitPlan", "flatten", "reads_through", "split"]

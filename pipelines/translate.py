@@ -35,13 +35,13 @@ fixed-size step to the torch suffix instead (torchvision's random order, replaye
 
 Anything else raises :class:`UnsupportedTransform` naming the transform or argument. Which
 classes are supported, and each one's step, is the registry's
-(:mod:`~fastload.pipelines.registry`); the steps are in :mod:`~fastload.pipelines.prefix_steps`.
+(:mod:`~fastload.pipelines.registry`); the steps are in :mod:`~fastload.pipelines.prefix.steps`.
 """
 
 from __future__ import annotations
 
 from .ops import State
-from .prefix import PrefixBuilder, TransformPlan, UnsupportedTransform
+from .prefix.plan import PrefixBuilder, TransformPlan, UnsupportedTransform
 from .registry import lookup, named
 
 __all__ = ["UnsupportedTransform", "TransformPlan", "translate", "translate_list"]

@@ -44,7 +44,7 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session")
 def synth_root(tmp_path_factory):
     """A small generated ImageFolder tree: 4 classes, 48 train / 16 val, 64-160 px sides."""
-    from fastload.data.synth import synthesize
+    from fastload.data.pictures.synth import synthesize
 
     root = tmp_path_factory.mktemp("synth_small")
     return synthesize(
@@ -55,7 +55,7 @@ def synth_root(tmp_path_factory):
 @pytest.fixture(scope="session")
 def synth_photos(tmp_path_factory):
     """A tiny tree of full-size generated photos: 2 classes, 8 train / 4 val, 300-800 px."""
-    from fastload.data.synth import synthesize
+    from fastload.data.pictures.synth import synthesize
 
     root = tmp_path_factory.mktemp("synth_photos")
     return synthesize(root, train=8, val=4, classes=2, seed=0, workers=1)
@@ -63,8 +63,8 @@ def synth_photos(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def synth_lmdb(synth_root, tmp_path_factory):
-    """``synth_root/train`` converted by ``fastload.data.convert.convert_folder`` (do not modify)."""
-    from fastload.data.convert import convert_folder
+    """``synth_root/train`` converted by ``fastload.data.convert.folder.convert_folder`` (do not modify)."""
+    from fastload.data.convert.folder import convert_folder
 
     dst = tmp_path_factory.mktemp("synth_lmdb") / "train.lmdb"
     convert_folder(synth_root / "train", dst, workers=1, progress=False)
@@ -74,7 +74,7 @@ def synth_lmdb(synth_root, tmp_path_factory):
 @pytest.fixture(scope="session")
 def synth_lmdb_data(synth_root, tmp_path_factory):
     """A DATA folder holding ``train.lmdb`` and ``val.lmdb`` converted from ``synth_root``."""
-    from fastload.data.convert import convert_folder
+    from fastload.data.convert.folder import convert_folder
 
     data = tmp_path_factory.mktemp("synth_lmdb_data")
     for split in ("train", "val"):
@@ -128,7 +128,7 @@ def sharded_set(tmp_path_factory):
     import numpy as np
     from PIL import Image
 
-    from fastload.data.convert import convert_folder
+    from fastload.data.convert.folder import convert_folder
 
     base = tmp_path_factory.mktemp("sharded_set")
     rng = np.random.default_rng(1)

@@ -17,9 +17,9 @@ from timm.data.auto_augment import (
 from timm.data.random_erasing import RandomErasing
 from timm.data.transforms import MaybeToTensor
 
-from fastload.pipelines.augment import replay
-from fastload.pipelines.suffix import Suffix
-from fastload.pipelines.thread_rng import python_rng
+from fastload.pipelines.replays.thread_rng import python_rng
+from fastload.pipelines.suffix.replay import replay
+from fastload.pipelines.suffix.run import Suffix
 
 HPARAMS = {"translate_const": 10, "img_mean": (124, 116, 104)}
 IMAGES = torch.randint(0, 256, (6, 3, 28, 36), dtype=torch.uint8,
@@ -143,7 +143,8 @@ def test_another_thread_sees_timms_own_module_while_a_loader_runs_timms_augmenta
 def test_an_unchecked_timm_release_runs_on_the_seeded_generators_with_a_warning(monkeypatch):
     import timm
 
-    from fastload.pipelines import augment_timm, torch_seams
+    from fastload.pipelines.replays import timm_aug as augment_timm
+    from fastload.pipelines.seams import torch_private as torch_seams
 
     monkeypatch.setattr(timm, "__version__", "9.1.0")
     augment_timm._private_module.cache_clear()

@@ -9,7 +9,7 @@ import torch
 import torchvision.transforms as T
 from PIL import Image
 
-from fastload.pipelines.batch_decoder import BatchDecodeError, BatchDecoder
+from fastload.pipelines.decode.batch_decoder import BatchDecodeError, BatchDecoder
 from fastload.pipelines.translate import translate
 
 VAL = T.Compose([T.Resize(256), T.CenterCrop(224), T.ToTensor()])
@@ -157,9 +157,9 @@ def test_bad_arguments_raise_clear_errors(photos):
 def test_resample_threads_run_without_openmp_teams_and_leave_the_callers_thread_count():
     import ctypes
 
-    from fastload.pipelines import torch_resample
+    from fastload.utils.threads import openmp_library
 
-    lib = torch_resample._openmp_library()
+    lib = openmp_library()
     if lib is None:
         pytest.skip("torch is not built with an OpenMP runtime here")
     omp = ctypes.CDLL(lib)

@@ -16,7 +16,7 @@ import torchvision.transforms as T
 from torchvision.datasets import ImageFolder
 
 import fastload
-from fastload.data.photos import native_mosaic
+from fastload.data.pictures.photos import native_mosaic
 
 SCRIPT = pathlib.Path(__file__).parent / "scripts" / "mixed_batches.py"
 TRAIN = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.ToTensor()])

@@ -13,7 +13,7 @@ from torchvision.transforms import v2
 
 import fastload
 from fastload import FallbackWarning
-from fastload.pipelines.collate_mix import fused_collate
+from fastload.pipelines.suffix.collate import fused_collate
 
 CLASSES = 5
 
@@ -52,7 +52,7 @@ MIXES = {
 @pytest.mark.parametrize("c_kernels", [True, False], ids=["C", "torch-ops"])
 def test_fused_mix_equals_the_collate_on_the_same_global_draws(name, shape, c_kernels,
                                                                 monkeypatch):
-    from fastload.pipelines import kernels
+    from fastload.pipelines.fast import kernels
 
     if c_kernels and not kernels.AVAILABLE:
         pytest.skip("the C extension is not built")

@@ -199,7 +199,7 @@ def test_reference_graph_rejects_mismatched_labels():
 def test_prepare_data_converts_the_subset_once_and_reuses_the_cache(synth_root, tmp_path):
     from fastload.bench.harness import BenchConfig, prepare_data
     from fastload.bench.rows import folder_samples
-    from fastload.data.dataset import LMDBDataset
+    from fastload.data.format.dataset import LMDBDataset
 
     config = BenchConfig(data=synth_root, rows="bde", limit=8, threads=1,
                          workdir=tmp_path / "cache", max_side=64)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fastload.pipelines.batch_decoder import BatchDecoder
-from fastload.pipelines.buffers import BatchBuffers
+from fastload.pipelines.decode.batch_decoder import BatchDecoder
+from fastload.pipelines.decode.buffers import BatchBuffers
 from fastload.pipelines.translate import translate
 
 SHAPE = (4, 3, 8, 8)

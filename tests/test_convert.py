@@ -17,11 +17,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from fastload.data.convert import ConvertError, convert_folder
-from fastload.data.convert_sources import list_source
-from fastload.data.format import CHECKSUM_FILE, ERRORS_FILE, LABELS_FILE, PARTIAL_FILE
-from fastload.data.reader import LMDBReader, acquire_env, release_env
-from fastload.data.verify import verify_lmdb
+from fastload.data.convert.folder import ConvertError, convert_folder
+from fastload.data.convert.source_list import list_source
+from fastload.data.format.constants import CHECKSUM_FILE, ERRORS_FILE, LABELS_FILE, PARTIAL_FILE
+from fastload.data.format.reader import LMDBReader, acquire_env, release_env
+from fastload.data.format.verify import verify_lmdb
 
 
 def cli(argv: list[str]) -> int:
@@ -382,8 +382,8 @@ def test_transactions_committed_after_the_last_progress_record_are_redone(
 @pytest.mark.parametrize("records_per_txn", [32, 4])
 def test_a_full_map_grows_and_the_batch_is_redone(mixed_tree, mixed_reference, tmp_path,
                                                   monkeypatch, records_per_txn):
-    import fastload.data.convert_database
-    import fastload.data.writer
+    import fastload.data.convert.database
+    import fastload.data.format.writer
 
     monkeypatch.setattr(fastload.data.writer, "RECORDS_PER_TXN", records_per_txn)
     monkeypatch.setattr(fastload.data.writer, "MIN_MAP_SIZE", 0)
@@ -407,7 +407,7 @@ def test_resume_refuses_different_options_or_source(mixed_tree, synth_root, tmp_
 
 @pytest.mark.parametrize("stat_error", [-1000, +1000], ids=["grew", "shrank"])
 def test_a_file_whose_size_changed_since_its_stat_is_read_whole(tmp_path, monkeypatch, stat_error):
-    from fastload.data import image_check
+    from fastload.data.convert import image_check
 
     path = tmp_path / "photo.jpg"
     payload = os.urandom(5000)

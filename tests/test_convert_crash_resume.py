@@ -13,9 +13,9 @@ import time
 
 import pytest
 
-from fastload.data.convert import convert_folder, is_complete
-from fastload.data.format import CHECKSUM_FILE, ERRORS_FILE, LABELS_FILE, PARTIAL_FILE
-from fastload.data.synth import synthesize
+from fastload.data.convert.folder import convert_folder, is_complete
+from fastload.data.format.constants import CHECKSUM_FILE, ERRORS_FILE, LABELS_FILE, PARTIAL_FILE
+from fastload.data.pictures.synth import synthesize
 
 
 def dump(db) -> dict:
@@ -130,7 +130,7 @@ def test_a_full_disk_stops_with_one_error_and_the_partial_resumes(source, refere
 
 def test_enospc_injected_at_a_sidecar_write_is_one_error_and_resumable(source, tmp_path,
                                                                         monkeypatch):
-    import fastload.data.writer as writer
+    import fastload.data.format.writer as writer
 
     real = writer.write_json_atomic
     calls = []

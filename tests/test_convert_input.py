@@ -11,8 +11,8 @@ from PIL import Image
 from torchvision.datasets import ImageFolder
 
 import fastload
-from fastload.data.convert import convert_folder
-from fastload.data.convert_sources import list_source
+from fastload.data.convert.folder import convert_folder
+from fastload.data.convert.source_list import list_source
 
 
 def _save(image: Image.Image, fmt: str, **options) -> bytes:

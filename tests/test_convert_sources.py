@@ -17,13 +17,13 @@ import tarfile
 import pytest
 from PIL import Image
 
-from fastload.data.convert import ConvertError, convert_folder
-from fastload.data.convert_sources import list_source
-from fastload.data.format import ERRORS_FILE, PARTIAL_FILE
-from fastload.data.reader import LMDBReader
-from fastload.data.set_verify import verify_set
-from fastload.data.shards import open_reader
-from fastload.data.verify import verify_lmdb
+from fastload.data.convert.folder import ConvertError, convert_folder
+from fastload.data.convert.source_list import list_source
+from fastload.data.format.constants import ERRORS_FILE, PARTIAL_FILE
+from fastload.data.format.reader import LMDBReader
+from fastload.data.format.verify import verify_lmdb
+from fastload.data.sets.shards import open_reader
+from fastload.data.sets.verify import verify_set
 
 wds = pytest.importorskip("webdataset")
 pa = pytest.importorskip("pyarrow")
@@ -202,7 +202,7 @@ def test_a_glob_and_brace_pattern_of_shards_read_as_the_folder_of_them(images, t
 
 
 def test_shards_listed_by_several_processes_keep_their_order(images, tmp_path, monkeypatch):
-    from fastload.data.sources import webdataset as tar_source
+    from fastload.data.convert.sources import webdataset as tar_source
 
     folder = write_webdataset(tmp_path / "wds", images[1], per_shard=3)
     alone = list_source(folder, workers=1)

@@ -13,13 +13,13 @@ from damage import scrambled_copy
 from torchvision.datasets import ImageFolder
 
 import fastload
-from fastload.data.convert import ConvertError, convert_folder
-from fastload.data.format import META_FILE
-from fastload.data.reader import LMDBReader
-from fastload.data.shards import ShardedReader
-from fastload.data.verify import verify_lmdb
+from fastload.data.convert.folder import ConvertError, convert_folder
+from fastload.data.format.constants import META_FILE
+from fastload.data.format.reader import LMDBReader
+from fastload.data.format.verify import verify_lmdb
+from fastload.data.sets.shards import ShardedReader
 from fastload.loader.datasets import make_source
-from fastload.loader.sources import SampleError
+from fastload.loader.sample_sources import SampleError
 from fastload.tools.cli import main as cli
 
 BAD = 6  # the scrambled file's index in the folder (and its record's key when stored)

@@ -6,7 +6,7 @@ import struct
 
 import pytest
 
-from fastload.data.datum import Datum, datum_fields, decode_datum, encode_datum
+from fastload.data.format.datum import Datum, datum_fields, decode_datum, encode_datum
 
 
 @pytest.mark.parametrize("label", [0, 1, 999, 2**31 - 1, -1, -7, -(2**31)])

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from fastload.data.convert import is_complete
-from fastload.data.dataset import LMDBDataset
+from fastload.data.convert.folder import is_complete
+from fastload.data.format.dataset import LMDBDataset
 from fastload.tools.cli import main
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from fastload.pipelines.dali_backend import TESTED_DALI, check_dali_version
+from fastload.pipelines.seams.dali_backend import TESTED_DALI, check_dali_version
 
 
 def test_dali_seam_accepts_the_installed_release_and_pyproject_allows_only_its_major(
@@ -44,8 +44,8 @@ from torchvision import transforms as T
 from torchvision.datasets import ImageFolder
 
 import fastload
-from fastload.data.convert import convert_folder
-from fastload.data.verify import verify_lmdb
+from fastload.data.convert.folder import convert_folder
+from fastload.data.format.verify import verify_lmdb
 from fastload.tools.cli import main
 
 root = pathlib.Path(sys.argv[1])

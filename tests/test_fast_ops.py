@@ -1,4 +1,4 @@
-"""fastload.pipelines.fast_ops.apply_op returns torchvision's _apply_op values, bit for bit."""
+"""fastload.pipelines.fast.ops_v1.apply_op returns torchvision's _apply_op values, bit for bit."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from torchvision.transforms.autoaugment import (
     _apply_op,
 )
 
-from fastload.pipelines.fast_ops import apply_op
+from fastload.pipelines.fast.ops_v1 import apply_op
 
 OPS = [
     "Identity",
@@ -268,7 +268,7 @@ def test_fast_paths_return_a_new_tensor_and_leave_the_input_alone(op):
 def test_adjust_functions_are_bit_identical_to_torchvision(name, key, factor):
     import torchvision.transforms.functional as F
 
-    from fastload.pipelines.fast_ops import adjust
+    from fastload.pipelines.fast.ops_v1 import adjust
 
     img = torch.randint(0, 256, (3, 17, 23), dtype=torch.uint8,
                         generator=torch.Generator().manual_seed(2))
@@ -277,7 +277,7 @@ def test_adjust_functions_are_bit_identical_to_torchvision(name, key, factor):
 
 
 def test_adjust_leaves_what_it_has_no_fast_path_for_to_torchvision():
-    from fastload.pipelines.fast_ops import adjust
+    from fastload.pipelines.fast.ops_v1 import adjust
 
     img = torch.zeros(3, 8, 8, dtype=torch.uint8)
     assert adjust(img, "adjust_hue", {"hue_factor": 0.1}) is None
@@ -288,7 +288,7 @@ def test_adjust_leaves_what_it_has_no_fast_path_for_to_torchvision():
 def test_affine_ops_sample_a_cached_grid_with_torchvisions_values():
     from torchvision.transforms.autoaugment import _apply_op
 
-    from fastload.pipelines import fast_ops
+    from fastload.pipelines.fast import ops_v1 as fast_ops
 
     img = torch.randint(0, 256, (3, 40, 56), dtype=torch.uint8,
                         generator=torch.Generator().manual_seed(4))

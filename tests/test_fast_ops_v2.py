@@ -1,4 +1,4 @@
-"""fastload.pipelines.fast_ops_v2 returns torchvision v2's values and types, bit for bit."""
+"""fastload.pipelines.fast.ops_v2 returns torchvision v2's values and types, bit for bit."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from torchvision import tv_tensors
 from torchvision.transforms import v2
 from torchvision.transforms.v2 import functional as F
 
-from fastload.pipelines import fast_ops_v2, kernels
-from fastload.pipelines.torch_seams import v2_apply_autoaugment_op
+from fastload.pipelines.fast import kernels
+from fastload.pipelines.fast import ops_v2 as fast_ops_v2
+from fastload.pipelines.seams.torch_private import v2_apply_autoaugment_op
 
 pytestmark = pytest.mark.skipif(not kernels.AVAILABLE, reason="the C extension is not built")
 

@@ -20,8 +20,8 @@ from PIL import Image
 from torchvision.datasets import ImageFolder
 
 import fastload
-from fastload.data.shards import ShardedReader
-from fastload.loader.sources import SampleError
+from fastload.data.sets.shards import ShardedReader
+from fastload.loader.sample_sources import SampleError
 
 SMALL = T.Compose([T.Resize(16), T.CenterCrop(16), T.ToTensor()])
 # Padding after the resize: DALI resizes, so unchecked files get the 1/8-scale check first.
@@ -170,7 +170,7 @@ def test_a_sample_the_region_decoder_refuses_costs_only_itself(big_folder, tmp_p
 @pytest.fixture(scope="module")
 def two_sets(tmp_path_factory):
     """Two 6-shard sets of 60 tiny JPEGs each (10 records per shard), from different images."""
-    from fastload.data.convert import convert_folder
+    from fastload.data.convert.folder import convert_folder
 
     base = tmp_path_factory.mktemp("two_sets")
     rng = np.random.default_rng(3)

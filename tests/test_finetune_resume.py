@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from fastload.data.convert import convert_folder
+from fastload.data.convert.folder import convert_folder
 from fastload.tools.cli import main as cli
 from fastload.train.finetune import FinetuneConfig, finetune
 

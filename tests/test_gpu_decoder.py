@@ -10,7 +10,7 @@ import torch
 import torchvision.transforms as T
 from PIL import Image
 
-from fastload.pipelines.batch_decoder import BatchDecodeError, BatchDecoder
+from fastload.pipelines.decode.batch_decoder import BatchDecodeError, BatchDecoder
 from fastload.pipelines.translate import translate
 
 pytestmark = pytest.mark.gpu

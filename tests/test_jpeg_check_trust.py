@@ -1,5 +1,5 @@
 """A set's ``"jpeg_check": "strict"`` claim is trusted only where this user's key attests it
-(``fastload.data.attest``): a set converted here skips the loader's check of each record;
+(``fastload.data.sets.attest``): a set converted here skips the loader's check of each record;
 one converted under another key, stripped of its attestation, or whose sidecar claims a
 check it never had, gets the check, and its damaged record never reaches a decoder. Keys
 live in ``tmp_path`` folders (``FASTLOAD_KEY_DIR``), never in the user's home."""
@@ -14,13 +14,13 @@ import torchvision.transforms as T
 from damage import scrambled_copy
 
 import fastload
-from fastload.data.attest import KEY_FILE, trusted_jpeg_check
-from fastload.data.convert import convert_folder
-from fastload.data.format import META_FILE, META_JPEG_ATTESTATION
-from fastload.data.manifest import MANIFEST_FILE
-from fastload.data.reader import LMDBReader
+from fastload.data.convert.folder import convert_folder
+from fastload.data.format.constants import META_FILE, META_JPEG_ATTESTATION
+from fastload.data.format.reader import LMDBReader
+from fastload.data.sets.attest import KEY_FILE, trusted_jpeg_check
+from fastload.data.sets.manifest import MANIFEST_FILE
 from fastload.loader.datasets import make_source
-from fastload.loader.sources import SampleError
+from fastload.loader.sample_sources import SampleError
 
 BAD = 6  # the scrambled file's index in the damaged folder (and its record's key)
 SMALL = T.Compose([T.Resize(16), T.CenterCrop(16), T.ToTensor()])

@@ -1,4 +1,4 @@
-"""The C kernels of fastload.pipelines.kernels give torch's and torchvision's own values."""
+"""The C kernels of fastload.pipelines.fast.kernels give torch's and torchvision's own values."""
 
 from __future__ import annotations
 
@@ -13,7 +13,9 @@ import torchvision.transforms.v2.functional as F2
 from torchvision.transforms import InterpolationMode
 from torchvision.transforms.autoaugment import _apply_op
 
-from fastload.pipelines import augment_common, fast_ops, kernels
+from fastload.pipelines.fast import kernels
+from fastload.pipelines.fast import ops_v1 as fast_ops
+from fastload.pipelines.replays import common as augment_common
 
 pytestmark = pytest.mark.skipif(not kernels.AVAILABLE, reason="the C extension is not built")
 
@@ -99,7 +101,7 @@ def test_interleave_is_a_pil_images_pixel_layout():
 
 
 def test_without_the_extension_the_fast_paths_keep_torchvisions_values(monkeypatch):
-    from fastload.pipelines import fast_ops_v2
+    from fastload.pipelines.fast import ops_v2 as fast_ops_v2
 
     monkeypatch.setattr(kernels, "AVAILABLE", False)
     img = _random((3, 19, 26), 6)
@@ -135,7 +137,7 @@ def test_blend_factors_float32_cannot_hold_give_torchvisions_values(factor):
     # Before issue 35 a factor of 1e39 reached the C loops as inf (v1 brightness: 255 where
     # torchvision gives 0; v2 contrast returned pixels where torchvision raises), and 1e37
     # overflowed torch's float32 products in ways the loops do not replay.
-    from fastload.pipelines import fast_ops_v2
+    from fastload.pipelines.fast import ops_v2 as fast_ops_v2
 
     img = _random((3, 23, 31), 9)
     img[:, :3] = 0

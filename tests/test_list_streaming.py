@@ -1,4 +1,4 @@
-"""A CSV or JSONL list is streamed from its file (fastload.data.sources.filelist): read back
+"""A CSV or JSONL list is streamed from its file (fastload.data.convert.sources.filelist): read back
 from any record through the checkpoints, fingerprinted as the rows held in memory were,
 errors naming the line wherever it is. The memory figure is benchmarks/test_listing_memory."""
 
@@ -9,9 +9,9 @@ import os
 
 import pytest
 
-from fastload.data.convert_sources import list_source
-from fastload.data.sources.base import files_fingerprint
-from fastload.data.sources.filelist import CHECKPOINT_EVERY
+from fastload.data.convert.source_list import list_source
+from fastload.data.convert.sources.base import files_fingerprint
+from fastload.data.convert.sources.filelist import CHECKPOINT_EVERY
 
 ROWS = 2 * CHECKPOINT_EVERY + 300  # three checkpoints
 

@@ -13,8 +13,8 @@ from torchvision import transforms as T
 from torchvision.datasets import ImageFolder
 
 import fastload
-from fastload.data.datum import encode_datum
-from fastload.data.format import record_key
+from fastload.data.format.constants import record_key
+from fastload.data.format.datum import encode_datum
 
 
 def _small():

@@ -9,15 +9,15 @@ import shutil
 import numpy as np
 import pytest
 
-from fastload.data.datum import encode_datum
-from fastload.data.format import (
+from fastload.data.format.constants import (
     CHECKSUM_FILE,
     LABELS_FILE,
     META_FILE,
     PARTIAL_FILE,
     record_key,
 )
-from fastload.data.reader import LMDBReader
+from fastload.data.format.datum import encode_datum
+from fastload.data.format.reader import LMDBReader
 
 
 def test_record_keys_are_zero_padded_and_sort_in_index_order():

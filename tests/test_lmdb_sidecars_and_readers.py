@@ -18,9 +18,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import fastload
-from fastload.data.datum import datum_fields, decode_datum, encode_datum
-from fastload.data.format import CHECKSUM_FILE, LABELS_FILE, META_FILE
-from fastload.data.reader import LMDBReader
+from fastload.data.format.constants import CHECKSUM_FILE, LABELS_FILE, META_FILE
+from fastload.data.format.datum import datum_fields, decode_datum, encode_datum
+from fastload.data.format.reader import LMDBReader
 
 SMALL = T.Compose([T.Resize(16), T.CenterCrop(16), T.ToTensor()])
 
@@ -120,7 +120,7 @@ def test_decoding_random_bytes_gives_a_datum_or_a_value_error(junk):
 
 _READER = textwrap.dedent("""
     import sys, zlib
-    from fastload.data.reader import LMDBReader
+    from fastload.data.format.reader import LMDBReader
     reader = LMDBReader(sys.argv[1])
     for _ in range(int(sys.argv[2])):
         total = sum(zlib.crc32(reader.record(i)) for i in range(len(reader)))

@@ -13,10 +13,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fastload.data.format import DATA_FILE, META_FILE
-from fastload.data.lmdb_meta import DamagedDatabase, check_data_file, read_lmdb_meta
-from fastload.data.reader import LMDBReader
-from fastload.data.verify import verify_lmdb
+from fastload.data.format.constants import DATA_FILE, META_FILE
+from fastload.data.format.lmdb_meta import DamagedDatabase, check_data_file, read_lmdb_meta
+from fastload.data.format.reader import LMDBReader
+from fastload.data.format.verify import verify_lmdb
 
 
 @pytest.fixture
@@ -36,7 +36,7 @@ def _truncate(db, size: int) -> None:
 # class and message; a signal (SIGBUS) shows as a negative return code.
 _READ_ALL = textwrap.dedent("""
     import sys
-    from fastload.data.reader import LMDBReader
+    from fastload.data.format.reader import LMDBReader
     try:
         reader = LMDBReader(sys.argv[1])
         values = [bytes(reader.record(i)) for i in range(len(reader))]
@@ -122,7 +122,7 @@ def test_fastload_verify_cli_exits_nonzero_on_truncation(db, capsys):
 
 
 def _meta_page(page_size: int, last_page: int, txnid: int, entries: int) -> bytes:
-    """An LMDB 0.9 meta page as mdb.c lays it out (see fastload.data.lmdb_meta)."""
+    """An LMDB 0.9 meta page as mdb.c lays it out (see fastload.data.format.lmdb_meta)."""
     page = bytearray(page_size)
     struct.pack_into("<II", page, 16, 0xBEEFC0DE, 1)
     struct.pack_into("<I", page, 40, page_size)

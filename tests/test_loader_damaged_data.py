@@ -15,10 +15,10 @@ from damage import scramble_scan
 from torchvision.datasets import ImageFolder
 
 import fastload
-from fastload.data.format import record_key
-from fastload.data.reader import LMDBReader
-from fastload.data.verify import verify_lmdb
-from fastload.loader.sources import SampleError
+from fastload.data.format.constants import record_key
+from fastload.data.format.reader import LMDBReader
+from fastload.data.format.verify import verify_lmdb
+from fastload.loader.sample_sources import SampleError
 
 SMALL = T.Compose([T.Resize(16), T.CenterCrop(16), T.ToTensor()])
 # Upscales the 64-160 px images: decoded by DALI, not at reduced DCT scale.

@@ -21,8 +21,8 @@ from PIL import Image
 from torchvision.datasets import ImageFolder
 
 import fastload
-from fastload.loader.sources import SampleError
-from fastload.pipelines import torch_resample
+from fastload.loader.sample_sources import SampleError
+from fastload.pipelines.decode import resample as torch_resample
 
 SMALL = T.Compose([T.Resize(16), T.CenterCrop(16), T.ToTensor()])
 RRC = T.Compose([T.RandomResizedCrop(16), T.ToTensor()])

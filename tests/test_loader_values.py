@@ -10,7 +10,7 @@ from torch.utils.data import Subset
 from torchvision.datasets import ImageFolder
 
 import fastload
-from fastload.data.dataset import LMDBDataset
+from fastload.data.format.dataset import LMDBDataset
 
 EVAL = T.Compose([T.Resize(32), T.CenterCrop(32), T.ToTensor()])
 

@@ -15,8 +15,8 @@ from torchvision.transforms import v2
 from torchvision.transforms.functional import _compute_resized_output_size
 
 from fastload.pipelines import draws
-from fastload.pipelines import geometry as g
-from fastload.pipelines.batch_decoder import BatchDecoder
+from fastload.pipelines.decode.batch_decoder import BatchDecoder
+from fastload.pipelines.prefix import geometry as g
 from fastload.pipelines.translate import translate
 
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
@@ -311,7 +311,7 @@ def test_flip_before_crop_moves_the_crop_not_the_image():
     T.Compose([T.Resize(80), T.CenterCrop(64), T.RandomVerticalFlip(), T.ToTensor(), T.Normalize(MEAN, STD)]),
 ])
 def test_c_normalise_kernel_gives_the_torch_fallbacks_exact_values(photos, transform, monkeypatch):
-    from fastload.pipelines import torch_resample
+    from fastload.pipelines.decode import resample as torch_resample
 
     if torch_resample._hwc_to_chw is None:
         pytest.skip("the C kernel was not built (no compiler at install time)")
@@ -332,7 +332,7 @@ def test_c_normalise_kernel_gives_the_torch_fallbacks_exact_values(photos, trans
 @pytest.mark.parametrize("width", [1, 7, 255, 256, 257, 600])
 @pytest.mark.parametrize("hflip", [False, True])
 def test_c_normalise_kernel_matches_torch_at_any_width_mirrored_or_not(width, hflip):
-    from fastload.pipelines import torch_resample
+    from fastload.pipelines.decode import resample as torch_resample
 
     if torch_resample._hwc_to_chw is None:
         pytest.skip("the C kernel was not built (no compiler at install time)")
@@ -361,7 +361,7 @@ REAL_SIZES = [((480, 640), False), ((719, 800), True), ((1200, 1600), False),
 @pytest.fixture(scope="module")
 def real_photos():
     """(bytes, (height, width), PIL image as ImageFolder loads it) per :data:`REAL_SIZES`."""
-    from fastload.data.photos import SOURCES, TEXTURES, native_mosaic
+    from fastload.data.pictures.photos import SOURCES, TEXTURES, native_mosaic
 
     out = []
     for seed, ((h, w), detailed) in enumerate(REAL_SIZES):

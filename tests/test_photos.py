@@ -11,7 +11,13 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from fastload.data.photos import SOURCES, photo_image, photo_size, photo_tree, source_paths
+from fastload.data.pictures.photos import (
+    SOURCES,
+    photo_image,
+    photo_size,
+    photo_tree,
+    source_paths,
+)
 from fastload.tools.cli import main
 
 SMALL = (0.02, 0.04)  # megapixels: cheap pictures for the tests that do not look at sizes

@@ -10,7 +10,9 @@ import pytest
 import torch
 from PIL import Image
 
-from fastload.pipelines import augment_timm, pil_affine, torch_seams
+from fastload.pipelines.fast import pil_affine
+from fastload.pipelines.replays import timm_aug as augment_timm
+from fastload.pipelines.seams import torch_private as torch_seams
 from fastload.pipelines.split import split
 
 pytestmark = pytest.mark.skipif(not pil_affine.available(),

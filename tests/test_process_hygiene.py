@@ -244,7 +244,7 @@ def test_the_threads_openmp_setting_starts_no_openmp_team():
     done = _run_script("""
         import os, threading
         import torch
-        from fastload.pipelines.torch_resample import one_omp_thread
+        from fastload.utils.threads import one_omp_thread
         torch.set_num_threads(4)  # what a thread's first parallel op would team up with
         before = len(os.listdir("/proc/self/task"))
         counted = []

@@ -90,7 +90,7 @@ def test_highres_folder_epochs_give_the_same_batches_while_read_memory_is_reused
     from torchvision.datasets import ImageFolder
 
     import fastload
-    from fastload.data.synth import synthesize
+    from fastload.data.pictures.synth import synthesize
 
     root = synthesize(tmp_path, train=6, val=0, classes=2, workers=1, size=(1100, 1400))
     val = transforms.Compose([transforms.Resize(256), transforms.CenterCrop(224),

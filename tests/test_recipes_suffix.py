@@ -12,9 +12,9 @@ from torchvision.transforms.functional import to_pil_image
 
 import fastload
 from fastload.loader.sampling import mix_seed
-from fastload.pipelines.augment import replay
 from fastload.pipelines.split import reads_through, split
-from fastload.pipelines.suffix import Suffix
+from fastload.pipelines.suffix.replay import replay
+from fastload.pipelines.suffix.run import Suffix
 from fastload.pipelines.translate import UnsupportedTransform
 
 IMAGE = torch.randint(0, 256, (3, 40, 52), dtype=torch.uint8, generator=torch.Generator().manual_seed(3))

@@ -9,9 +9,9 @@ import torch
 import torchvision.transforms as T
 from torchvision.transforms import v2
 
-from fastload.pipelines.augment import replay
 from fastload.pipelines.ops import ANY, PUBLIC_MODULES, State
 from fastload.pipelines.registry import OPS, lookup
+from fastload.pipelines.suffix.replay import replay
 from fastload.pipelines.translate import UnsupportedTransform, translate, translate_list
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)

@@ -10,8 +10,8 @@ import pytest
 from seaweed import BUCKET, client
 
 import fastload
-from fastload.data.convert import convert_folder, shards_for_size
-from fastload.data.manifest import load_manifest
+from fastload.data.convert.folder import convert_folder, shards_for_size
+from fastload.data.sets.manifest import load_manifest
 from fastload.tools.cli import main as cli
 
 
@@ -66,7 +66,7 @@ def test_a_rerun_uploads_again_a_shard_whose_data_is_cut_short_on_the_server(
 
 
 def test_convert_cli_with_shard_size_then_verify_of_the_url(s3_env, source, capsys):
-    from fastload.data.convert_sources import list_source
+    from fastload.data.convert.source_list import list_source
 
     url = f"s3://{BUCKET}/convert/sized.set"
     _, total = list_source(source, workers=1).fingerprint()

@@ -12,8 +12,8 @@ import pytest
 from seaweed import BUCKET, CountingRelay, client, upload_tree
 
 import fastload
-from fastload.data.format import record_key
-from fastload.data.reader import CorruptRecord
+from fastload.data.format.constants import record_key
+from fastload.data.format.reader import CorruptRecord
 from fastload.data.remote.sets import ShardRefused
 
 SHARD1 = "shard-00001-of-00003"

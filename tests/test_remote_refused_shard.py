@@ -24,7 +24,7 @@ def tiny_set(base, seed: int):
     """36 tiny JPEGs (3 classes) converted into a 6-shard set at ``base/set``."""
     from PIL import Image
 
-    from fastload.data.convert import convert_folder
+    from fastload.data.convert.folder import convert_folder
 
     rng = np.random.default_rng(seed)
     for i in range(SHARDS * PER_SHARD):

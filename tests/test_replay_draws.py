@@ -8,8 +8,9 @@ import torchvision.transforms as T
 from torchvision import tv_tensors
 from torchvision.transforms import v2
 
-from fastload.pipelines import augment_v1, augment_v2
-from fastload.pipelines.augment import replay
+from fastload.pipelines.replays import v1 as augment_v1
+from fastload.pipelines.replays import v2 as augment_v2
+from fastload.pipelines.suffix.replay import replay
 
 SEEDS = range(30)
 IMAGE = torch.randint(0, 256, (3, 40, 52), dtype=torch.uint8,
@@ -191,7 +192,7 @@ def test_user_subclasses_are_not_replayed():
 def test_v1_choice_and_order_replay_pythons_random_from_the_thread_generator(transform):
     import random
 
-    from fastload.pipelines.thread_rng import python_rng
+    from fastload.pipelines.replays.thread_rng import python_rng
 
     step = replay(transform)
     assert step is not None and step.python_rng

@@ -10,10 +10,10 @@ import torch
 import torchvision.transforms as T
 from PIL import Image
 
-from fastload.pipelines import geometry as g
-from fastload.pipelines import scaled_decode as sd
-from fastload.pipelines import torch_resample
-from fastload.pipelines.batch_decoder import BatchDecodeError, BatchDecoder
+from fastload.pipelines.decode import resample as torch_resample
+from fastload.pipelines.decode import scaled as sd
+from fastload.pipelines.decode.batch_decoder import BatchDecodeError, BatchDecoder
+from fastload.pipelines.prefix import geometry as g
 from fastload.pipelines.translate import translate
 
 VAL = T.Compose([T.Resize(256), T.CenterCrop(224), T.ToTensor()])
@@ -31,7 +31,7 @@ def _photos(root) -> list[tuple[bytes, tuple[int, int], Image.Image]]:
 @pytest.fixture(scope="module")
 def highres(tmp_path_factory):
     """Four generated 1600x1280 camera-like photos: (bytes, (h, w), PIL image)."""
-    from fastload.data.synth import synthesize
+    from fastload.data.pictures.synth import synthesize
 
     root = synthesize(tmp_path_factory.mktemp("highres"), train=4, val=0, classes=2,
                       workers=1, size=(1280, 1600))
@@ -156,7 +156,7 @@ def test_loader_on_a_highres_folder_matches_torchvisions_loader_and_says_so(tmp_
     from torchvision.datasets import ImageFolder
 
     import fastload
-    from fastload.data.synth import synthesize
+    from fastload.data.pictures.synth import synthesize
 
     root = synthesize(tmp_path, train=2, val=0, classes=2, workers=1, size=(1100, 1400))
     dataset = ImageFolder(root / "train", VAL)
@@ -182,7 +182,7 @@ def test_loader_names_a_corrupt_highres_file_or_skips_it(tmp_path):
     from torchvision.datasets import ImageFolder
 
     import fastload
-    from fastload.data.synth import synthesize
+    from fastload.data.pictures.synth import synthesize
 
     root = synthesize(tmp_path, train=2, val=0, classes=1, workers=1, size=(1100, 1400))
     bad = sorted((root / "train").rglob("*.jpg"))[1]
@@ -443,7 +443,7 @@ def test_claims_hand_each_sample_to_exactly_one_thread():
 def test_scaled_decode_off_gives_torchvisions_values_for_random_crops_of_real_photos():
     """The exact mode: full-size decodes, so RandomResizedCrop's values are torchvision's
     to a grey level (the scaled path's random edges fall between scaled pixels)."""
-    from fastload.data.photos import native_mosaic
+    from fastload.data.pictures.photos import native_mosaic
 
     buffer = io.BytesIO()
     native_mosaic(np.random.default_rng(0), 1200, 1600).save(buffer, format="JPEG", quality=90)
@@ -462,7 +462,7 @@ def test_loader_scaled_decode_keyword_reaches_the_decoder(tmp_path):
     from torchvision.datasets import ImageFolder
 
     import fastload
-    from fastload.data.synth import synthesize
+    from fastload.data.pictures.synth import synthesize
 
     root = synthesize(tmp_path, train=2, val=0, classes=2, workers=1, size=(1100, 1400))
     with pytest.raises(ValueError, match="scaled_decode should be 'auto' or 'off'"):

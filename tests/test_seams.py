@@ -14,8 +14,8 @@ import sys
 
 import pytest
 
-from fastload.pipelines import torch_seams
-from fastload.pipelines.torch_seams import SEAMS, SUPPORTED, UncheckedVersionError
+from fastload.pipelines.seams import torch_private as torch_seams
+from fastload.pipelines.seams.torch_private import SEAMS, SUPPORTED, UncheckedVersionError
 
 
 @pytest.mark.parametrize("package", sorted(SUPPORTED))

@@ -14,8 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fastload.data.manifest import MANIFEST_FILE, shard_name
-from fastload.data.shards import ShardedReader
+from fastload.data.sets.manifest import MANIFEST_FILE, shard_name
+from fastload.data.sets.shards import ShardedReader
 
 SHARD_FILES = ("fastload.json", "labels.i32", "checksums.crc32")
 TARGETS = [MANIFEST_FILE, "labels.i32"] + [f"{shard_name(k, 3)}/{name}" for k in range(3)

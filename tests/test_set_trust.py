@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from fastload.data.convert import convert_folder
-from fastload.data.dataset import LMDBDataset
-from fastload.data.manifest import MANIFEST_FILE, shard_name
-from fastload.data.set_verify import verify_set
-from fastload.data.shards import ShardedReader
+from fastload.data.convert.folder import convert_folder
+from fastload.data.format.dataset import LMDBDataset
+from fastload.data.sets.manifest import MANIFEST_FILE, shard_name
+from fastload.data.sets.shards import ShardedReader
+from fastload.data.sets.verify import verify_set
 from fastload.tools.cli import main as cli
 
 SHARDS = [shard_name(k, 3) for k in range(3)]  # 20, 20 and 21 records of 61, 3 classes
@@ -279,7 +279,7 @@ def test_verify_repair_rebuilds_a_damaged_manifest_and_labels_from_the_shards(wo
 
 
 def test_verify_repair_writes_nothing_over_a_damaged_shard(work, capsys):
-    from fastload.data.reader import LMDBReader
+    from fastload.data.format.reader import LMDBReader
 
     (work / "set" / MANIFEST_FILE).write_text("{")
     data = work / "set" / SHARDS[2] / "data.mdb"

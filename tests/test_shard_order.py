@@ -13,9 +13,9 @@ import torch
 import torchvision.transforms as T
 
 import fastload
-from fastload.data.convert import convert_folder
-from fastload.data.dataset import LMDBDataset
-from fastload.data.shards import ShardedReader
+from fastload.data.convert.folder import convert_folder
+from fastload.data.format.dataset import LMDBDataset
+from fastload.data.sets.shards import ShardedReader
 from fastload.loader.sampling import BatchOrder, EpochSampler
 from fastload.loader.shard_order import ShardOrder, ShardShuffleSampler
 

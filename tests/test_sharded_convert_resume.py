@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from fastload.data.convert import convert_folder
-from fastload.data.dataset import LMDBDataset
-from fastload.data.manifest import MANIFEST_FILE, shard_name
-from fastload.data.set_verify import verify_set
+from fastload.data.convert.folder import convert_folder
+from fastload.data.format.dataset import LMDBDataset
+from fastload.data.sets.manifest import MANIFEST_FILE, shard_name
+from fastload.data.sets.verify import verify_set
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +77,7 @@ def test_a_finished_shard_from_other_options_is_refused_on_rerun(source, tmp_pat
 
 def test_a_full_disk_in_the_second_shard_is_one_error_and_the_rerun_resumes(
         source, sharded_set, tmp_path, monkeypatch):
-    import fastload.data.writer as writer
+    import fastload.data.format.writer as writer
 
     real = writer.write_json_atomic
 

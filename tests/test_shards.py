@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from fastload.data.convert import convert_folder
-from fastload.data.dataset import LMDBDataset
-from fastload.data.manifest import MANIFEST_FILE, shard_name
-from fastload.data.set_verify import verify_set
-from fastload.data.shards import ShardedReader
+from fastload.data.convert.folder import convert_folder
+from fastload.data.format.dataset import LMDBDataset
+from fastload.data.sets.manifest import MANIFEST_FILE, shard_name
+from fastload.data.sets.shards import ShardedReader
+from fastload.data.sets.verify import verify_set
 from fastload.tools.cli import main as cli
 
 N = 23  # source files: 21 JPEGs, 1 PNG (re-encoded), 1 unreadable (skipped)
@@ -183,7 +183,7 @@ def test_overwrite_replaces_a_set_of_another_shard_count(source, unsharded, tmp_
 
 
 def test_an_image_folder_with_classes_named_like_shards_is_not_a_set(tmp_path):
-    from fastload.data.manifest import is_sharded_set
+    from fastload.data.sets.manifest import is_sharded_set
 
     (tmp_path / "shard-00000-of-00002").mkdir()
     Image.new("RGB", (8, 8)).save(tmp_path / "shard-00000-of-00002" / "a.jpg")
@@ -207,7 +207,7 @@ def test_processes_completing_the_manifest_at_once_agree_on_one_file(source, tmp
     dst = tmp_path / "set"
     convert_folder(source, dst, workers=1, progress=False, shards=3)
     (dst / MANIFEST_FILE).unlink()
-    code = ("import json, sys; from fastload.data.manifest import complete_manifest; "
+    code = ("import json, sys; from fastload.data.sets.manifest import complete_manifest; "
             "print(json.dumps(complete_manifest(sys.argv[1], 3)['shards']))")
     procs = [subprocess.Popen([sys.executable, "-c", code, str(dst)], stdout=subprocess.PIPE)
              for _ in range(4)]

@@ -8,8 +8,8 @@ import pytest
 import torch
 from PIL import Image
 
-from fastload.data.dataset import LMDBDataset
-from fastload.data.ensure import ensure_lmdb
+from fastload.data.convert.ensure import ensure_lmdb
+from fastload.data.format.dataset import LMDBDataset
 from fastload.loader.presets import eval_resize_size
 from fastload.loader.sampling import EpochSampler, mix_seed
 from fastload.train.finetune_data import ResumableSampler, SeededDataset, train_val_transforms

@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from fastload.data.convert import convert_folder
-from fastload.data.convert_sources import list_source
-from fastload.data.format import ERRORS_FILE
-from fastload.data.reader import LMDBReader
-from fastload.data.sources.labels import MAX_CLASSES, integer_label
+from fastload.data.convert.folder import convert_folder
+from fastload.data.convert.source_list import list_source
+from fastload.data.convert.sources.labels import MAX_CLASSES, integer_label
+from fastload.data.format.constants import ERRORS_FILE
+from fastload.data.format.reader import LMDBReader
 
 
 def _jpeg(seed: int) -> bytes:

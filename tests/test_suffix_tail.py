@@ -11,9 +11,9 @@ from torchvision.transforms.functional import to_pil_image
 
 import fastload
 from fastload.loader.sampling import mix_seed
-from fastload.pipelines import tail as tail_module
-from fastload.pipelines.suffix import Suffix
-from fastload.pipelines.tail import LookupTail, is_pointwise
+from fastload.pipelines.suffix import tail as tail_module
+from fastload.pipelines.suffix.run import Suffix
+from fastload.pipelines.suffix.tail import LookupTail, is_pointwise
 
 IMAGES = torch.randint(0, 256, (4, 3, 24, 30), dtype=torch.uint8,
                        generator=torch.Generator().manual_seed(11))

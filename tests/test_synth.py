@@ -9,7 +9,13 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from fastload.data.synth import class_names, image_size, synth_image, synthesize, tree_stats
+from fastload.data.pictures.synth import (
+    class_names,
+    image_size,
+    synth_image,
+    synthesize,
+    tree_stats,
+)
 from fastload.tools.cli import main
 
 

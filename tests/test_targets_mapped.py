@@ -1,4 +1,4 @@
-"""``targets`` of an LMDB set is its ``labels.i32`` memory-mapped (fastload.data.targets),
+"""``targets`` of an LMDB set is its ``labels.i32`` memory-mapped (fastload.data.format.targets),
 read as ImageFolder's list of ints is read; real converted sets."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from fastload.data.dataset import LMDBDataset
-from fastload.data.targets import Labels
+from fastload.data.format.dataset import LMDBDataset
+from fastload.data.format.targets import Labels
 
 
 @pytest.fixture(scope="module")

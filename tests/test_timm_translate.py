@@ -20,8 +20,8 @@ from torchvision.datasets import ImageFolder
 import fastload
 from fastload import FallbackWarning
 from fastload.pipelines import draws
-from fastload.pipelines import geometry as g
-from fastload.pipelines.batch_decoder import BatchDecoder
+from fastload.pipelines.decode.batch_decoder import BatchDecoder
+from fastload.pipelines.prefix import geometry as g
 from fastload.pipelines.translate import UnsupportedTransform, translate
 
 timm_transforms = pytest.importorskip("timm.data.transforms")

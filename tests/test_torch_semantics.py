@@ -254,7 +254,7 @@ def test_an_image_over_pillows_pixel_limit_warns_as_torch_and_is_delivered(
 def _squares_dataset(squares, tmp_path, kind):
     if kind == "folder":
         return ImageFolder(squares, SMALL)
-    from fastload.data.convert import convert_folder
+    from fastload.data.convert.folder import convert_folder
 
     convert_folder(squares, tmp_path / "squares.lmdb", workers=1, progress=False)
     return fastload.LMDBDataset(tmp_path / "squares.lmdb", transform=SMALL)

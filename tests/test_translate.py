@@ -7,7 +7,7 @@ import torch
 import torchvision.transforms as T
 from torchvision.transforms import v2
 
-from fastload.pipelines import geometry as g
+from fastload.pipelines.prefix import geometry as g
 from fastload.pipelines.translate import TransformPlan, UnsupportedTransform, translate
 
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]

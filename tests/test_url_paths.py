@@ -8,10 +8,10 @@ from __future__ import annotations
 import pytest
 
 import fastload
-from fastload.data.convert import convert_folder
-from fastload.data.ensure import ensure_lmdb
-from fastload.data.set_verify import verify_set
-from fastload.data.verify import verify_lmdb
+from fastload.data.convert.ensure import ensure_lmdb
+from fastload.data.convert.folder import convert_folder
+from fastload.data.format.verify import verify_lmdb
+from fastload.data.sets.verify import verify_set
 from fastload.tools.cli import main as cli
 
 URL = "zz://bucket/set"  # a scheme fsspec does not know

@@ -8,10 +8,10 @@ import zlib
 import numpy as np
 import pytest
 
-from fastload.data.datum import encode_datum
-from fastload.data.format import CHECKSUM_FILE, LABELS_FILE, PARTIAL_FILE, record_key
-from fastload.data.reader import LMDBReader
-from fastload.data.verify import verify_lmdb
+from fastload.data.format.constants import CHECKSUM_FILE, LABELS_FILE, PARTIAL_FILE, record_key
+from fastload.data.format.datum import encode_datum
+from fastload.data.format.reader import LMDBReader
+from fastload.data.format.verify import verify_lmdb
 
 
 def cli(argv: list[str]) -> int:

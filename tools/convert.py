@@ -87,14 +87,14 @@ _FLAGS = {"workers": "--workers", "max_side": "--max-side", "quality": "--qualit
 def run(args: argparse.Namespace) -> int:
     """Exit status as ``fastload --help`` says: 2 for an option value out of range (nothing
     written), 1 for a conversion that failed."""
-    from fastload.data.convert import (
+    from fastload.data.convert.folder import (
         DEFAULT_COMMIT_EVERY,
         ConvertError,
         check_convert_options,
         convert_folder,
     )
+    from fastload.data.format.untrusted import refuse_url
     from fastload.data.remote import locate
-    from fastload.data.untrusted import refuse_url
     from fastload.tools.cli import EXIT_FAILURE, EXIT_USAGE, printable, report_error
 
     if args.commit_every is not None and args.commit_every <= 0:

@@ -5,11 +5,11 @@ exists with the same settings, so an interrupted demo resumes where it stopped a
 finished one reruns in seconds::
 
     DIR/synth.json              arguments of the finished generation (its completion marker)
-    DIR/data/{train,val}/       generated ImageFolder tree (fastload.data.synth)
-    DIR/data/{train,val}.lmdb/  fastload LMDB databases (fastload.data.convert)
+    DIR/data/{train,val}/       generated ImageFolder tree (fastload.data.pictures.synth)
+    DIR/data/{train,val}.lmdb/  fastload LMDB databases (fastload.data.convert.folder)
     DIR/photos.json, DIR/photos/train/
                                 crops of real photographs, ImageNet-sized
-                                (fastload.data.photos, `fastload synth --photos`)
+                                (fastload.data.pictures.photos, `fastload synth --photos`)
     DIR/bench.json              `fastload bench` rows on the photographs
     DIR/recipe.json             `fastload bench --recipe ra` on the photographs:
                                 torchvision's loader and fastload on the reference
@@ -52,7 +52,7 @@ class DemoConfig:
 
 @dataclass(frozen=True)
 class DemoPhotos:
-    """The photographic set the loader benches read (fastload.data.photos)."""
+    """The photographic set the loader benches read (fastload.data.pictures.photos)."""
 
     train: int = 1000
     megapixels: tuple[float, float] = (0.2, 0.4)
@@ -145,7 +145,7 @@ def _machine_line(device: str) -> str:
 
 
 def _synth_step(workdir: Path, config: DemoConfig, workers: int | None, progress: bool) -> str:
-    from fastload.data.synth import synthesize, tree_stats
+    from fastload.data.pictures.synth import synthesize, tree_stats
 
     images = workdir / "data"
     marker = workdir / "synth.json"
@@ -172,8 +172,8 @@ def _synth_step(workdir: Path, config: DemoConfig, workers: int | None, progress
 
 def _photos_step(workdir: Path, photos: DemoPhotos, seed: int, workers: int | None,
                  progress: bool) -> str:
-    from fastload.data.photos import photo_tree
-    from fastload.data.synth import tree_stats
+    from fastload.data.pictures.photos import photo_tree
+    from fastload.data.pictures.synth import tree_stats
 
     marker = workdir / "photos.json"
     wanted = {**asdict(photos), "seed": seed}
@@ -192,7 +192,7 @@ def _photos_step(workdir: Path, photos: DemoPhotos, seed: int, workers: int | No
 
 
 def _convert_step(workdir: Path, split: str, workers: int | None, progress: bool) -> str:
-    from fastload.data.convert import convert_folder, is_complete
+    from fastload.data.convert.folder import convert_folder, is_complete
 
     dst = workdir / "data" / f"{split}.lmdb"
     if is_complete(dst):
@@ -206,7 +206,7 @@ def _convert_step(workdir: Path, split: str, workers: int | None, progress: bool
 
 
 def _verify_step(workdir: Path, split: str) -> tuple[bool, str]:
-    from fastload.data.verify import verify_lmdb
+    from fastload.data.format.verify import verify_lmdb
 
     report = verify_lmdb(workdir / "data" / f"{split}.lmdb")
     line = f"verify {split}: {report.summary()}"

@@ -1,5 +1,5 @@
 """``fastload synth OUT``: write an ImageFolder tree of generated JPEGs, or with ``--photos``
-of crops of real photographs (:mod:`fastload.data.photos`)."""
+of crops of real photographs (:mod:`fastload.data.pictures.photos`)."""
 
 from __future__ import annotations
 
@@ -68,8 +68,8 @@ _FLAGS = {"train": "--train", "val": "--val", "classes": "--classes", "seed": "-
 
 def _write(args: argparse.Namespace) -> tuple[object, int]:
     """Write the tree the flags ask for; ``(root, classes)``."""
-    from fastload.data.photos import SOURCES, photo_tree
-    from fastload.data.synth import synthesize
+    from fastload.data.pictures.photos import SOURCES, photo_tree
+    from fastload.data.pictures.synth import synthesize
 
     common = {"train": args.train, "val": args.val, "classes": args.classes, "seed": args.seed,
               "quality": args.quality, "workers": args.workers,
@@ -90,7 +90,7 @@ def _write(args: argparse.Namespace) -> tuple[object, int]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fastload.data.synth import tree_stats
+    from fastload.data.pictures.synth import tree_stats
     from fastload.tools.cli import EXIT_FAILURE, EXIT_USAGE, report_error
 
     start = time.perf_counter()

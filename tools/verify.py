@@ -34,10 +34,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fastload.data.manifest import is_sharded_set
+    from fastload.data.format.verify import verify_lmdb
     from fastload.data.remote import is_url, locate
-    from fastload.data.set_verify import verify_set
-    from fastload.data.verify import verify_lmdb
+    from fastload.data.sets.manifest import is_sharded_set
+    from fastload.data.sets.verify import verify_set
     from fastload.tools.cli import EXIT_FAILURE, EXIT_USAGE, printable, report_error
 
     flags = {"overwrite": "`fastload convert --overwrite`", "repair": "--repair"}

@@ -42,7 +42,7 @@ from fastload.bench.rows import (
     row_label,
     row_unavailable,
 )
-from fastload.data.ensure import ensure_lmdb
+from fastload.data.convert.ensure import ensure_lmdb
 from fastload.utils.checks import check_positive_int
 from fastload.utils.memory import TreeMemory
 

@@ -86,7 +86,7 @@ class EvalPreset:
 
 class MixupCutmixCollate:
     """The reference script's collate: ``default_collate``, then MixUp or CutMix (v2), in
-    the shape ``fastload.pipelines.batch_mix`` recognises (``return self.mix(*default_collate(
+    the shape ``fastload.pipelines.replays.batch_mix`` recognises (``return self.mix(*default_collate(
     batch))``), as the script's own ``collate_fn`` closure is."""
 
     def __init__(self, num_classes: int, mixup_alpha: float = 0.2, cutmix_alpha: float = 1.0):

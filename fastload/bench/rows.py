@@ -326,7 +326,7 @@ def _row_dataset(spec: RowSpec, source: str):
         from torchvision.datasets import ImageFolder
 
         return ImageFolder(spec.folder, transform)
-    from fastload.data.dataset import LMDBDataset
+    from fastload.data.format.dataset import LMDBDataset
 
     path = spec.lmdb if source == "lmdb" else spec.lmdb_small
     return LMDBDataset(_need(path, source), transform)

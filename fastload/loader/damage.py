@@ -17,7 +17,7 @@ What is checked, and when:
   check is the decode and a batch's pixels never depend on what was checked before
   (``BatchDecoder.submit``). Otherwise
   (progressive JPEGs, a GPU, a plan that resizes in DALI) each unchecked file gets a
-  strict 1/8-scale decode (:func:`fastload.data.jpeg_damage.jpeg_damage`) in this
+  strict 1/8-scale decode (:func:`fastload.data.format.jpeg_damage.jpeg_damage`) in this
   module's threads (``fastload-check``, started by the first such check of an epoch
   iterator and stopped with it) before its bytes go to DALI (about 0.9 ms per 450x380
   photo). Either way a damaged file is an error of its sample, raised or skipped like an
@@ -27,7 +27,7 @@ What is checked, and when:
   convert`` stored. Whether what it stored was intact, the sidecar says: a set converted
   with ``check="decode"`` (the default) says ``"jpeg_check": "strict"`` (every JPEG passed
   the strict decode), and its records pay nothing more when that claim is attested under
-  this user's key (:mod:`fastload.data.attest`: the set was converted here and not edited
+  this user's key (:mod:`fastload.data.sets.attest`: the set was converted here and not edited
   since). The records of any other set (``check="markers"``, an older fastload, a set made
   elsewhere or at a URL someone else wrote) are checked as files are, at their first read
   through the loader's source, and remembered per record (a record cannot change under
@@ -39,7 +39,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from fastload.data.jpeg_damage import damage_reason, jpeg_damage
+from fastload.data.format.jpeg_damage import damage_reason, jpeg_damage
 
 __all__ = ["DamageCheck", "damage_reason"]
 

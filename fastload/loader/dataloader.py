@@ -23,6 +23,7 @@ from fastload.loader.devices import resolve_device
 from fastload.loader.epoch import _EpochIterator
 from fastload.loader.plan import make_plan
 from fastload.loader.read_buffers import DEFAULT_READ_BUFFER_BYTES
+from fastload.loader.sample_sources import SampleError, call_set_hook
 from fastload.loader.sampling import BatchOrder, EpochSampler, distributed_settings
 from fastload.loader.shard_order import (
     DEFAULT_SHARD_WINDOW,
@@ -30,7 +31,6 @@ from fastload.loader.shard_order import (
     resolve_order,
     warn_if_class_sorted,
 )
-from fastload.loader.sources import SampleError, call_set_hook
 from fastload.loader.stage import SampleStage
 
 __all__ = ["DataLoader", "FallbackWarning", "SampleError"]
@@ -80,7 +80,7 @@ class DataLoader:
       more shards resident and cached at once).
     * ``scaled_decode``: ``"auto"`` (CPU: large JPEGs decoded at a reduced DCT scale, fixed
       crops within 0.01 of torchvision's values, random crops with its crop boxes and flips;
-      ``fastload.pipelines.scaled_decode``) or ``"off"`` (full-size decodes: torchvision's
+      ``fastload.pipelines.decode.scaled``) or ``"off"`` (full-size decodes: torchvision's
       values for random crops too, slower on large photos).
     * ``read_buffer_bytes``: memory an image folder's file reads keep for reuse (files of
       256 KiB to 32 MiB are read into blocks lent again once their batch is decoded;
@@ -228,7 +228,7 @@ class DataLoader:
         except NotASource as err:
             return str(err), None, None
         try:
-            from fastload.pipelines.split import split
+            from fastload.pipelines import split_transform as split
         except ImportError as err:  # DALI or the graph package unavailable
             return f"the DALI graph package cannot be imported ({err})", None, None
         try:
@@ -403,7 +403,7 @@ class DataLoader:
         if (shared and self._decoder is not None and self._decoder_size >= max_batch
                 and not self._decoder_dirty):
             return self._decoder
-        from fastload.pipelines.batch_decoder import BatchDecoder
+        from fastload.pipelines import BatchDecoder
 
         if shared and self._decoder is not None:
             self._decoder.close()

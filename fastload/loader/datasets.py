@@ -14,7 +14,7 @@ import pathlib
 from typing import Any
 
 from fastload.loader.read_buffers import DEFAULT_READ_BUFFER_BYTES
-from fastload.loader.sources import FileSource, LMDBSource, SubsetSource
+from fastload.loader.sample_sources import FileSource, LMDBSource, SubsetSource
 
 __all__ = ["NotASource", "make_source", "resolve_dataset"]
 
@@ -65,7 +65,7 @@ def _make_source(dataset: Any, read_buffer_bytes: int) -> FileSource | LMDBSourc
         return SubsetSource(make_source(dataset.dataset, read_buffer_bytes), dataset.indices)
     if isinstance(dataset, DatasetFolder):
         return _folder_source(dataset, read_buffer_bytes)
-    from fastload.data.dataset import LMDBDataset
+    from fastload.data.format.dataset import LMDBDataset
 
     if isinstance(dataset, LMDBDataset):
         if type(dataset).__getitem__ is not LMDBDataset.__getitem__:
@@ -94,16 +94,16 @@ def resolve_dataset(dataset: Any, transform: Any, target_transform: Any,
     from fastload.data.remote import is_url, locate
 
     if is_url(dataset) or remote:
-        from fastload.data import dataset as lmdb_dataset
+        from fastload.data.format import dataset as lmdb_dataset
 
         locate(dataset, remote.get("storage_options"), "dataset path")  # refuses the unknown
         return lmdb_dataset.LMDBDataset(dataset, transform=transform,
                                         target_transform=target_transform, **remote)
     root = pathlib.Path(locate(dataset, None, "dataset path"))  # file:// is a local path
-    from fastload.data.manifest import is_sharded_set
+    from fastload.data.sets.manifest import is_sharded_set
 
     if is_sharded_set(root):  # a sharded set's folder or manifest: one LMDBDataset
-        from fastload.data import dataset as lmdb_dataset
+        from fastload.data.format import dataset as lmdb_dataset
 
         return lmdb_dataset.LMDBDataset(root, transform=transform,
                                         target_transform=target_transform)
@@ -112,10 +112,10 @@ def resolve_dataset(dataset: Any, transform: Any, target_transform: Any,
             f"dataset path '{root}' is not a directory; pass an image folder (one "
             "subfolder per class) or a fastload LMDB directory"
         )
-    from fastload.data.format import META_FILE
+    from fastload.data.format.constants import META_FILE
 
     if (root / META_FILE).exists() or (root / "data.mdb").exists():
-        from fastload.data import dataset as lmdb_dataset
+        from fastload.data.format import dataset as lmdb_dataset
 
         return lmdb_dataset.LMDBDataset(root, transform=transform,
                                         target_transform=target_transform)

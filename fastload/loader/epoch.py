@@ -42,8 +42,8 @@ from torch.utils.data import default_collate
 from fastload.loader.context import EpochContext
 from fastload.loader.maker import Handoff, MakerHandoff, NothingYet
 from fastload.loader.recovery import Batch, DamageRecovery
+from fastload.loader.sample_sources import SampleError, call_set_hook
 from fastload.loader.sampling import mix_seed
-from fastload.loader.sources import SampleError, call_set_hook
 
 
 class _EpochIterator:
@@ -109,7 +109,7 @@ class _EpochCore(MakerHandoff, DamageRecovery):
         self._note_skip = context.note_skip
         self._show_indices = context.show_indices
         self._length = context.length
-        from fastload.pipelines.batch_decoder import BatchDecodeError
+        from fastload.pipelines import BatchDecodeError
 
         self._decode_error = BatchDecodeError
         self._damage = context.damage  # damaged JPEG data: a read error

@@ -9,7 +9,7 @@ import warnings
 
 import numpy as np
 
-from fastload.data.jpeg import Unreadable, parse_jpeg
+from fastload.data.format.jpeg import Unreadable, parse_jpeg
 
 __all__ = ["check_pixel_limit", "image_size", "jpeg_size"]
 

@@ -69,7 +69,7 @@ def run_maker(make_one: Callable[[], bool], all_made: Callable[[], bool],
     nothing pulled is left to make) while the caller pulls batches, until ``all_made()``
     (the epoch's end was pulled and made) or ``handoff`` is closed (which a dropped
     iterator does)."""
-    from fastload.pipelines.torch_resample import one_omp_thread
+    from fastload.utils.threads import one_omp_thread
 
     one_omp_thread()  # its torch ops (collate, labels) start no OpenMP team of their own
     failure = None

@@ -3,11 +3,11 @@
 ``loader.plan`` is a :class:`LoaderPlan`; ``print(loader.plan)`` shows the stages. On the
 DALI path a batch is made as: the DALI prefix decodes and transforms the batch; the torch
 suffix (if any) runs on each sample, in ``num_workers`` threads when its draws are replayed
-(see ``fastload.pipelines.augment``); then ``collate_fn`` receives the list of per-sample
+(see ``fastload.pipelines.suffix.replay``); then ``collate_fn`` receives the list of per-sample
 ``(image, label)`` pairs torch's DataLoader would give it — or, with neither a suffix nor a
 custom ``collate_fn``, the batch tensor is returned as ``default_collate`` would make it. A
 suffix ending in per-channel steps (``ToDtype``, ``Normalize`` ...) writes each sample's
-output straight into the batch through one lookup table (``fastload.pipelines.tail``). On
+output straight into the batch through one lookup table (``fastload.pipelines.suffix.tail``). On
 the CPU the suffix of batch k+1 runs in the epoch's stage thread while the caller works on
 batch k (``fastload.loader.epoch``), when nothing it runs touches the global generators of
 this process: a suffix whose draws are replayed, or one run in worker processes. A suffix
@@ -40,7 +40,7 @@ class LoaderPlan:
     def __str__(self) -> str:
         if self.fallback_reason is not None:
             return f"torch.utils.data.DataLoader (fallback: {self.fallback_reason})"
-        from fastload.pipelines.scaled_decode import describe as describe_decode
+        from fastload.pipelines import describe_decode
 
         stage = f"\n{self.stage.describe()}" if self.stage is not None and self.split.suffix else ""
         ahead = ""

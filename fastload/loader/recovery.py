@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from fastload.loader.damage import dali_failure, damage_reason
-from fastload.loader.sources import SampleError
+from fastload.loader.sample_sources import SampleError
 
 __all__ = ["Batch", "DamageRecovery"]
 
@@ -72,7 +72,7 @@ class DamageRecovery:
         """The generator in the state sample ``j`` of ``head`` drew its parameters from:
         ``BatchDecoder.submit`` draws each sample's, in order, from one generator seeded
         with the batch's seed."""
-        from fastload.pipelines.geometry import draw_sample
+        from fastload.pipelines import draw_sample
 
         gen = torch.Generator()
         gen.manual_seed(head.seed)

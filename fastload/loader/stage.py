@@ -1,7 +1,7 @@
 """Where a loader's torch suffix and custom collate run on decoded batches (``SampleStage``).
 
 The DALI prefix decodes a batch; the stage runs the rest per sample: the torch suffix, in
-``num_workers`` threads when its draws are replayed (``fastload.pipelines.augment``), else
+``num_workers`` threads when its draws are replayed (``fastload.pipelines.suffix.replay``), else
 on the caller's thread or, where measured faster, in worker processes; then the pairs go to
 a custom ``collate_fn`` or into the batch as ``default_collate`` makes it. ``loader.plan``
 (``fastload.loader.plan``) describes what it chose.
@@ -39,7 +39,7 @@ class SampleStage:
         self.batch_mix = None
         if self.collate_fn is not None:
             try:
-                from fastload.pipelines.collate_mix import fused_collate
+                from fastload.pipelines import fused_collate
             except ImportError:  # an unchecked torch/torchvision: the loader falls back anyway
                 pass
             else:
@@ -180,7 +180,7 @@ class SampleStage:
             return None, torch.Tensor
         dtype, kind = layout
         if self._buffers is None:
-            from fastload.pipelines.buffers import BatchBuffers
+            from fastload.pipelines import BatchBuffers
 
             self._buffers = BatchBuffers()
         return self._buffers.empty(tuple(images.shape), dtype), kind
@@ -194,12 +194,12 @@ class SampleStage:
             return None
         if self._pool is None:
             if self.suffix.threaded:
-                from fastload.pipelines.torch_resample import one_omp_thread
+                from fastload.utils.threads import one_omp_thread
 
                 self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="fastload-suffix",
                                                 initializer=one_omp_thread)
             else:
-                from fastload.pipelines.suffix import process_pool
+                from fastload.pipelines import process_pool
 
                 self._pool = process_pool(self.suffix, self._threads)
                 if self._pool is None:  # transforms that cannot be pickled: run them here

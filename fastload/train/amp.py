@@ -210,7 +210,7 @@ def grad_norm(parameters) -> float:
     grads = [p.grad for p in parameters if p.grad is not None]
     if not grads:
         return 0.0
-    from fastload.pipelines.torch_seams import foreach_norm
+    from fastload.pipelines.seams.torch_private import foreach_norm
 
     norms = foreach_norm(grads, 2.0)
     return float(torch.linalg.vector_norm(torch.stack([n.float() for n in norms]), 2.0))

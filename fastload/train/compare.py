@@ -19,7 +19,7 @@ DataLoader, its worker processes — sampled from this process while the row run
 split among the processes mapping it, so torch's workers' shared libraries count once) and
 USS (private pages). The training process's own peak above its pre-training level (CUDA
 memory on a GPU) stays in each epoch's record as ``peak_mem_mb``.
-``train.lmdb``/``val.lmdb`` are kept fresh by :func:`fastload.data.ensure.ensure_lmdb`.
+``train.lmdb``/``val.lmdb`` are kept fresh by :func:`fastload.data.convert.ensure.ensure_lmdb`.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import json
 import pathlib
 import sys
 
-from fastload.data.ensure import ensure_lmdb
+from fastload.data.convert.ensure import ensure_lmdb
 from fastload.train.config import FinetuneConfig
 from fastload.utils.memory import TreeMemory
 from fastload.utils.process import call_in_fresh_process

@@ -82,7 +82,7 @@ def resolve_data(config: FinetuneConfig) -> tuple[str, pathlib.Path, pathlib.Pat
     if config.data_format not in DATA_FORMATS:
         raise ValueError(
             f"data_format should be one of {DATA_FORMATS}, but got data_format={config.data_format!r}")
-    from fastload.data.untrusted import refuse_url
+    from fastload.data.format.untrusted import refuse_url
 
     for name in ("data", "train_lmdb", "val_lmdb"):
         if getattr(config, name) is not None:

@@ -125,7 +125,7 @@ def measure_latency(fp32: nn.Module, int8: nn.Module, img_size: int, batches: Se
     if rounds < 1 or not batches or any(b < 1 for b in batches):
         raise ValueError(f"batches and rounds should be positive, but got batches={batches!r}, rounds={rounds}")
     rows = []
-    from fastload.pipelines.torch_seams import inductor_freezing
+    from fastload.pipelines.seams.torch_private import inductor_freezing
 
     with torch.no_grad(), inductor_freezing():
         runners = [torch.compile(m, dynamic=False) if compile else m for m in (fp32, int8)]

@@ -121,7 +121,7 @@ def train_val_transforms(img_size: int):
 def open_dataset(fmt: str, path: pathlib.Path, transform) -> Dataset:
     """``fmt`` "lmdb": a :class:`fastload.LMDBDataset`; "folder": torchvision's ImageFolder."""
     if fmt == "lmdb":
-        from fastload.data.dataset import LMDBDataset
+        from fastload.data.format.dataset import LMDBDataset
 
         return LMDBDataset(path, transform=transform)
     from torchvision.datasets import ImageFolder

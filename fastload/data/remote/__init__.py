@@ -28,7 +28,7 @@ def open_any(path: str | os.PathLike, *, storage_options: dict | None = None,
         if cache_dir is not None or cache_bytes is not None:
             raise ValueError(f"cache_dir and cache_bytes apply to URLs only, but {where!r} is "
                              "a local path; drop them or pass a URL")
-        from fastload.data.shards import open_reader
+        from fastload.data.sets.shards import open_reader
 
         return open_reader(where)
     from fastload.data.remote.cache import ShardCache

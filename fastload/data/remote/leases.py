@@ -26,6 +26,8 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
 
+from fastload.utils.threads import after_fork_in_child
+
 __all__ = ["Cancelled", "Lease", "LocalShard", "close_lock", "global_lock", "held_here",
            "in_use_here", "install_fork_hook", "is_held", "local_shard", "open_lock",
            "try_exclusive", "wait_flock"]
@@ -34,7 +36,6 @@ _OPEN: set[int] = set()  # every lock descriptor this process has open (closed i
 _TABLE: dict[str, LocalShard] = {}
 _TABLE_LOCK = threading.Lock()
 _DROPPED: list[LocalShard] = []  # leases garbage-collected while their entry was locked
-_FORK_HOOK: list[bool] = []
 _POLL_MAX_S = 0.2  # the longest sleep between two tries of a lock another process holds
 
 
@@ -86,9 +87,7 @@ def _forget_in_child() -> None:
 
 def install_fork_hook() -> None:
     """Close inherited lock descriptors in forked children (registered once)."""
-    if not _FORK_HOOK:
-        os.register_at_fork(after_in_child=_forget_in_child)
-        _FORK_HOOK.append(True)
+    after_fork_in_child(_forget_in_child)
 
 
 def _drain_dropped() -> None:

@@ -1,6 +1,6 @@
 """Reading a fastload set (or one LMDB) at a URL, through the local shard cache.
 
-:class:`RemoteShardedReader` is a :class:`~fastload.data.shards.ShardedReader` whose folder
+:class:`RemoteShardedReader` is a :class:`~fastload.data.sets.shards.ShardedReader` whose folder
 is the set's cache folder (:mod:`fastload.data.remote.cache`), named by the manifest's
 bytes: opening it fetches the manifest, and the set's labels unless that folder has them,
 and checks them as a local set's are. Its shards live in the cache's shard store, each
@@ -30,9 +30,14 @@ from pathlib import Path
 from typing import Any
 
 import fastload.data.remote.fetch as fetch
-from fastload.data.format import CHECKSUM_FILE, DATA_FILE, LABELS_FILE, META_FILE, record_key
-from fastload.data.manifest_schema import MAX_MANIFEST_BYTES, ShardEntry, repair_advice
-from fastload.data.reader import MAX_META_BYTES, CorruptRecord, LMDBReader, record_index
+from fastload.data.format.constants import (
+    CHECKSUM_FILE,
+    DATA_FILE,
+    LABELS_FILE,
+    META_FILE,
+    record_key,
+)
+from fastload.data.format.reader import MAX_META_BYTES, CorruptRecord, LMDBReader, record_index
 from fastload.data.remote.cache import (
     DISK_FULL,
     Lease,
@@ -42,7 +47,8 @@ from fastload.data.remote.cache import (
 )
 from fastload.data.remote.prefetch import Prefetcher
 from fastload.data.remote.url import RemoteLocation
-from fastload.data.shards import ShardedReader
+from fastload.data.sets.schema import MAX_MANIFEST_BYTES, ShardEntry, repair_advice
+from fastload.data.sets.shards import ShardedReader
 
 __all__ = ["PREFETCH_WAIT_S", "RemoteLMDBReader", "RemoteShardedReader", "ShardRefused",
            "endpoint_of", "open_url", "remote_kind"]
@@ -160,8 +166,8 @@ class RemoteShardedReader(ShardedReader):
         """The set's cache folder, named by its manifest's bytes, holding the manifest and
         the set's labels (fetched when it lacks them, atomically, under the set's lock: the
         ranks of a node fetch once); ``listed`` is the set folder's listing."""
-        from fastload.data.atomic import write_bytes_atomic
-        from fastload.data.dst_lock import set_lock
+        from fastload.data.convert.dst_lock import set_lock
+        from fastload.data.format.atomic import write_bytes_atomic
 
         if MANIFEST not in listed:
             raise FileNotFoundError(

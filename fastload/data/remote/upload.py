@@ -1,5 +1,5 @@
 """``convert`` to a URL: each shard is written in a local staging folder by the sharded
-conversion (:mod:`fastload.data.convert_shards`), uploaded as soon as it is finished, then
+conversion (:mod:`fastload.data.convert.shards`), uploaded as soon as it is finished, then
 removed locally; the manifest is uploaded last, once every shard is there.
 
 A shard's files go up with its ``fastload.json`` last (removed first when a shard is
@@ -30,14 +30,14 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import fastload.data.remote.fetch as fetch
-from fastload.data.convert_database import FORK_LOCK, ConvertReport
-from fastload.data.convert_shards import (
+from fastload.data.convert.database import FORK_LOCK, ConvertReport
+from fastload.data.convert.shards import (
     convert_shards,
     finished_shard,
     identity_of_shard,
     shard_differences,
 )
-from fastload.data.format import (
+from fastload.data.format.constants import (
     CHECKSUM_FILE,
     DATA_FILE,
     ERRORS_FILE,
@@ -47,18 +47,18 @@ from fastload.data.format import (
     STATE_COMPLETE,
     crc32,
 )
-from fastload.data.lmdb_meta import HEAD_BYTES, meta_from_head
-from fastload.data.manifest import (
+from fastload.data.format.lmdb_meta import HEAD_BYTES, meta_from_head
+from fastload.data.format.reader import MAX_META_BYTES, load_checksums, load_labels, load_meta
+from fastload.data.remote.cache import default_cache_dir, set_key
+from fastload.data.remote.sets import endpoint_of
+from fastload.data.remote.url import RemoteLocation
+from fastload.data.sets.manifest import (
     MANIFEST_FILE,
     SET_LABELS_FILE,
     build_manifest,
     shard_bounds,
     shard_name,
 )
-from fastload.data.reader import MAX_META_BYTES, load_checksums, load_labels, load_meta
-from fastload.data.remote.cache import default_cache_dir, set_key
-from fastload.data.remote.sets import endpoint_of
-from fastload.data.remote.url import RemoteLocation
 
 __all__ = ["convert_to_url", "default_staging"]
 

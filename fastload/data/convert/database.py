@@ -1,0 +1,265 @@
+"""One fastload LMDB written from a list of source records: the writer loop behind ``convert``.
+
+The main process reads every record and keeps a JPEG whose markers pass the keep-bytes
+check itself (see :mod:`fastload.data.convert.image_check`); with ``check="decode"`` (the default)
+such a JPEG is then decoded strictly in ``workers`` threads of the main process (the decoder
+releases the GIL; measured cheaper than sending the bytes to a process and back). Records
+that need Pillow (other formats, ``max_side``) go to worker processes. Results are consumed in source order and the main process alone writes, in
+committed batches (:mod:`fastload.data.format.writer`), so a resumed run produces the same records
+whatever ``workers`` or ``commit_every``. Used by :mod:`fastload.data.convert.folder` (one
+database) and :mod:`fastload.data.convert.shards` (one per shard).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import sys
+import threading
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from fastload.data.convert.destination import prepare_destination
+from fastload.data.convert.dst_lock import unlock_destination
+from fastload.data.convert.image_check import (
+    KEPT,
+    ScratchBuffer,
+    check_file,
+    check_file_task_copy,
+    kept_record_problem,
+)
+from fastload.data.convert.sources.base import iter_records
+from fastload.data.format.constants import (
+    JPEG_CHECK_STRICT,
+    META_FILE,
+    META_JPEG_ATTESTATION,
+    META_JPEG_CHECK,
+    STATE_COMPLETE,
+)
+from fastload.data.format.writer import LMDBWriter, MapFull
+from fastload.data.sets.attest import attest_database
+
+__all__ = ["ConvertError", "ConvertReport", "convert_one", "is_complete"]
+
+WORKER_TIMEOUT_S = 600  # longest wait for one image from a worker process
+
+# Held while the worker pool forks, and by a thread of this process that must not be forked
+# beside (a shard upload holds it around each request: see fastload.data.remote.upload),
+# so no worker starts with a lock such a thread held.
+FORK_LOCK = threading.Lock()
+
+
+class ConvertError(RuntimeError):
+    """A conversion stopped early (``strict=True`` and an unreadable file)."""
+
+
+@dataclass
+class ConvertReport:
+    """What a conversion did. ``stored + skipped == seen``."""
+
+    path: Path
+    stored: int
+    skipped: int
+    seen: int
+    errors: list[dict] = field(default_factory=list)  # {"index", "path", "reason"}
+    seconds: float = 0.0
+    kept: int = 0  # records holding the source file's bytes untouched
+    reencoded: int = 0  # records converted or resized to a new JPEG
+    resumed: bool = False  # True when this call finished an interrupted conversion
+    resumed_from: int = 0  # source files already done by the interrupted run
+    classes: list[str] = field(default_factory=list)
+    manifest: dict | None = None  # a sharded set's manifest, once every shard is complete
+    finished_shards: list[int] = field(default_factory=list)  # found finished, checked, kept
+
+    def summary(self) -> str:
+        return f"stored {self.stored} + skipped {self.skipped} = seen {self.seen}"
+
+
+def convert_one(samples, dst_path: Path, identity: dict, total_bytes: int, overwrite: bool,
+                 run: tuple, progress_state: dict | None = None) -> ConvertReport:
+    """Convert ``samples`` into the one LMDB directory ``dst_path`` (resuming a partial);
+    ``progress_state`` is :func:`prepare_destination`'s answer when the caller took it."""
+    if progress_state is None:
+        progress_state = prepare_destination(dst_path, identity, overwrite=overwrite)
+    try:
+        writer = LMDBWriter(dst_path, identity, progress_state,
+                            map_size=_initial_map_size(total_bytes, len(samples)))
+    except BaseException:
+        unlock_destination(dst_path)
+        raise
+    try:
+        _run(samples, writer, *run)
+    except BaseException:
+        writer.close()
+        raise
+    meta = {"created": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    if identity.get(META_JPEG_CHECK) == JPEG_CHECK_STRICT:  # bind the claim to the records
+        attestation = attest_database(writer.stored, writer.checksums)
+        if attestation is not None:
+            meta[META_JPEG_ATTESTATION] = attestation
+    writer.finish(meta)
+    kept = writer.counts.get(KEPT, 0)
+    return ConvertReport(
+        path=dst_path, stored=writer.stored, skipped=len(writer.skipped), seen=writer.seen,
+        errors=writer.skipped, kept=kept, reencoded=writer.stored - kept,
+        resumed=writer.resumed, resumed_from=writer.resumed_from,
+    )
+
+
+def _initial_map_size(total_bytes: int, count: int) -> int:
+    """Room for every source byte plus a quarter and page overhead (grown when exceeded)."""
+    return total_bytes + total_bytes // 4 + (count << 12)
+
+
+def _run(samples, writer: LMDBWriter, workers: int, max_side, quality, check, composite,
+         strict, progress, commit_every) -> None:
+    from tqdm import tqdm
+
+    bar = tqdm(total=len(samples), initial=writer.seen, unit="img", disable=not progress,
+               dynamic_ncols=True, desc="convert")
+    try:
+        while True:
+            try:
+                _run_from(writer.seen, samples, writer, workers,
+                          (max_side, quality, check, composite), strict, bar, commit_every)
+                return
+            except MapFull:  # the batch was rolled back and the map grown: redo it
+                bar.n = writer.seen
+                bar.refresh()
+    finally:
+        bar.close()
+
+
+def _run_from(start, samples, writer, workers, options, strict, bar, commit_every) -> None:
+    """Convert ``samples[start:]``; the main process reads every record and keeps the JPEGs
+    that pass the marker check itself (their strict decode, with ``check="decode"``, in
+    threads), and only files that need Pillow (re-encoding, or the strict decode when
+    ``_THREADED_STRICT`` is off) go to the worker pool, started on the first such file
+    (after those threads are drained: no fork beside them). Results are taken
+    in source order from a bounded window, so the output never depends on timing."""
+    pool = None
+    checks = None  # threads for the strict decode of kept JPEGs (check="decode")
+    max_side, quality, check, composite = options
+    threaded = check == "decode" and workers > 1 and _THREADED_STRICT
+    # with threads the main process keeps JPEGs by their markers, then checks them there
+    first = (max_side, quality, "markers", composite) if threaded else options
+    window = max(64, workers * 16)
+    pending: deque = deque()
+    last_commit = start
+
+    def settle(index: int, path: str, label: int, result) -> None:
+        nonlocal last_commit
+        if not isinstance(result, tuple):
+            try:
+                result = result.get(timeout=WORKER_TIMEOUT_S)
+            except multiprocessing.TimeoutError:
+                raise ConvertError(
+                    f"no answer from the worker reading {path!r} within {WORKER_TIMEOUT_S} s "
+                    "(did the image decoder crash?); rerun the same command to resume"
+                ) from None
+        if result[0] == "ok":
+            _, record, crc, how = result
+            writer.add(record, crc, label, how)
+        elif strict:
+            writer.commit(index)
+            raise ConvertError(
+                f"unreadable image {path!r}: {result[1]} (strict=True); fix or remove it and "
+                "rerun with overwrite=True, or without strict=True to skip such files"
+            )
+        else:
+            writer.skip(index, path, result[1])
+        if index + 1 - last_commit >= commit_every:
+            writer.commit(index + 1)
+            last_commit = index + 1
+        bar.update(1)
+
+    scratch = ScratchBuffer()  # every kept record is put before the next file is read
+    try:
+        for index, record in enumerate(iter_records(samples, start), start):
+            name, label, path, span, data, problem = record
+            task = (path, label, *options)
+            if problem is not None:  # a container's record without a usable image or label
+                result = ("skip", problem)
+            elif workers == 1:
+                result = check_file(*task, scratch=scratch, span=span, data=data)
+            else:  # a kept record waits in the window behind a worker's: own buffer then
+                result = check_file(path, label, *first, keep_only=True, span=span, data=data,
+                                    scratch=None if pending or threaded else scratch)
+                if result is None:
+                    if pool is None:
+                        if checks is not None:  # never fork beside our threads (a lock they
+                            checks.shutdown()  # hold, an import's, would stay held there)
+                            checks = None
+                        with FORK_LOCK:
+                            pool = multiprocessing.get_context().Pool(
+                                workers, initializer=_worker_init)
+                    result = pool.apply_async(check_file_task_copy, (task, span, None if data
+                                                                     is None else bytes(data)))
+                elif threaded and result[0] == "ok":
+                    if checks is None:
+                        checks = ThreadPoolExecutor(workers, thread_name_prefix="fastload-check")
+                    result = _Checked(result, checks.submit(kept_record_problem, result[1]))
+            pending.append((index, name, label, result))
+            while pending and (len(pending) > window or _ready(pending[0][3])):
+                settle(*pending.popleft())
+        while pending:
+            settle(*pending.popleft())
+        writer.commit(len(samples))
+    finally:
+        if checks is not None:
+            checks.shutdown(cancel_futures=True)
+        if pool is not None:
+            pool.terminate()
+            pool.join()
+
+
+# The kept JPEGs' strict decode in threads of the main process (True) or in the worker
+# processes with everything that needs Pillow (False): see benchmarks/NOTES.md C10.
+_THREADED_STRICT = True
+
+
+class _Checked:
+    """A kept record whose strict decode runs in a thread: ``get()`` is its result tuple,
+    or ``("skip", reason)`` for damaged JPEG data (``ready``/``get`` as an AsyncResult)."""
+
+    def __init__(self, kept: tuple, problem: Future) -> None:
+        self._kept, self._problem = kept, problem
+
+    def ready(self) -> bool:
+        return self._problem.done()
+
+    def get(self, timeout: float | None = None) -> tuple:
+        problem = self._problem.result()  # a thread of this process: no crash to wait out
+        return self._kept if problem is None else ("skip", problem)
+
+
+def _ready(result) -> bool:
+    return isinstance(result, tuple) or result.ready()
+
+
+def _worker_init() -> None:
+    """Workers ignore Ctrl-C (the parent stops them) and die with the parent, even on SIGKILL."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+
+
+def is_complete(path: str | os.PathLike) -> bool:
+    """True when ``path`` holds a finished fastload database."""
+    import json
+
+    try:
+        with open(Path(path) / META_FILE, encoding="utf-8") as handle:
+            return json.load(handle).get("state") == STATE_COMPLETE
+    except (OSError, ValueError, AttributeError):
+        return False

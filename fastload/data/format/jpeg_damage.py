@@ -1,0 +1,65 @@
+"""Silently damaged JPEG data, found per call: a strict entropy decode at 1/8 scale.
+
+libjpeg-turbo meets scrambled entropy-coded data, decodes the image anyway and only warns
+(``Corrupt JPEG data: ...``); Pillow and DALI's CPU decoder deliver such an image, and the
+markers around the scan stay intact, so no header or marker check sees it. TurboJPEG's
+strict mode (``simplejpeg.decode_jpeg(strict=True)``) turns that warning into an error of
+the call, with the decoder's message: no stderr is involved, and the decoder releases the
+GIL, so threads run it in parallel. At 1/8 scale to grey it still entropy-decodes every
+coefficient (damage anywhere in the scan is seen) but runs 1/64 of the inverse DCT and no
+colour conversion: about 0.75 ms for an 80 KB 450x380 photo against 1.0 ms at full size
+(``benchmarks/test_read_checks_cost.py`` measures it in the loader).
+
+One owner of this policy: the loader (``fastload.loader.damage``), ``fastload convert``'s
+``check="decode"`` (``fastload.data.convert.image_check``) and ``fastload verify`` use these.
+"""
+
+from __future__ import annotations
+
+__all__ = ["CORRUPT_PREFIXES", "damage_reason", "jpeg_damage", "strict_decode_error"]
+
+# libjpeg's warnings (JWRN_* of jerror.h) that mean damaged data; the others (an unknown
+# JFIF revision, an Adobe transform code) are harmless notes.
+CORRUPT_PREFIXES = (
+    "Corrupt JPEG data",
+    "Premature end of JPEG file",
+    "Invalid SOS parameters for sequential JPEG",
+    "Inconsistent progression sequence",
+)
+
+
+def _is_jpeg(data) -> bool:
+    return len(data) >= 4 and data[0] == 0xFF and data[1] == 0xD8
+
+
+def strict_decode_error(data) -> str | None:
+    """The strict decoder's message when ``data`` (a JPEG) fails libjpeg-turbo's strict
+    1/8-scale decode for any reason (damage, a harmless warning made an error, a format it
+    cannot decode); None when it decodes, or is not a JPEG."""
+    if not _is_jpeg(data):
+        return None
+    import simplejpeg
+
+    try:
+        # min_height/min_width make simplejpeg pick its scale: the smallest, 1/8
+        simplejpeg.decode_jpeg(data, colorspace="GRAY", min_height=1, min_width=1,
+                               min_factor=8, strict=True)
+    except ValueError as err:
+        return str(err)
+    return None
+
+
+def jpeg_damage(data) -> str | None:
+    """The decoder's report (``"Corrupt JPEG data: ..."``) when ``data`` is a JPEG whose
+    entropy-coded data is damaged; None for an intact JPEG, for anything that is not a
+    JPEG, and for a JPEG this check cannot decode for another reason (left to the
+    loader's decoder, which names its own error)."""
+    message = strict_decode_error(data)
+    return message if message is not None and message.startswith(CORRUPT_PREFIXES) else None
+
+
+def damage_reason(report: str) -> str:
+    """How an error message states a strict decoder's ``report``."""
+    if report.startswith(CORRUPT_PREFIXES):
+        return f"damaged JPEG data, the decoder reports {report!r}"
+    return report

@@ -1,0 +1,385 @@
+"""Read-only access to a finished fastload LMDB directory.
+
+The LMDB environment is opened lazily, once per process (checked by pid), read-only
+with ``lock=False`` and ``readahead=False``: LMDB handles do not survive ``fork``, and a
+reader pickled into a DataLoader worker reopens the file there. Labels come from the
+``labels.i32`` sidecar, memory-mapped (:class:`~fastload.data.format.targets.Labels`), so samplers
+get ``targets`` without a pass over the database and without a copy per process.
+"""
+
+from __future__ import annotations
+
+import operator
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fastload.data.format.constants import (
+    CHECKSUM_DTYPE,
+    CHECKSUM_FILE,
+    DATA_FILE,
+    FORMAT_NAME,
+    KEY_DIGITS,
+    LABELS_DTYPE,
+    LABELS_FILE,
+    META_FILE,
+    PARTIAL_FILE,
+    STATE_COMPLETE,
+    SUPPORTED_VERSIONS,
+    crc32,
+    record_key,
+)
+from fastload.data.format.datum import datum_fields
+from fastload.data.format.lmdb_meta import check_data_file
+from fastload.data.format.targets import Labels
+from fastload.data.format.untrusted import read_json, refuse_url, regular_file_size, short_repr
+from fastload.utils.threads import after_fork_in_child
+
+MAX_READERS = 1024
+MAX_META_BYTES = 16 << 20  # fastload.json holds identity and counts: kilobytes
+MAX_RECORDS = 10**KEY_DIGITS  # keys have KEY_DIGITS digits
+MAX_CLASSES = 1_000_000
+MAX_CLASS_NAME = 4096  # characters
+
+
+def record_index(index: Any, count: int, path: str | os.PathLike) -> int:
+    """``index`` as a record number in ``[0, count)``: an integer (``int``, a NumPy integer,
+    an integer tensor of one element; not a bool), negative counting from the end. TypeError
+    or IndexError, naming ``path``, otherwise."""
+    if isinstance(index, bool | np.bool_):
+        raise TypeError(f"record index must be an int, but got {type(index).__name__}")
+    try:
+        number = operator.index(index)
+    except TypeError:
+        raise TypeError(f"record index must be an int, but got {type(index).__name__} "
+                        f"{index!r}") from None
+    if not -count <= number < count:
+        raise IndexError(f"record index {number} is out of range for {str(path)!r} "
+                         f"({count} records)")
+    return number + count if number < 0 else number
+
+# py-lmdb refuses to open one environment twice in a process, and a forked child inherits
+# the parent's handle (unusable there by LMDB's rules). So read-only environments are
+# shared per process: path -> [owner pid, environment, users] (changed under _ENVS_LOCK:
+# two threads opening one path at once would open it twice).
+_ENVS: dict[str, list] = {}
+_ENVS_LOCK = threading.Lock()
+
+
+def _new_envs_lock() -> None:  # a fork taken while another thread held it
+    global _ENVS_LOCK
+    _ENVS_LOCK = threading.Lock()
+
+
+after_fork_in_child(_new_envs_lock)
+
+
+def acquire_env(path: Path, count: int | None = None):
+    """This process's read-only environment for ``path`` (opened on first use).
+
+    Before opening, ``data.mdb`` is checked against LMDB's meta pages (and ``count``, the
+    sidecar's record count): a truncated file raises ``DamagedDatabase`` (an OSError)
+    instead of a SIGBUS on the first page past its end.
+    """
+    key = os.path.realpath(path)
+    with _ENVS_LOCK:
+        return _acquire_env(key, path, count)
+
+
+def _acquire_env(key: str, path: Path, count: int | None):
+    import lmdb
+
+    pid = os.getpid()
+    entry = _ENVS.get(key)
+    if entry is not None and entry[0] != pid:  # inherited through fork: drop our copy only
+        del _ENVS[key]
+        try:
+            entry[1].close()
+        except lmdb.Error:
+            pass
+        entry = None
+    if entry is None:
+        check_data_file(Path(key) / DATA_FILE, count)
+        try:
+            env = lmdb.open(
+                key, readonly=True, lock=False, readahead=False, subdir=True,
+                max_readers=MAX_READERS, meminit=False,
+            )
+        except lmdb.Error as exc:
+            raise OSError(f"cannot open the LMDB database in {str(path)!r}: {exc}") from None
+        entry = _ENVS[key] = [pid, env, 0]
+    entry[2] += 1
+    return entry[1]
+
+
+def release_env(path: Path) -> None:
+    """Give back :func:`acquire_env`'s environment; the last user closes it."""
+    key = os.path.realpath(path)
+    with _ENVS_LOCK:
+        entry = _ENVS.get(key)
+        if entry is not None and entry[0] == os.getpid():
+            entry[2] -= 1
+            if entry[2] <= 0:
+                del _ENVS[key]
+                entry[1].close()
+
+
+def load_meta(path: Path) -> dict:
+    """The parsed ``fastload.json`` of ``path``; one clear sentence when it is not usable."""
+    if not path.exists():
+        raise FileNotFoundError(
+            f"LMDB directory {str(path)!r} does not exist; run `fastload convert SRC {path}` first"
+        )
+    if not path.is_dir():
+        raise NotADirectoryError(
+            f"{str(path)!r} is a file, not a fastload LMDB directory; pass the folder that "
+            "`fastload convert` wrote"
+        )
+    meta_path = path / META_FILE
+    if not meta_path.exists():
+        if (path / PARTIAL_FILE).exists():
+            raise ValueError(
+                f"{str(path)!r} is a partial conversion; rerun the same `fastload convert` "
+                "command to finish it"
+            )
+        raise FileNotFoundError(
+            f"{str(path)!r} has no {META_FILE}, so it is not a fastload database; run "
+            f"`fastload convert SRC {path}` first"
+        )
+    fix = "restore it or reconvert it with overwrite=True"
+    meta = read_json(meta_path, MAX_META_BYTES, fix)
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
+        raise ValueError(f"{str(meta_path)!r} does not describe a {FORMAT_NAME} database")
+    if meta.get("version") not in SUPPORTED_VERSIONS:
+        raise ValueError(
+            f"{str(path)!r} uses format version {short_repr(meta.get('version'))} but this "
+            f"fastload reads versions {SUPPORTED_VERSIONS}; upgrade fastload or reconvert it "
+            "with overwrite=True"
+        )
+    if meta.get("state") != STATE_COMPLETE:
+        raise ValueError(
+            f"{str(path)!r} is a partial conversion (state {short_repr(meta.get('state'))}); "
+            "rerun the same `fastload convert` command to finish it"
+        )
+    count = meta.get("count")
+    if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= MAX_RECORDS:
+        raise ValueError(
+            f"{str(meta_path)!r} states count={short_repr(count)}, not a record count; the "
+            "sidecar is damaged: restore it or reconvert it with overwrite=True"
+        )
+    _check_meta_fields(meta, meta_path, fix)
+    return meta
+
+
+# Sidecar fields the format fixes: a fastload.json naming other files or dtypes is not ours
+# (a dtype of "O" would make numpy read objects; a path could point anywhere).
+_FIXED = {"labels_file": LABELS_FILE, "labels_dtype": LABELS_DTYPE,
+          "checksum_file": CHECKSUM_FILE, "checksum_dtype": CHECKSUM_DTYPE}
+
+
+def _check_meta_fields(meta: dict, meta_path: Path, fix: str) -> None:
+    for key, fixed in _FIXED.items():
+        if meta.get(key, fixed) != fixed:
+            raise ValueError(f"{str(meta_path)!r} states {key}={short_repr(meta[key])}, but "
+                             f"the format fixes it to {fixed!r}; {fix}")
+    problem = class_list_problem(meta.get("classes", []))
+    if problem:
+        raise ValueError(f"{str(meta_path)!r} states classes={short_repr(meta['classes'])}, "
+                         f"which {problem}; {fix}")
+
+
+def class_list_problem(classes: object) -> str | None:
+    """Why ``classes`` is not a list of distinct class names (one phrase), or None."""
+    if not isinstance(classes, list) or len(classes) > MAX_CLASSES:
+        return f"is not a list of at most {MAX_CLASSES} class names"
+    seen: set[str] = set()
+    for i, name in enumerate(classes):
+        if not isinstance(name, str) or not 0 < len(name) <= MAX_CLASS_NAME:
+            return (f"holds {short_repr(name)} at [{i}], not a class name (a string of 1 to "
+                    f"{MAX_CLASS_NAME} characters)")
+        if name in seen:
+            return f"names class {short_repr(name)} twice"
+        seen.add(name)
+    return None
+
+
+def _checked_sidecar(path: Path, meta: dict, kind: str, default_file: str,
+                     default_dtype: str, fix: str) -> Path:
+    """``path``'s ``kind`` sidecar file, its size checked against the record count before it
+    is read; a missing or short file is one error naming it and ``fix``."""
+    import numpy as np
+
+    sidecar = path / default_file
+    dtype = np.dtype(default_dtype)
+    try:
+        size = regular_file_size(sidecar, "sidecar")
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{str(sidecar)!r} is missing; {fix}") from None
+    if size != meta["count"] * dtype.itemsize:
+        noun = "labels" if kind == "labels" else "checksums"
+        held = (f"{size // dtype.itemsize} {noun}" if size % dtype.itemsize == 0
+                else f"{size} bytes, not a whole number of {noun},")
+        raise ValueError(f"{str(sidecar)!r} holds {held} for {meta['count']} records; {fix}")
+    return sidecar
+
+
+def load_sidecar_array(path: Path, meta: dict, kind: str, default_file: str,
+                        default_dtype: str, fix: str):
+    """The per-record ``kind`` array (labels, checksums) beside ``path``'s data.mdb, read into
+    memory after :func:`_checked_sidecar`'s size check."""
+    import numpy as np
+
+    sidecar = _checked_sidecar(path, meta, kind, default_file, default_dtype, fix)
+    return np.fromfile(sidecar, dtype=np.dtype(default_dtype))
+
+
+def map_labels(path: Path, meta: dict, labels_file: str, num_classes: int, fix: str) -> Labels:
+    """``path``'s labels file memory-mapped (:class:`~fastload.data.format.targets.Labels`), its size
+    checked before it is mapped and every label checked to lie in ``[0, num_classes)``."""
+    sidecar = _checked_sidecar(path, meta, "labels", labels_file, LABELS_DTYPE, fix)
+    labels = Labels(sidecar, int(meta["count"]))
+    check_label_range(labels.array, num_classes, sidecar, fix)
+    return labels
+
+
+def check_label_range(labels, num_classes: int, where: Path, fix: str) -> None:
+    """ValueError naming ``where`` unless every label is in ``[0, num_classes)``."""
+    import numpy as np
+
+    if len(labels) and (int(labels.min()) < 0 or int(labels.max()) >= num_classes):
+        bad = int(np.flatnonzero((labels < 0) | (labels >= num_classes))[0])
+        raise ValueError(f"{str(where)!r} holds label {int(labels[bad])} at record {bad}, "
+                         f"outside [0, {num_classes}) for the {num_classes} classes; {fix}")
+
+
+def load_labels(path: Path, meta: dict) -> Labels:
+    """Per-record labels from the labels sidecar, memory-mapped, checked against the record
+    count and the class count."""
+    return map_labels(path, meta, LABELS_FILE, len(meta.get("classes", [])),
+                      "reconvert it with overwrite=True")
+
+
+def load_checksums(path: Path, meta: dict):
+    """Per-record CRC-32s (a uint32 numpy array) from the checksum sidecar."""
+    import numpy as np
+
+    checksums = load_sidecar_array(path, meta, "checksum", CHECKSUM_FILE, CHECKSUM_DTYPE,
+                                    "restore it or reconvert it with overwrite=True")
+    return checksums.astype(np.uint32)
+
+
+class CorruptRecord(OSError, ValueError):
+    """A record's bytes differ from what the converter wrote (checksum or Datum framing).
+
+    An OSError as Pillow's decode errors are (what torch's loader raises over the same
+    dataset), and a ValueError as a malformed record always was here."""
+
+
+class LMDBReader:
+    """Read-only view of a fastload LMDB directory (see the module docstring).
+
+    Every record is checked against its CRC-32 from ``checksums.crc32`` before its bytes
+    are returned (``checksums=False`` skips that, for measuring its cost); a mismatch raises
+    :class:`CorruptRecord` naming the key, so damaged bytes never reach a decoder.
+    """
+
+    def __init__(self, path: str | os.PathLike, *, checksums: bool = True) -> None:
+        refuse_url(path, "LMDB directory")
+        self.path = Path(os.path.abspath(path))
+        self.meta: dict = load_meta(self.path)
+        self.classes: list[str] = list(self.meta.get("classes", []))
+        self.class_to_idx: dict[str, int] = {name: i for i, name in enumerate(self.classes)}
+        self.targets: Labels = load_labels(self.path, self.meta)
+        self._count = int(self.meta["count"])
+        self.checksums = load_checksums(self.path, self.meta) if checksums else None
+        check_data_file(self.path / DATA_FILE, self._count)
+        self._env = None
+        self._txn = None
+        self._pid: int | None = None
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __repr__(self) -> str:
+        return f"LMDBReader({str(self.path)!r}, records={self._count}, classes={len(self.classes)})"
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state.update(_env=None, _txn=None, _pid=None)
+        return state
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
+    def share_labels(self, labels: Labels) -> None:
+        """Read ``labels`` (equal to this database's own, e.g. a view of a sharded set's
+        labels over this shard's range) instead of mapping this database's ``labels.i32``:
+        one mapping and one file handle fewer per shard."""
+        if not np.array_equal(labels.array, self.targets.array):
+            raise ValueError(f"the labels given for {str(self.path)!r} differ from its "
+                             f"{LABELS_FILE}")
+        self.targets = labels
+
+    def close(self) -> None:
+        """Drop this process's LMDB handle (it is reopened on the next read)."""
+        if self._env is not None and self._pid == os.getpid():
+            txn, self._txn = self._txn, None
+            if txn is not None:
+                txn.abort()
+            release_env(self.path)
+        self._env = self._txn = self._pid = None
+
+    def _transaction(self):
+        if self._pid != os.getpid():  # first use here, or inherited through fork
+            self._env = self._txn = None
+            self._env = acquire_env(self.path, self._count)
+            self._pid = os.getpid()
+            self._txn = self._env.begin(write=False, buffers=False)
+        return self._txn
+
+    def key(self, index: int) -> bytes:
+        """The LMDB key of record ``index`` (negative indices count from the end)."""
+        return record_key(record_index(index, self._count, self.path))
+
+    def record(self, index: int) -> bytes:
+        """The raw Datum value of record ``index``."""
+        key = self.key(index)
+        value = self._transaction().get(key)
+        if value is None:
+            raise KeyError(
+                f"record {key.decode()} is missing from {str(self.path)!r}; the database is "
+                "damaged: run `fastload verify` and reconvert it with overwrite=True"
+            )
+        if self.checksums is not None:
+            stored = int(self.checksums[int(key)])
+            if crc32(value) != stored:
+                raise CorruptRecord(
+                    f"record {key.decode()} of {str(self.path)!r} is corrupt: its CRC-32 is "
+                    f"{crc32(value):08x}, the checksum file says {stored:08x}; run `fastload "
+                    "verify` and reconvert it with overwrite=True"
+                )
+        return value
+
+    def image_bytes(self, index: int) -> tuple[memoryview, int, tuple[int, int]]:
+        """``(encoded JPEG bytes, label, (height, width))`` of record ``index``."""
+        try:
+            data, label, height, width, _, _ = datum_fields(self.record(index))
+        except CorruptRecord:
+            raise
+        except ValueError as exc:
+            raise CorruptRecord(
+                f"record {self.key(index).decode()} of {str(self.path)!r} is corrupt ({exc}); "
+                "run `fastload verify` and reconvert it with overwrite=True"
+            ) from None
+        if label != self.targets[index]:  # targets (labels.i32) is what samplers and loaders use
+            raise CorruptRecord(
+                f"record {self.key(index).decode()} of {str(self.path)!r} holds label {label}, "
+                f"but its labels.i32 says {self.targets[index]}; run `fastload verify` and "
+                "reconvert it with overwrite=True")
+        return data, label, (height, width)

@@ -1,0 +1,164 @@
+"""``fastload verify``: check a fastload LMDB directory against its sidecar files.
+
+Checks, in order: the metadata is complete and supported; ``labels.i32`` holds ``count``
+labels, each in ``[0, len(classes))``; the database holds exactly ``count`` records under
+keys ``00000000`` ... in order; every record parses as a Datum whose CRC-32 matches
+``checksums.crc32`` and whose label matches ``labels.i32``; and a seeded sample of records
+(all with ``full=True``) decodes with Pillow to a 3-channel image of the height and width
+the Datum states, without damaged JPEG data (libjpeg-turbo's strict decode,
+:func:`fastload.data.format.jpeg_damage.jpeg_damage`). A sharded set: :mod:`fastload.data.sets.verify`.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fastload.data.format.constants import (
+    CHECKSUM_DTYPE,
+    CHECKSUM_FILE,
+    DATA_FILE,
+    crc32,
+    record_key,
+)
+from fastload.data.format.datum import datum_fields
+from fastload.data.format.jpeg_damage import damage_reason, jpeg_damage
+from fastload.data.format.reader import acquire_env, load_labels, load_meta, release_env
+from fastload.data.format.untrusted import refuse_url
+
+
+@dataclass
+class VerifyReport:
+    """What :func:`verify_lmdb` found; ``ok`` is True when ``bad`` is empty."""
+
+    path: Path  # a URL (str) for a database or set read from object storage
+    expected: int  # record count the metadata states
+    found: int  # records in the database
+    checksums_checked: int = 0
+    decoded: int = 0
+    bad: list[tuple[str, str]] = field(default_factory=list)  # (key or file, reason)
+
+    @property
+    def ok(self) -> bool:
+        return not self.bad
+
+    def summary(self) -> str:
+        verdict = "OK" if self.ok else f"FAILED: {len(self.bad)} problem(s)"
+        return (f"{verdict}: {self.found}/{self.expected} records, {self.checksums_checked} "
+                f"checksums checked, {self.decoded} images decoded")
+
+
+def _decode_problem(data: memoryview, height: int, width: int, channels: int) -> str | None:
+    from PIL import Image
+
+    damage = jpeg_damage(data)  # Pillow decodes damaged JPEG data without an error
+    if damage is not None:
+        return damage_reason(damage)
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            image.load()
+            size, bands = image.size, len(image.getbands())
+    except Exception as exc:  # noqa: BLE001 - any decoder failure is a finding
+        return f"does not decode: {exc}"
+    if size != (width, height):
+        return f"decodes to {size[1]}x{size[0]} but the Datum says {height}x{width}"
+    if bands != 3 or channels != 3:
+        return f"decodes to {bands} channel(s) (Datum channels={channels}); expected 3"
+    return None
+
+
+def verify_lmdb(path: str | os.PathLike, full: bool = False, sample: int = 64,
+                seed: int = 0, *, storage_options: dict | None = None) -> VerifyReport:
+    """Verify the database at ``path``; see the module docstring for what is checked.
+    ``path`` may be a URL (``storage_options`` for fsspec): the database is fetched into
+    the shard cache first, and the report names the URL."""
+    import numpy as np
+
+    if isinstance(sample, bool) or not isinstance(sample, int) or sample < 0:
+        raise ValueError(f"sample should be a non-negative integer, but got sample={sample!r}")
+    from fastload.data.remote.url import locate
+
+    where = locate(path, storage_options, "LMDB directory")
+    if not isinstance(where, str):
+        from fastload.data.remote.sets import RemoteLMDBReader
+
+        reader = RemoteLMDBReader(where)
+        try:
+            report = verify_lmdb(reader.path, full=full, sample=sample, seed=seed)
+        finally:
+            reader.close()
+        report.path = where.url  # type: ignore[assignment]
+        return report
+    path = where
+    refuse_url(path, "LMDB directory")
+    root = Path(os.path.abspath(path))
+    meta = load_meta(root)
+    expected = int(meta["count"])
+    report = VerifyReport(path=root, expected=expected, found=0)
+    checksum_path = root / meta.get("checksum_file", CHECKSUM_FILE)
+    try:
+        checksums = np.fromfile(checksum_path, dtype=meta.get("checksum_dtype", CHECKSUM_DTYPE))
+    except FileNotFoundError:
+        checksums = np.zeros(0, dtype=np.uint32)
+        report.bad.append((checksum_path.name, "checksum file is missing"))
+    if len(checksums) != expected and checksum_path.exists():
+        report.bad.append((checksum_path.name,
+                           f"holds {len(checksums)} checksums for {expected} records"))
+    try:
+        labels = load_labels(root, meta)  # also checks every label against the class count
+    except (FileNotFoundError, ValueError) as exc:
+        labels = []
+        report.bad.append((meta.get("labels_file", "labels"), str(exc)))
+    if full:
+        to_decode = set(range(expected))
+    else:
+        to_decode = set(random.Random(seed).sample(range(expected), min(sample, expected)))
+
+    try:
+        env = acquire_env(root)
+    except OSError as exc:  # truncated or not LMDB: never map it (see lmdb_meta)
+        report.bad.append((DATA_FILE, str(exc)))
+        return report
+    try:
+        with env.begin(buffers=True) as txn:
+            index = 0
+            for key, value in txn.cursor().iternext(keys=True, values=True):
+                key = bytes(key)
+                name = key.decode(errors="replace")
+                if index >= expected or key != record_key(index):
+                    report.bad.append((name, f"unexpected key (expected {record_key(index).decode() if index < expected else 'no more records'})"))
+                    index += 1
+                    continue
+                problem = _check_record(value, index, checksums, labels, to_decode, report)
+                if problem:
+                    report.bad.append((name, problem))
+                index += 1
+            report.found = index
+    finally:
+        release_env(root)
+    if report.found < expected:
+        report.bad.append(("count", f"database holds {report.found} records; metadata says {expected}"))
+    return report
+
+
+def _check_record(value, index, checksums, labels, to_decode, report) -> str | None:
+    if index < len(checksums):
+        report.checksums_checked += 1
+        actual = crc32(value)
+        if actual != int(checksums[index]):
+            return f"checksum mismatch (stored {int(checksums[index]):08x}, computed {actual:08x})"
+    try:
+        data, label, height, width, channels, encoded = datum_fields(value)
+    except ValueError as exc:
+        return f"not a valid Datum: {exc}"
+    if index < len(labels) and label != labels[index]:
+        return f"label {label} differs from the labels file ({labels[index]})"
+    if not encoded:
+        return "Datum is not marked encoded"
+    if index in to_decode:
+        report.decoded += 1
+        return _decode_problem(data, height, width, channels)
+    return None

@@ -1,0 +1,3 @@
+"""Generated pictures for tests, benches and the demo: an ImageFolder tree of synthetic
+JPEGs and crops of public-domain photographs.
+"""

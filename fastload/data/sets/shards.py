@@ -1,0 +1,233 @@
+"""Reading a sharded fastload set (see :mod:`fastload.data.sets.manifest`) as one data set.
+
+:class:`ShardedReader` has :class:`~fastload.data.format.reader.LMDBReader`'s interface (``path``,
+``meta``, ``classes``, ``class_to_idx``, ``targets``, ``len``, ``key``, ``record``,
+``image_bytes``, ``close``) over global indices. A set is a closed folder, read only as far
+as it is checked:
+
+* **At open** it reads the manifest and the set's labels file only: the manifest's schema,
+  paths and ranges (:mod:`fastload.data.sets.schema`), and ``labels.i32`` holding
+  ``count`` labels, each in ``[0, len(classes))``.
+* **At a shard's first read**, in the process that reads it (so a rank touches only the
+  shards its samples live in), before any of its records is returned: its files lie in its
+  folder, its ``fastload.json`` opens (:class:`~fastload.data.format.reader.LMDBReader`'s checks)
+  and names this shard of this set (index, shard count, source, fingerprint, classes,
+  options), its record count and the CRC-32 of its ``checksums.crc32`` equal the
+  manifest's, and its labels equal the set's labels over its range. Each record's CRC-32
+  and label are then checked as it is read. A shard that fails these checks is refused
+  once: each later read of it raises the same error at once, without opening it again,
+  until :meth:`ShardedReader.forget_refusals` (the loader calls it at each ``iter()``) or
+  :meth:`ShardedReader.release_shard`. Naming a record (:meth:`ShardedReader.key`) never
+  opens its shard, so an error message about a refused shard cannot fail itself.
+
+What only ``fastload verify`` checks: every record of every shard (its CRC-32, its Datum,
+its label) and a decode of a sample (see :mod:`fastload.data.sets.verify`).
+"""
+
+from __future__ import annotations
+
+import bisect
+import copy
+import os
+
+from fastload.data.format.constants import (
+    CHECKSUM_FILE,
+    DATA_FILE,
+    LABELS_FILE,
+    META_FILE,
+    crc32,
+    record_key,
+)
+from fastload.data.format.reader import LMDBReader, map_labels, record_index
+from fastload.data.format.targets import Labels
+from fastload.data.format.untrusted import confined_path
+from fastload.data.sets.manifest import (
+    SET_LABELS_FILE,
+    identity_differences,
+    is_sharded_set,
+    manifest_path,
+    open_manifest,
+)
+from fastload.data.sets.schema import ShardEntry, repair_advice
+
+__all__ = ["ShardedReader", "open_reader"]
+
+
+class ShardedReader:
+    """Read-only view of a sharded set as one data set with global indices."""
+
+    _shards_present = True  # a remote set's shards arrive in its cache folder on first use
+    streaming = False  # read from object storage: the loader's default order is by shards
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        file = manifest_path(path)
+        self.path = file.parent
+        self.meta, self._entries = open_manifest(file, shards_present=self._shards_present)
+        self.classes: list[str] = list(self.meta["classes"])
+        self.class_to_idx: dict[str, int] = {name: i for i, name in enumerate(self.classes)}
+        self._count = int(self.meta["count"])
+        self._starts = [entry.start for entry in self._entries]
+        fix = repair_advice(self.path)
+        # memory-mapped: a rank holds no copy of 100 M labels (fastload.data.format.targets)
+        self.targets: Labels = map_labels(self.path, self.meta, SET_LABELS_FILE,
+                                          len(self.classes), fix)
+        self._readers: dict[int, LMDBReader] = {}
+        # shard -> the error its first read raised (see the module docstring)
+        self._refusals: dict[int, Exception] = {}
+
+    @property
+    def num_shards(self) -> int:
+        return len(self._entries)
+
+    @property
+    def entries(self) -> list[ShardEntry]:
+        """The manifest's shard entries, as checked at open (path, real folder, range)."""
+        return list(self._entries)
+
+    @property
+    def opened_shards(self) -> list[int]:
+        """Indices of the shards this process has opened so far."""
+        return sorted(k for k, r in self._readers.items() if r._pid == os.getpid())
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __repr__(self) -> str:
+        return (f"ShardedReader({str(self.path)!r}, records={self._count}, "
+                f"shards={self.num_shards}, classes={len(self.classes)})")
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state["_readers"] = {}  # reopened lazily where the copy reads
+        state["_refusals"] = {}  # and checked again there
+        return state
+
+    def close(self) -> None:
+        """Drop this process's LMDB handles (shards reopen on the next read)."""
+        for reader in self._readers.values():
+            reader.close()
+
+    def release_shard(self, shard: int) -> None:
+        """Close shard ``shard``'s handle in this process (it reopens on its next read), so
+        that a reader done with a shard holds nothing of it."""
+        self._refusals.pop(shard, None)
+        reader = self._readers.pop(shard, None)
+        if reader is not None:
+            reader.close()
+
+    def forget_refusals(self) -> None:
+        """Check the shards refused so far again at their next read (a new epoch: the
+        files may have been put right since)."""
+        self._refusals.clear()
+
+    def prefetch(self, shards) -> list:
+        """Ask for ``shards`` to be ready before they are read: a remote set fetches them
+        into its cache in the background (:meth:`RemoteShardedReader.prefetch`); a local
+        set's shards are always ready, so each ``Future`` is already done with True."""
+        from concurrent.futures import Future
+
+        done = []
+        for _ in shards:
+            future: Future = Future()
+            future.set_result(True)
+            done.append(future)
+        return done
+
+    def is_cached(self, shard: int) -> bool:
+        """Whether shard ``shard`` can be opened without a download (a local set: always)."""
+        return True
+
+    def locate(self, index: int) -> tuple[int, int]:
+        """``(shard, record within it)`` of global ``index`` (negative counts from the end)."""
+        index = record_index(index, self._count, self.path)
+        shard = bisect.bisect_right(self._starts, index) - 1
+        return shard, index - self._starts[shard]
+
+    def shard_reader(self, shard: int) -> LMDBReader:
+        """The reader of shard ``shard``, opened on first use here and checked against the
+        manifest (module docstring); ValueError/OSError naming the shard otherwise, raised
+        again (a copy of the first error) without opening it at each later read."""
+        reader = self._readers.get(shard)
+        if reader is not None:
+            return reader
+        refused = self._refusals.get(shard)
+        if refused is not None:
+            raise _again(refused)
+        try:
+            reader = self._open_shard(self._entries[shard])
+        except Exception as err:
+            self._refusals[shard] = err
+            raise
+        self._readers[shard] = reader
+        return reader
+
+    def _open_shard(self, entry: ShardEntry) -> LMDBReader:
+        where = f"shard {entry.index} ({entry.path!r}) of the set {str(self.path)!r}"
+        for name in (META_FILE, DATA_FILE, CHECKSUM_FILE, LABELS_FILE):  # no symlink out
+            confined_path(entry.folder, name, f"{where}: its {name}")
+        reader = LMDBReader(entry.folder)
+        fix = (f"run `fastload verify {self.path}` to check every record; copy the set again, "
+               "or, if its shards are the ones you want, rebuild the manifest from them with "
+               f"`fastload verify {self.path} --repair`")
+        problem = self.shard_problem(reader, entry)
+        if problem:
+            reader.close()
+            raise ValueError(f"{where} does not match the manifest: {problem}; {fix}")
+        reader.share_labels(self.targets.view(entry.start, entry.stop))
+        return reader
+
+    def shard_problem(self, reader: LMDBReader, entry: ShardEntry) -> str | None:
+        """How the opened shard ``reader`` differs from the manifest's ``entry`` (identity,
+        record count, CRC-32 of its checksum file, labels), one phrase; None when it matches."""
+        differs = identity_differences(reader.meta, {
+            "format_version": self.meta["shard_format_version"],
+            **{key: self.meta[key] for key in ("source", "source_kind", "source_fingerprint",
+                                               "classes", "options")},
+            "shard": {"index": entry.index, "count": self.num_shards}})
+        if differs:
+            return (f"its {META_FILE} differs from the manifest in {', '.join(differs)} "
+                    "(a shard of another set, or shards swapped)")
+        if len(reader) != entry.count:
+            return f"holds {len(reader)} records but the manifest says {entry.count}"
+        if crc32(reader.checksums.astype("<u4").tobytes()) != entry.checksum_crc32:
+            return (f"its {CHECKSUM_FILE} differs from the one the manifest was written "
+                    "for (CRC-32 mismatch)")
+        if reader.targets != self.targets.view(entry.start, entry.stop):
+            return (f"its {LABELS_FILE} differs from the set's {SET_LABELS_FILE} over "
+                    f"[{entry.start}, {entry.stop})")
+        return None
+
+    def key(self, index: int) -> bytes:
+        """``b"<shard folder>/<record key>"`` of global ``index``, from the manifest alone
+        (never opens the shard: error messages name records with it)."""
+        shard, local = self.locate(index)
+        return self._entries[shard].path.encode() + b"/" + record_key(local)
+
+    def record(self, index: int) -> bytes:
+        shard, local = self.locate(index)
+        return self.shard_reader(shard).record(local)
+
+    def image_bytes(self, index: int) -> tuple[memoryview, int, tuple[int, int]]:
+        """``(encoded JPEG bytes, label, (height, width))`` of global record ``index``."""
+        shard, local = self.locate(index)
+        return self.shard_reader(shard).image_bytes(local)
+
+
+def _again(err: Exception) -> Exception:
+    """A fresh exception like ``err`` (its type and message, no traceback) to raise again:
+    the first one may still be in the caller's hands."""
+    try:
+        fresh = copy.copy(err)
+    except Exception:  # noqa: BLE001 - an exception type copy cannot rebuild
+        return ValueError(str(err))
+    return fresh if isinstance(fresh, Exception) and str(fresh) == str(err) else ValueError(str(err))
+
+
+def open_reader(path: str | os.PathLike) -> LMDBReader | ShardedReader:
+    """A :class:`ShardedReader` for a sharded set (its folder or manifest), else an
+    :class:`~fastload.data.format.reader.LMDBReader` for one LMDB directory."""
+    if is_sharded_set(path):
+        return ShardedReader(path)
+    return LMDBReader(path)
+
+

@@ -1,0 +1,150 @@
+"""``fastload verify`` of a sharded set: the open checks, then every record of every shard.
+
+:func:`verify_set` opens the set as a reader does (:class:`~fastload.data.sets.shards.ShardedReader`:
+the manifest's schema, paths and ranges, the set's labels), then for each shard runs the
+checks of its first read (its sidecar against the manifest) and :func:`verify_lmdb` on the
+very folder the reader reads: every record's key, CRC-32, Datum and label, and a decode of a
+sample. With ``repair=True`` a manifest or set labels file that fails the open checks is
+rebuilt from the set's shard folders, once every shard verifies clean.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fastload.data.format.untrusted import refuse_url
+from fastload.data.format.verify import VerifyReport, verify_lmdb
+from fastload.data.remote.url import locate
+from fastload.data.sets.manifest import (
+    complete_manifest,
+    describe_shards,
+    existing_shard_counts,
+    manifest_path,
+    pending_shards,
+)
+from fastload.data.sets.shards import ShardedReader
+
+__all__ = ["SetVerifyReport", "verify_set"]
+
+
+@dataclass
+class SetVerifyReport(VerifyReport):
+    """:func:`verify_set`'s findings: a :class:`VerifyReport` summed over the shards, and
+    what was checked (``checked``, one phrase each)."""
+
+    found: int = 0
+    shards: int = 0
+    manifest_written: bool = False
+    repaired: bool = False
+    checked: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        verdict = "OK" if self.ok else f"FAILED: {len(self.bad)} problem(s)"
+        written = ("; manifest rebuilt from the shards" if self.repaired
+                   else "; manifest completed" if self.manifest_written else "")
+        checked = "; checked: " + ", ".join(self.checked) if self.checked else ""
+        return (f"{verdict}: {self.found}/{self.expected} records in {self.shards} shards, "
+                f"{self.checksums_checked} checksums checked, {self.decoded} images decoded"
+                f"{written}{checked}")
+
+
+def verify_set(path: str | os.PathLike, full: bool = False, sample: int = 64,
+               seed: int = 0, *, repair: bool = False,
+               storage_options: dict | None = None) -> SetVerifyReport:
+    """Verify a sharded set (module docstring): complete its manifest if every shard is
+    finished and none is written yet, or (``repair``) rebuild a manifest that does not pass
+    the open checks; ``sample`` decodes are spread over the shards by size. ``path`` may be
+    a URL (``storage_options`` for fsspec): each shard is fetched into the shard cache,
+    checked against the manifest, verified, and let go before the next."""
+    if isinstance(sample, bool) or not isinstance(sample, int) or sample < 0:
+        raise ValueError(f"sample should be a non-negative integer, but got sample={sample!r}")
+    where = locate(path, storage_options, "sharded set")
+    written = repaired = False
+    if not isinstance(where, str):  # a URL: its shards are fetched into the cache one by one
+        from fastload.data.remote.sets import RemoteShardedReader, remote_kind
+
+        if repair:
+            raise ValueError(f"repair rewrites a local set's manifest, but {where.url!r} is a "
+                             "URL; repair a local copy and upload it again")
+        kind, where, listed = remote_kind(where)
+        if kind != "set":
+            raise ValueError(f"{where.url} holds one LMDB, not a sharded set; verify it with "
+                             "verify_lmdb (`fastload verify` picks the right one)")
+        reader = RemoteShardedReader(where, listed=listed)
+        root = where.url
+    else:
+        refuse_url(where, "sharded set")
+        root = manifest_path(where).parent
+        if repair:
+            repaired = _repair(root)
+        elif not manifest_path(root).exists() and len(existing_shard_counts(root)) == 1:
+            count = next(iter(existing_shard_counts(root)))
+            _refuse_unfinished(root, count)
+            written = complete_manifest(root, count) is not None
+        reader = ShardedReader(root)  # the open checks: one clear error when they fail
+    report = SetVerifyReport(path=root, expected=len(reader), shards=reader.num_shards,
+                             manifest_written=written, repaired=repaired)
+    total = max(1, report.expected)
+    matched = 0
+    for k, entry in enumerate(reader.entries):
+        try:
+            shard = reader.shard_reader(k)  # the checks of a shard's first read
+        except (OSError, ValueError) as exc:
+            report.bad.append((entry.path, str(exc)))
+            continue
+        matched += 1
+        share = sample if full else -(-sample * entry.count // total)
+        sub = verify_lmdb(shard.path, full=full, sample=min(share, entry.count), seed=seed + k)
+        report.found += sub.found
+        report.checksums_checked += sub.checksums_checked
+        report.decoded += sub.decoded
+        report.bad += [(f"{entry.path}/{key}", why) for key, why in sub.bad]
+        reader.release_shard(k)  # a remote set's cache may evict it now
+    reader.close()
+    report.checked = [
+        "the manifest (fields, paths inside the set, contiguous ranges)",
+        f"the set's labels ({len(reader)} in [0, {len(reader.classes)}))",
+        f"{matched}/{reader.num_shards} shard sidecars against the manifest (identity, "
+        "count, checksum-file CRC-32, labels)",
+        "every record's key, CRC-32, Datum and label",
+    ]
+    return report
+
+
+def _refuse_unfinished(root: Path, count: int) -> None:
+    missing = pending_shards(root, count)
+    if missing:
+        raise ValueError(
+            f"sharded set {str(root)!r} is unfinished: {', '.join(missing[:3])}"
+            f"{', ...' if len(missing) > 3 else ''} not complete; rerun their "
+            "conversions (the same shards and their shard_index)")
+
+
+def _repair(root: Path) -> bool:
+    """Rebuild the manifest and the set's labels from the shard folders when the set does not
+    pass its open checks; True when they were rewritten. Refused (ValueError) while a shard
+    is unfinished or does not verify: a manifest is only ever written over sound shards."""
+    try:
+        ShardedReader(root)
+        return False  # it opens: nothing a rebuild from the shards would change
+    except (OSError, ValueError):
+        pass
+    counts = existing_shard_counts(root)
+    if len(counts) != 1:
+        raise ValueError(f"cannot repair {str(root)!r}: it holds {describe_shards(root)}, not "
+                         "the shards of one set")
+    count = next(iter(counts))
+    _refuse_unfinished(root, count)
+
+    def vet(folder: Path) -> None:
+        sub = verify_lmdb(folder, sample=0)
+        if not sub.ok:
+            key, why = sub.bad[0]
+            raise ValueError(f"cannot repair {str(root)!r}: shard {folder.name!r} does not "
+                             f"verify ({key}: {why}); reconvert it (remove its folder and rerun "
+                             "its conversion) or copy it again")
+
+    complete_manifest(root, count, rebuild=True, vet=vet)
+    return True

@@ -1,0 +1,3 @@
+"""The seams: the only places fastload touches private names of torch, torchvision,
+timm and DALI.
+"""
