@@ -460,7 +460,7 @@ def run_kernel(mods: dict, case: dict) -> str:
 
 
 def run_selftest(case: dict) -> str:
-    """What the harness must catch, on purpose (tests/test_fuzz_harness.py): a crash
+    """What the harness must catch, on purpose (tests/pipelines/test_fuzz_harness.py): a crash
     (``"crash"``, a read of address 0), a hang (``"hang"``) or a broken promise."""
     if case["do"] == "crash":
         import ctypes

@@ -1,4 +1,4 @@
-"""One epoch of the mixed-batch folder in a fresh process (tests/test_batch_identity.py).
+"""One epoch of the mixed-batch folder in a fresh process (tests/loader/test_batch_identity.py).
 
 Usage: python mixed_batches.py FOLDER EPOCH OUT. Builds the loader the test builds, runs
 epoch EPOCH (set_epoch) and saves its images to OUT (a torch file of tensors only).

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from fastload.tools.reference import PAGE, reference
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_cli_reference_page_matches_every_commands_help():

@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 import pathlib
 
-ROOT = pathlib.Path(__file__).parents[1]
+ROOT = pathlib.Path(__file__).parents[2]
 # installed name -> source folder (setuptools package-dir in pyproject.toml)
 PACKAGES = {"fastload": ROOT / "fastload", "fastload.pipelines": ROOT / "pipelines",
             "fastload.tools": ROOT / "tools"}

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 HARNESS = ROOT / "tests" / "fuzz" / "run.py"
 REGRESSIONS = ROOT / "tests" / "fuzz" / "regressions"
 LIBASAN = subprocess.run(["gcc", "-print-file-name=libasan.so"], capture_output=True,

@@ -19,7 +19,7 @@ import fastload
 from fastload.data.remote.cache import MARKER
 from fastload.data.remote.sets import SHARD_FILES
 
-SCRIPTS = Path(__file__).parent / "scripts"
+SCRIPTS = Path(__file__).parents[1] / "scripts"
 
 
 @pytest.fixture(scope="module")
