@@ -5,12 +5,15 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DEMO   := runs/demo
 
-.PHONY: install test lint demo bench clean fuzz fuzz-short fuzz-build dist
+.PHONY: install test lint docs demo bench clean fuzz fuzz-short fuzz-build dist
 
 $(STAMP): pyproject.toml constraints.txt setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[test]'
+	@# headless Chromium for tests/docs/test_site.py (Debian's package), only where it is missing
+	@[ -x /usr/bin/chromium ] || apt-get install -y chromium >/dev/null 2>&1 || \
+	  echo "chromium not installed (apt-get install -y chromium): the site's browser test will skip"
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -18,7 +21,11 @@ install: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
-test: lint fuzz-short
+# The documentation site (mkdocs.yml, docs/) into site/, warnings as errors.
+docs: $(STAMP)
+	$(BIN)/mkdocs build --strict --site-dir site
+
+test: lint docs fuzz-short
 	$(BIN)/python -m pytest -q tests benchmarks --benchmark-disable
 
 # The C extensions under AddressSanitizer + UndefinedBehaviorSanitizer, into build/fuzz (the
@@ -65,4 +72,4 @@ dist: $(STAMP)
 	@ls -l $(DIST)
 
 clean:
-	rm -rf $(VENV) $(DEMO) $(DIST) .pytest_cache .benchmarks
+	rm -rf $(VENV) $(DEMO) $(DIST) site .pytest_cache .benchmarks
