@@ -36,7 +36,8 @@ from torch.utils.data import Sampler
 
 from fastload.loader.state_fields import check_state_fields
 
-__all__ = ["BatchOrder", "EpochSampler", "mix_seed", "distributed_settings", "rank_zero_seed"]
+__all__ = ["BatchOrder", "EpochSampler", "mix_seed", "distributed_settings", "rank_zero_seed",
+           "samples_per_rank"]
 
 _MASK64 = (1 << 64) - 1
 STATE_VERSION = 1
@@ -90,7 +91,7 @@ class EpochSampler(Sampler[int]):
         self.rank = rank
         self.drop_last = drop_last
         self.epoch = 0
-        self.num_samples = _per_rank(num_items, num_replicas, drop_last)
+        self.num_samples = samples_per_rank(num_items, num_replicas, drop_last)
         self.total_size = self.num_samples * num_replicas
 
     def set_epoch(self, epoch: int) -> None:
@@ -113,7 +114,7 @@ class EpochSampler(Sampler[int]):
         """This rank's indices for the current epoch (int64); with ``offset``, of the suffix
         ``epoch_order()[offset:]`` only, padded or cut and sharded by the same rule."""
         order = self.epoch_order()[offset:]
-        total_size = _per_rank(len(order), self.num_replicas, self.drop_last) * self.num_replicas
+        total_size = samples_per_rank(len(order), self.num_replicas, self.drop_last) * self.num_replicas
         if total_size > len(order):
             if len(order) == 0:
                 return order
@@ -142,8 +143,9 @@ class EpochSampler(Sampler[int]):
                              f"order={self.order_name!r}; resume with the same setting")
 
 
-def _per_rank(num_items: int, num_replicas: int, drop_last: bool) -> int:
-    """Samples per rank for an order of ``num_items`` (DistributedSampler's arithmetic)."""
+def samples_per_rank(num_items: int, num_replicas: int, drop_last: bool) -> int:
+    """Samples per rank for an order of ``num_items`` (DistributedSampler's arithmetic: with
+    ``drop_last`` the tail that does not divide evenly is dropped, otherwise it is padded)."""
     if drop_last and num_items % num_replicas:
         return math.ceil((num_items - num_replicas) / num_replicas)
     return math.ceil(num_items / num_replicas)

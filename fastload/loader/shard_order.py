@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fastload.loader.sampling import EpochSampler, _per_rank, distributed_settings, mix_seed
+from fastload.loader.sampling import EpochSampler, distributed_settings, mix_seed, samples_per_rank
 from fastload.utils.checks import check_positive_int
 
 __all__ = ["DEFAULT_SHARD_WINDOW", "ORDERS", "ShardOrder", "ShardShuffleSampler",
@@ -180,7 +180,7 @@ class _RankIndices:
         self.left = len(order) - offset
         self.num_replicas = num_replicas
         self.rank = rank
-        self._len = _per_rank(self.left, num_replicas, drop_last) if self.left > 0 else 0
+        self._len = samples_per_rank(self.left, num_replicas, drop_last) if self.left > 0 else 0
         self._announce = announce
         self._entered: set[int] = set()
 

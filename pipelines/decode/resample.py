@@ -27,7 +27,7 @@ except ImportError:  # torch ops below give the same values, slower
     _hwc_to_chw = None
 
 __all__ = ["eligible", "resample_batch", "SampleWriter", "check_sizes", "thread_count",
-           "thread_shares"]
+           "thread_shares", "full_resize"]
 
 _MODES = {"linear": "bilinear", "cubic": "bicubic"}
 # The kernels F.interpolate(..., antialias=True) runs (torch_seams.upsample_aa_out), called
@@ -54,7 +54,7 @@ def eligible(plan: TransformPlan) -> bool:
     return True
 
 
-def _full_resize(p: g.SampleParams) -> tuple[int, int, int, int]:
+def full_resize(p: g.SampleParams) -> tuple[int, int, int, int]:
     """``(height, width, top, left)``: the size the whole decoded region is resampled to, and
     where the output lies in it (geometry folds a crop after the resize into ``resize_roi``;
     its integers come back exactly from the float region)."""
@@ -95,7 +95,7 @@ class SampleWriter:
         """Resample the HWC uint8 region ``decoded`` per ``params`` into ``out[i]``."""
         h, w = self.size
         src = torch.from_numpy(np.asarray(decoded)).permute(2, 0, 1).unsqueeze(0)
-        rh, rw, top, left = _full_resize(params)
+        rh, rw, top, left = full_resize(params)
         mode, aa_out = self._kernels[params.interpolation or self._default]
         buf = getattr(self._local, "buf", None)
         if buf is None or buf.shape[2:] != (rh, rw):  # (rh, rw) != (h, w): a crop follows

@@ -130,7 +130,7 @@ def region_decoder() -> bool:
 def eighths(params: g.SampleParams) -> int:
     """Smallest ``M`` (1..8) such that the decoded region at scale ``M/8`` has at least the
     rows and columns it is resampled to (8: full size, no reduction)."""
-    rh, rw, _, _ = torch_resample._full_resize(params)
+    rh, rw, _, _ = torch_resample.full_resize(params)
     dh, dw = params.decode[2], params.decode[3]
     return max(1, math.ceil(8 * rh / dh), math.ceil(8 * rw / dw)) if dh and dw else 8
 
@@ -161,7 +161,7 @@ def decode_scale(params: g.SampleParams, parity: bool = True) -> int:
     m = 1 if m <= 1 else 2 if m <= 2 else 4 if m <= 4 else 8
     if not parity:
         return m
-    rh, rw, _, _ = torch_resample._full_resize(params)
+    rh, rw, _, _ = torch_resample.full_resize(params)
     top, left, dh, dw = params.decode
     while m < 8:
         pixel = 8 // m  # full-size pixels per scaled pixel
@@ -259,7 +259,7 @@ def _support(params: g.SampleParams, m: int, height: int, width: int
     Pillow's) filter for output pixel i spans ``s * (i + 0.5) +- support`` source pixels,
     ``s`` the scale and ``support`` the kernel's half width (1 bilinear, 2 bicubic) times
     ``max(s, 1)``."""
-    rh, rw, top, left = torch_resample._full_resize(params)
+    rh, rw, top, left = torch_resample.full_resize(params)
     oh, ow = params.resize
     half = 1 if params.interpolation == "linear" else 2  # None (the plan's mode): bicubic's
 

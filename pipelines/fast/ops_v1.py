@@ -52,7 +52,7 @@ from ..seams.torch_private import autoaugment_apply_op as _torchvision_apply_op
 from ..seams.torch_private import gen_affine_grid, inverse_affine_matrix
 from . import kernels
 
-__all__ = ["adjust", "apply_op"]
+__all__ = ["adjust", "apply_op", "gather_luts", "is_plain_number"]
 
 _FAST_OPS = frozenset(
     {"Brightness", "Color", "Contrast", "Sharpness", "AutoContrast", "Equalize", "Solarize"}
@@ -62,7 +62,7 @@ _GRAY_WEIGHTS = (0.2989, 0.587, 0.114)  # torchvision's rgb_to_grayscale coeffic
 
 def apply_op(img: Any, op_name: str, magnitude: float, interpolation: Any, fill: Any) -> Any:
     """``torchvision.transforms.autoaugment._apply_op`` with exact fast paths (see module doc)."""
-    if op_name in _FAST_OPS and _is_fast_input(img) and _is_plain_number(magnitude):
+    if op_name in _FAST_OPS and _is_fast_input(img) and is_plain_number(magnitude):
         if op_name == "Equalize":
             if img.ndim <= 4:  # torchvision rejects other ranks
                 return _equalize(img)
@@ -86,7 +86,7 @@ def apply_op(img: Any, op_name: str, magnitude: float, interpolation: Any, fill:
                 # torchvision's conv2d rejects more than 4 dimensions.
                 if op_name == "Sharpness" and img.ndim <= 4 and min(img.shape[-2:]) > 2:
                     return _sharpness(img, factor)
-    if op_name in _AFFINE_OPS and _is_fast_input(img) and _is_plain_number(magnitude) \
+    if op_name in _AFFINE_OPS and _is_fast_input(img) and is_plain_number(magnitude) \
             and (img.ndim == 3 or (img.ndim == 4 and img.shape[0] == 1)):
         mode, fills = _grid_mode(interpolation), _fill_values(fill, img.shape[0])
         if mode is not None and fills is not False:
@@ -104,7 +104,7 @@ def adjust(img: Any, name: str, kwargs: dict) -> Any | None:
     paths above (the factor given directly, not as ``1 + magnitude``); None where they do not
     apply (the caller then calls torchvision)."""
     factor = kwargs.get(_ADJUST.get(name, ""))
-    if (len(kwargs) != 1 or not _is_fast_input(img) or not _is_plain_number(factor)
+    if (len(kwargs) != 1 or not _is_fast_input(img) or not is_plain_number(factor)
             or not 0 <= factor <= kernels.BLEND_FACTOR_MAX):
         return None
     if name == "adjust_brightness":
@@ -130,7 +130,9 @@ def _is_fast_input(img: Any) -> bool:
     )
 
 
-def _is_plain_number(magnitude: Any) -> bool:
+def is_plain_number(magnitude: Any) -> bool:
+    """Whether a magnitude or factor is a plain int or float the fast paths take (also used by
+    :mod:`.ops_v2`)."""
     # within float32's range too: the C loops compute in float32, where torchvision's float32
     # arithmetic of a larger value (inf, inf - inf) is its own to replay (or to raise on)
     # (NaN and inf fail the comparison; an int of any size is compared exactly)
@@ -231,11 +233,12 @@ def _equalize(img: Tensor) -> Tensor:
     lut = (hist.cumsum(1) + safe_step // 2) // safe_step
     lut = torch.cat([torch.zeros_like(lut[:, :1]), lut[:, :-1]], dim=1).clamp_(0, 255)
     lut = torch.where(step == 0, values, lut)  # step 0: torchvision leaves the channel as is
-    return _gather(lut.to(torch.uint8), rows).view(img.shape)
+    return gather_luts(lut.to(torch.uint8), rows).view(img.shape)
 
 
-def _gather(luts: Tensor, rows: Tensor) -> Tensor:
-    """out[i, j] = luts[i, rows[i, j]] for uint8 luts (M, 256) and uint8 rows (M, N)."""
+def gather_luts(luts: Tensor, rows: Tensor) -> Tensor:
+    """out[i, j] = luts[i, rows[i, j]] for uint8 luts (M, 256) and uint8 rows (M, N): one
+    gather applies a per-row 256-entry table (Equalize, Solarize; also :mod:`.ops_v2`)."""
     index = rows.to(torch.int32)
     if luts.shape[0] > 1:
         index += torch.arange(luts.shape[0], dtype=torch.int32).mul_(256).unsqueeze_(1)
@@ -250,7 +253,7 @@ def _solarize_lut(threshold: float) -> Tensor:
 
 
 def _solarize(img: Tensor, threshold: float) -> Tensor:
-    return _gather(_solarize_lut(threshold), img.view(1, -1)).view(img.shape)
+    return gather_luts(_solarize_lut(threshold), img.view(1, -1)).view(img.shape)
 
 
 _AFFINE_OPS = frozenset({"ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate"})

@@ -35,7 +35,7 @@ from torch import Tensor
 
 from ..seams import torch_private as seams
 from . import kernels
-from .ops_v1 import _gather, _is_plain_number
+from .ops_v1 import gather_luts, is_plain_number
 
 __all__ = ["adjust", "apply_op"]
 
@@ -53,15 +53,15 @@ def apply_op(img: Any, op_name: str, magnitude: Any, interpolation: Any, fill: A
     """v2's ``_apply_image_or_video_transform(img, op_name, magnitude, interpolation, fill)``
     (``fill``: v2's per-type dict), or None where there is no fast path."""
     if op_name not in _FAST or not kernels.AVAILABLE or not _is_fast_input(img) \
-            or not _is_plain_number(magnitude):
+            or not is_plain_number(magnitude):
         return None
     plain = img.as_subclass(Tensor)
     if op_name in _BLENDS or op_name == "Sharpness":
         out = _blend(plain, op_name, 1.0 + magnitude)
     elif op_name == "Solarize":
         threshold = 255.0 * magnitude
-        out = None if threshold > 255 else _gather(_solarize_lut(threshold),
-                                                   plain.reshape(1, -1)).view(plain.shape)
+        out = None if threshold > 255 else gather_luts(_solarize_lut(threshold),
+                                                       plain.reshape(1, -1)).view(plain.shape)
     else:
         out = _affine(plain, op_name, magnitude, interpolation,
                       seams.v2_get_fill(fill, type(img)))
@@ -73,7 +73,7 @@ def adjust(img: Any, name: str, kwargs: Any) -> Any:
     key, op_name = _ADJUST.get(name, (None, None))
     if (key is None or not isinstance(kwargs, dict) or len(kwargs) != 1 or key not in kwargs
             or not kernels.AVAILABLE or not _is_fast_input(img)
-            or not _is_plain_number(kwargs[key])):
+            or not is_plain_number(kwargs[key])):
         return None
     out = _blend(img.as_subclass(Tensor), op_name, kwargs[key])
     return None if out is None else _like(out, img)

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image
 
-from fastload.data.pictures.synth import _check_common, _write_tree
+from fastload.data.pictures.synth import check_tree_arguments, write_tree
 
 __all__ = ["SOURCES", "TEXTURES", "SourcePhoto", "native_mosaic", "photo_image", "photo_size",
            "photo_tree", "source_paths"]
@@ -263,7 +263,7 @@ def photo_tree(
     """
     if classes is None:
         classes = len(SOURCES)
-    workers, size = _check_common(train, val, classes, seed, quality, workers, size)
+    workers, size = check_tree_arguments(train, val, classes, seed, quality, workers, size)
     source_paths(classes)  # names a missing package before anything is written
     try:
         low, high = (float(v) for v in megapixels)
@@ -273,7 +273,7 @@ def photo_tree(
     if not 0 < low <= high:
         raise ValueError(f"megapixels should be (low, high) with 0 < low <= high, but got "
                          f"megapixels={megapixels!r}")
-    return _write_tree(out, train, val, classes, seed, quality, workers, progress,
+    return write_tree(out, train, val, classes, seed, quality, workers, progress,
                        _photo_picture, (low, high), size)
 
 

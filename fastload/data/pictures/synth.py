@@ -26,7 +26,8 @@ from concurrent.futures import ProcessPoolExecutor
 import numpy as np
 from PIL import Image, ImageDraw, ImageFilter
 
-__all__ = ["synthesize", "synth_image", "class_names", "image_size", "tree_stats"]
+__all__ = ["synthesize", "synth_image", "class_names", "image_size", "tree_stats",
+           "check_tree_arguments", "write_tree"]
 
 SPLITS = ("train", "val")
 _SPLIT_IDS = {"train": 0, "val": 1}
@@ -234,10 +235,12 @@ def _check_int(name: str, value: int, low: int) -> None:
         raise ValueError(f"{name} should be at least {low}, but got {name}={value}")
 
 
-def _check_common(train: int, val: int, classes: int, seed: int, quality: int,
-                  workers: int | None, size: tuple[int, int] | None
-                  ) -> tuple[int, tuple[int, int] | None]:
-    """Check the arguments both kinds of tree share; return ``(workers, size)`` resolved."""
+def check_tree_arguments(train: int, val: int, classes: int, seed: int, quality: int,
+                         workers: int | None, size: tuple[int, int] | None
+                         ) -> tuple[int, tuple[int, int] | None]:
+    """Check the arguments both kinds of tree (:func:`synthesize`,
+    :func:`fastload.data.pictures.photos.photo_tree`) share; return ``(workers, size)``
+    resolved (``workers=None``: all cores)."""
     _check_int("train", train, 0)
     _check_int("val", val, 0)
     _check_int("classes", classes, 1)
@@ -279,16 +282,16 @@ def synthesize(
     picture (e.g. ``(1680, 2100)`` for camera-sized photos) instead of drawn sizes.
     For crops of real photographs instead, see :func:`fastload.data.pictures.photos.photo_tree`.
     """
-    workers, size = _check_common(train, val, classes, seed, quality, workers, size)
+    workers, size = check_tree_arguments(train, val, classes, seed, quality, workers, size)
     _check_int("min_side", min_side, 8)
     _check_int("max_side", max_side, min_side)
-    return _write_tree(out, train, val, classes, seed, quality, workers, progress,
+    return write_tree(out, train, val, classes, seed, quality, workers, progress,
                        _generated_picture, (min_side, max_side), size)
 
 
-def _write_tree(out: str | os.PathLike, train: int, val: int, classes: int, seed: int,
-               quality: int, workers: int, progress: bool, picture_of, shape: tuple,
-               size: tuple[int, int] | None) -> pathlib.Path:
+def write_tree(out: str | os.PathLike, train: int, val: int, classes: int, seed: int,
+              quality: int, workers: int, progress: bool, picture_of, shape: tuple,
+              size: tuple[int, int] | None) -> pathlib.Path:
     """Write the tree of checked arguments (the one writer of :func:`synthesize` and
     :func:`fastload.data.pictures.photos.photo_tree`): picture ``i`` is
     ``picture_of(rng, label, classes, size, shape)``, a module-level function (it crosses
