@@ -2,8 +2,10 @@
 
 import logging
 
-from fastload._version import __version__
 from fastload.data.format.datum import Datum, decode_datum, encode_datum
+
+# The one place the version is written: pyproject.toml reads it (setuptools `attr`, statically).
+__version__ = "0.1.0"
 
 # The `fastload` logger (plan, cache, download and retry decisions) is silent unless the
 # application configures logging (`fastload -v` does); this handler only stops Python's

@@ -60,7 +60,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "autoaugment, random_erasing, backend_tensor, use_v2, mixup_cutmix, "
                         "eval, timm_train, timm_deit, timm_eval)")
     parser.add_argument("--json", type=Path, default=None, metavar="FILE",
-                        help="write the results as JSON")
+                        help="write the results as JSON ('-': on stdout, the table on stderr)")
     parser.add_argument("--plot", type=Path, default=None, metavar="FILE.png",
                         help="write a PNG bar chart")
     parser.set_defaults(run=run)
@@ -87,6 +87,7 @@ def run(args: argparse.Namespace) -> int:
     """Exit status as ``fastload --help`` says: 2 for an option value BenchConfig refuses,
     1 when the data cannot be used or a row failed."""
     from fastload.bench.harness import BenchConfig, format_table, run_bench, write_json, write_plot
+    from fastload.bench.report import report_json
     from fastload.tools.cli import EXIT_FAILURE, EXIT_USAGE, report_error
 
     rows = "".join(ch for ch in args.rows.lower() if ch not in ", ")
@@ -119,12 +120,16 @@ def run(args: argparse.Namespace) -> int:
         report = run_bench(config, log=log)
     except (ValueError, OSError) as exc:  # the data: missing, empty, unreadable
         return report_error("bench", exc, _FLAGS, EXIT_FAILURE)
-    print(format_table(report))
-    if args.json is not None:
+    to_stdout = args.json is not None and os.fspath(args.json) == "-"
+    print(format_table(report), file=sys.stderr if to_stdout else sys.stdout)
+    if to_stdout:
+        print(report_json(report), end="", flush=True)
+    elif args.json is not None:
         print(f"wrote {os.fspath(write_json(report, args.json))}")
     if args.plot is not None:
         if any(r.images_per_s is not None for r in report.rows):
-            print(f"wrote {os.fspath(write_plot(report, args.plot))}")
+            print(f"wrote {os.fspath(write_plot(report, args.plot))}",
+                  file=sys.stderr if to_stdout else sys.stdout)
         else:
             print(f"no row was measured; {os.fspath(args.plot)} not written", file=sys.stderr)
     return 0 if all(r.status != "failed" for r in report.rows) else 1

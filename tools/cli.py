@@ -40,6 +40,24 @@ COMMANDS: dict[str, str] = {
     "export": "export",
     "bench": "bench",
     "demo": "demo",
+    "doctor": "doctor",
+}
+
+# The distribution to `pip install` (the import name is fastload): fastload.utils.machine's.
+DISTRIBUTION = "fastload-dali"
+
+# Subcommand -> [(extras beyond the core install, the part that needs them; None: the whole
+# command)]; build_parser appends one sentence per pair to the subcommand's --help.
+COMMAND_EXTRAS: dict[str, list[tuple[str, str | None]]] = {
+    "synth": [("photos", "--photos")],
+    "convert": [("sources", "Reading parquet files or WebDataset brace globs"),
+                ("datasets", "Reading a Hugging Face save_to_disk folder"),
+                ("remote", "A URL as SRC or DST")],
+    "verify": [("remote", "A set at a URL")],
+    "finetune": [("train", None)],
+    "export": [("train", None)],
+    "bench": [("bench", None)],
+    "demo": [("train,bench,photos", None)],
 }
 
 
@@ -94,7 +112,53 @@ def missing_extra(error: ModuleNotFoundError) -> str | None:
     if extra is None:
         return None
     return (f"this command needs {top}, which the [{extra}] extra installs: "
-            f"pip install 'fastload[{extra}]'")
+            f"pip install '{DISTRIBUTION}[{extra}]'")
+
+
+def needs_extra(extra: str, what: str | None = None) -> str:
+    """The sentence a subcommand's --help ends with: the extras it (or ``what``) needs."""
+    noun = "extras" if "," in extra else "extra"
+    return (f"{what or 'This command'} needs the [{extra}] {noun}: "
+            f"pip install '{DISTRIBUTION}[{extra}]'.")
+
+
+def _version() -> str:
+    """``pip --version``'s form: what runs, from where, on which Python."""
+    import os
+    import platform
+
+    import fastload
+
+    return (f"fastload {fastload.__version__} ({DISTRIBUTION}) from "
+            f"{os.path.dirname(fastload.__file__)} (python {platform.python_version()})")
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: :func:`_version` on one line (argparse's own action wraps it)."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS,
+                 help="print fastload's version, where it runs from, and exit"):
+        super().__init__(option_strings, dest, nargs=0, default=default, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(_version())
+        parser.exit()
+
+
+def set_verbosity(level: int) -> None:
+    """-q / -v: the ``fastload`` logger's level (-1 errors only, 1 debug) and one stderr
+    handler; 0 leaves logging as the caller set it (silent by default: fastload's NullHandler)."""
+    import logging
+
+    if level == 0:
+        return
+    logger = logging.getLogger("fastload")
+    logger.setLevel(logging.ERROR if level < 0 else logging.DEBUG)
+    if not any(getattr(h, "_fastload_cli", False) for h in logger.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        handler._fastload_cli = True  # type: ignore[attr-defined]  (set once per process)
+        logger.addHandler(handler)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -102,12 +166,23 @@ def build_parser() -> argparse.ArgumentParser:
         prog="fastload", description="Fast image training input for PyTorch.",
         epilog=EXIT_CODES_HELP,
     )
+    parser.add_argument("--version", action=_VersionAction)
+    verbosity = parser.add_mutually_exclusive_group()
+    verbosity.add_argument("-v", "--verbose", action="store_const", const=1, default=0,
+                           help="log fastload's decisions (plan, cache, download, retry) on "
+                                "stderr, down to debug records")
+    verbosity.add_argument("-q", "--quiet", action="store_true",
+                           help="log only errors (progress and results still print)")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module_name in COMMANDS.values():
+    for command, module_name in COMMANDS.items():
         module = importlib.import_module(f"fastload.tools.{module_name}")
         sub = module.add_parser(subparsers)
-        if isinstance(sub, argparse.ArgumentParser) and sub.epilog is None:
-            sub.epilog = EXIT_CODES_HELP
+        if isinstance(sub, argparse.ArgumentParser):
+            if command in COMMAND_EXTRAS:
+                sentences = " ".join(needs_extra(*pair) for pair in COMMAND_EXTRAS[command])
+                sub.description = f"{sub.description or ''} {sentences}".strip()
+            if sub.epilog is None:
+                sub.epilog = EXIT_CODES_HELP
     return parser
 
 
@@ -116,6 +191,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     (argparse itself exits 2 on a usage error)."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    set_verbosity(-1 if args.quiet else args.verbose)
     try:
         return int(args.run(args) or EXIT_OK)
     except ModuleNotFoundError as error:

@@ -42,7 +42,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument(
         "--photos", action="store_true",
         help="collages of crops of real photographs instead of generated pictures (needs "
-        "scikit-image: pip install 'fastload[photos]')",
+        "scikit-image: pip install 'fastload-dali[photos]')",
     )
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     parser.set_defaults(run=run)

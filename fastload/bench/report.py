@@ -11,7 +11,7 @@ from pathlib import Path
 
 import psutil
 
-__all__ = ["format_table", "machine_info", "write_json", "write_plot"]
+__all__ = ["format_table", "machine_info", "report_json", "write_json", "write_plot"]
 
 JSON_FORMAT_VERSION = 1
 _PACKAGES = ("torch", "torchvision", "nvidia-dali-cuda120", "pillow", "numpy", "lmdb", "ffcv")
@@ -107,12 +107,17 @@ def format_table(report) -> str:
     return "\n".join(out + notes)
 
 
-def write_json(report, path: str | os.PathLike) -> Path:
-    """Write the report as JSON (``format`` = version, ``config``, ``machine``, ``rows``)."""
-    path = Path(path)
+def report_json(report) -> str:
+    """The report as JSON text (``format`` = version, ``config``, ``machine``, ``rows``)."""
     payload = {"format": JSON_FORMAT_VERSION, **dataclasses.asdict(report)}
+    return json.dumps(payload, indent=2) + "\n"
+
+
+def write_json(report, path: str | os.PathLike) -> Path:
+    """Write :func:`report_json` to ``path``."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+    path.write_text(report_json(report), encoding="utf-8")
     return path
 
 

@@ -1,0 +1,143 @@
+"""`fastload doctor`: what the machine gives fastload, one line of advice per gap, and --json."""
+
+from __future__ import annotations
+
+import email.message
+import json
+import sys
+
+import pytest
+
+
+def _probe(tmp_path):
+    from fastload.utils.machine import machine_report
+
+    return machine_report(tmp_path, import_torch=False)
+
+
+def test_doctor_prints_every_section_and_exits_0(capsys):
+    from fastload.tools.cli import main
+
+    assert main(["doctor"]) == 0
+    out = capsys.readouterr().out
+    keys = [line.split("  ")[0] for line in out.splitlines() if not line.startswith((" ", "advice"))]
+    for key in ("fastload", "torch", "torchvision", "DALI", "timm", "kernel _normalize",
+                "kernel _augment", "kernel _affine", "kernel _jpegroi", "CPU", "CPU flags",
+                "cores", "cache"):
+        assert key in keys, out
+    assert "GPU" in out and "native bf16" in out
+    assert out.splitlines()[-1].startswith(("  - ", "advice: none"))
+
+
+def test_doctor_json_is_one_object_naming_kernels_cpu_and_cache(capsys):
+    from fastload.tools.cli import main
+    from fastload.utils.machine import KERNELS
+
+    assert main(["doctor", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert [k["name"] for k in report["kernels"]] == list(KERNELS)
+    assert set(report["cpu"]["flags"]) == {"avx2", "avx512f", "avx512_bf16", "amx_tile",
+                                           "amx_bf16"}
+    assert report["cpu"]["usable_cores"] >= 1 and report["cache_free_bytes"] > 0
+    assert report["versions"]["torch"] and isinstance(report["advice"], list)
+
+
+def test_a_missing_kernel_is_named_with_what_runs_instead_and_how_to_build_it(monkeypatch,
+                                                                            tmp_path):
+    monkeypatch.setitem(sys.modules, "fastload.pipelines._jpegroi", None)  # import fails
+    report = _probe(tmp_path)
+    jpegroi = next(k for k in report.kernels if k.name == "_jpegroi")
+    assert not jpegroi.loaded and "halted" in jpegroi.detail
+    assert report.libjpeg is None
+    advice = [line for line in report.advice if "_jpegroi" in line]
+    assert len(advice) == 1
+    assert "decoded whole at their DCT scale" in advice[0]
+    assert "libjpeg62-turbo-dev" in advice[0] and "--no-binary fastload-dali" in advice[0]
+
+
+def test_cpu_without_native_bf16_gets_the_amp_advice(monkeypatch, tmp_path):
+    from fastload.utils import machine
+
+    epyc = {"model name": "AMD EPYC 7B13", "flags": "fpu sse2 avx avx2 fma"}
+    monkeypatch.setattr(machine, "_cpuinfo", lambda: epyc)
+    report = _probe(tmp_path)
+    assert report.cpu.model == "AMD EPYC 7B13"
+    assert report.cpu.flags == {"avx2": True, "avx512f": False, "avx512_bf16": False,
+                                "amx_tile": False, "amx_bf16": False}
+    assert not report.cpu.native_bf16
+    assert any("bf16 autocast is emulated" in line and "amp='off'" in line
+               for line in report.advice)
+
+
+def test_cpu_with_amx_has_native_bf16_and_no_amp_advice(monkeypatch, tmp_path):
+    from fastload.utils import machine
+
+    xeon = {"model name": "Intel Xeon", "flags": "avx2 avx512f avx512_bf16 amx_tile amx_bf16"}
+    monkeypatch.setattr(machine, "_cpuinfo", lambda: xeon)
+    report = _probe(tmp_path)
+    assert report.cpu.native_bf16
+    assert not any("bf16" in line for line in report.advice)
+
+
+def test_the_cli_prints_advice_in_flags(monkeypatch, capsys):
+    from fastload.tools.cli import main
+    from fastload.utils import machine
+
+    monkeypatch.setattr(machine, "_cpuinfo", lambda: {"model name": "x", "flags": "avx2"})
+    monkeypatch.setattr(machine, "_gpus", lambda torch_module: (False, []))
+    assert main(["doctor"]) == 0
+    assert "train with --amp 'off'" in capsys.readouterr().out
+
+
+def test_two_dali_flavours_installed_are_named_with_the_commands_that_fix_it(monkeypatch,
+                                                                             tmp_path):
+    from fastload.utils import machine
+
+    real = machine._version
+    both = {"nvidia-dali-cuda120": "2.4.0", "nvidia-dali-cuda130": "2.4.0"}
+    monkeypatch.setattr(machine, "_version", lambda name: both.get(name) or real(name))
+    report = _probe(tmp_path)
+    assert report.dali_distributions == ["nvidia-dali-cuda120", "nvidia-dali-cuda130"]
+    line = next(line for line in report.advice if "two DALI flavours" in line)
+    assert "pip uninstall -y nvidia-dali-cuda120" in line  # torch's CUDA unknown: keep 13
+    assert "--no-deps nvidia-dali-cuda130" in line
+
+
+def test_free_disk_is_that_of_the_nearest_existing_folder(tmp_path):
+    from fastload.utils.machine import machine_report
+
+    report = machine_report(tmp_path / "not" / "yet", import_torch=False)
+    assert report.cache_dir == str(tmp_path / "not" / "yet")
+    assert report.cache_free_bytes is not None and report.cache_free_bytes > 0
+
+
+def _metadata(*requires: str, extras=("train", "bench", "test")) -> email.message.Message:
+    meta = email.message.Message()
+    meta["Name"] = "fastload-dali"
+    for extra in extras:
+        meta["Provides-Extra"] = extra
+    for line in requires:
+        meta["Requires-Dist"] = line
+    return meta
+
+
+def test_extras_are_present_when_all_their_requirements_are_installed():
+    from fastload.utils.machine import extras_present
+
+    meta = _metadata("numpy>=1", "pytest>=8; extra == 'bench'",
+                     "surely-not-installed-fastload-probe>=1; extra == 'train'",
+                     "fastload-dali[bench]; extra == 'test'")
+    assert extras_present(meta) == {"train": False, "bench": True, "test": True}
+    meta = _metadata("fastload-dali[train,bench]; extra == 'test'",
+                     "surely-not-installed-fastload-probe; extra == 'train'")
+    assert extras_present(meta)["test"] is False
+
+
+@pytest.mark.parametrize("code, cuda", [(12986, "12.9"), (13000, "13.0"), (12080, "12.0")])
+def test_dali_cuda_version_is_major_dot_minor(monkeypatch, code, cuda):
+    import nvidia.dali
+
+    from fastload.utils.machine import dali_flavours
+
+    monkeypatch.setattr(nvidia.dali, "__cuda_version__", code, raising=False)
+    assert dali_flavours()[2] == cuda
