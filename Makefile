@@ -30,7 +30,7 @@ test: lint docs fuzz-short
 
 # The C extensions under AddressSanitizer + UndefinedBehaviorSanitizer, into build/fuzz (the
 # in-place build stays as it is); the saved regressions, then FUZZ_SECONDS of mutated cases
-# (README, "Fuzzing"). fuzz-short is make test's fixed-seed pass; both skip without libasan.
+# (docs/development.md, "Fuzzing the C extensions"). fuzz-short is make test's fixed-seed pass; both skip without libasan.
 FUZZ_SECONDS ?= 300
 FUZZ_SEED    ?= 0
 FUZZ_SHORT_SECONDS ?= 45
