@@ -294,8 +294,9 @@ def export_checkpoint(
     report.fp32_top1 = _top1(fp32, val)
     report.fp32_bytes = _state_bytes(fp32)
     if quantize == "dynamic":
-        report.quantized_layers = sum(1 for m in int8.modules()
-                                      if type(m).__name__ == "Linear" and hasattr(m, "_packed_params"))
+        from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
+
+        report.quantized_layers = sum(1 for m in int8.modules() if isinstance(m, DynamicLinear))
         torch.save(int8.state_dict(), output)
     else:
         report.skipped = resolve_skip(fp32, skip_quantize) if skip_quantize else []

@@ -84,10 +84,10 @@ class BatchMix:
 
 
 def _plain_batch(t: Any, images: Tensor, labels: Tensor) -> bool:
-    from ..seams.torch_private import v2_default_labels_getter
+    from ..seams.torch_private import v2_default_labels_getter, v2_labels_getter
 
     return (type(images) is Tensor and images.dtype == torch.float32 and images.ndim == 4
             and images.device.type == "cpu" and images.is_contiguous()
             and type(labels) is Tensor and labels.ndim == 1 and labels.shape[0] == images.shape[0]
             and not labels.dtype.is_floating_point and t.num_classes is not None
-            and t._labels_getter is v2_default_labels_getter)
+            and v2_labels_getter(t) is v2_default_labels_getter)

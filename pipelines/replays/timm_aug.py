@@ -37,7 +37,7 @@ import torch
 
 from ..fast import pil_affine
 from ..ops import family
-from ..seams.torch_private import timm_auto_augment
+from ..seams.torch_private import timm_auto_augment, timm_check_args_tf
 from .thread_rng import NUMPY, RANDOM, thread_random
 
 __all__ = ["replay"]
@@ -90,7 +90,7 @@ def _fast_geometry(module: ModuleType) -> None:
     """Point the private copy's affine ops (its functions and ``NAME_TO_OP``) at
     :mod:`pil_affine`. Each still runs the copy's ``_check_args_tf`` first: its choice of a
     random filter is a draw from the copy's ``random``, in timm's order."""
-    check = module._check_args_tf
+    check = timm_check_args_tf(module)
 
     def fast_op(original: Callable, compute: Callable[..., Any]) -> Callable:
         def op(img: Any, v: float, **kwargs: Any) -> Any:

@@ -31,10 +31,10 @@ __all__ = [
     "augmix_parameter_max", "autoaugment_apply_op", "check_version", "foreach_norm",
     "gen_affine_grid", "inductor_freezing", "interpolation_modes_from_int",
     "inverse_affine_matrix", "perspective_coeffs", "pillow_affine_checked", "sample_dirichlet",
-    "timm_auto_augment", "upsample_aa_out",
+    "timm_auto_augment", "timm_check_args_tf", "upsample_aa_out",
     "v2_affine_grid", "v2_apply_autoaugment_op", "v2_augmentation_space", "v2_default_labels_getter",
     "v2_fill", "v2_get_fill",
-    "v2_inverse_affine_matrix", "v2_policies",
+    "v2_inverse_affine_matrix", "v2_labels_getter", "v2_policies",
 ]
 
 # package -> (lowest release pyproject.toml allows, highest release the names were checked on)
@@ -46,7 +46,7 @@ SUPPORTED: dict[str, tuple[tuple[int, int], tuple[int, int]]] = {
 
 # Pillow releases whose affine transform (libImaging/Geometry.c: its filters, engines and
 # their double arithmetic) pipelines/_affine*.c was checked against, bit for bit
-# (tests/test_pil_affine.py). Outside it, timm's geometric ops run on Pillow itself.
+# (tests/pipelines/test_pil_affine.py). Outside it, timm's geometric ops run on Pillow itself.
 PILLOW_AFFINE: tuple[tuple[int, int], tuple[int, int]] = ((13, 0), (13, 0))
 
 
@@ -96,6 +96,8 @@ SEAMS: tuple[Seam, ...] = (
          "a v2 fill for one input type"),
     Seam("torchvision.transforms.v2._utils._find_labels_default_heuristic", "torchvision",
          "0.29", "whether a v2 MixUp/CutMix finds its labels the default way"),
+    Seam("torchvision.transforms.v2.MixUp._labels_getter", "torchvision", "0.29",
+         "the labels getter a v2 MixUp/CutMix was built with"),
     Seam("torchvision.transforms.v2.functional._geometry._get_perspective_coeffs", "torchvision",
          "0.29", "v2 RandomPerspective's coefficients from its points"),
     Seam("torchvision.transforms.v2.functional._geometry._get_inverse_affine_matrix",
@@ -106,12 +108,15 @@ SEAMS: tuple[Seam, ...] = (
          "timm's auto-augment ops read Python's random through this module global"),
     Seam("timm.data.auto_augment.np", "timm", "1.0",
          "timm's auto-augment ops read NumPy's generator through this module global"),
+    Seam("timm.data.auto_augment._check_args_tf", "timm", "1.0",
+         "timm's choice of an affine op's random filter, run before the fast affine path"),
 )
 
 # Attributes set in __init__ are found on an instance: (class path, constructor arguments).
 _INSTANCES = {
     "torchvision.transforms.AugMix": (),
     "torchvision.transforms.v2.AutoAugment": (),
+    "torchvision.transforms.v2.MixUp": (),
     "torchvision.transforms.v2.RandomRotation": (0,),
 }
 _LAZY = {"torch._inductor.config"}  # imports the compiler: resolved where it is used
@@ -251,6 +256,12 @@ def v2_fill(t: Any) -> Any:
     return t._fill
 
 
+def v2_labels_getter(t: Any) -> Callable[..., Any]:
+    """The labels getter a v2 ``MixUp``/``CutMix`` was built with (:data:`v2_default_labels_getter`
+    for ``labels_getter="default"``)."""
+    return t._labels_getter
+
+
 @functools.cache
 def _autoaugment_base() -> Any:
     # v2's auto-augment op application is a method that does not use its instance.
@@ -278,11 +289,19 @@ def timm_auto_augment() -> Any:
         check_version("timm")
         resolve("timm.data.auto_augment.random")
         resolve("timm.data.auto_augment.np")
+        resolve("timm.data.auto_augment._check_args_tf")
     except UncheckedVersionError as err:
         warnings.warn(f"{err}. timm's augmentations run one sample at a time meanwhile.",
                       RuntimeWarning, stacklevel=2)
         return None
     return importlib.import_module("timm.data.auto_augment")
+
+
+def timm_check_args_tf(module: Any) -> Callable[[dict], None]:
+    """``module._check_args_tf`` of ``timm.data.auto_augment`` or of a copy of it (the copy
+    :mod:`~fastload.pipelines.replays.timm_aug` runs): it fills an affine op's keyword
+    arguments, drawing the random filter from that module's ``random``."""
+    return module._check_args_tf
 
 
 # ---------------------------------------------------------------- Pillow

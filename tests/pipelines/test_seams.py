@@ -7,8 +7,10 @@ pyproject.toml state, or when a release drops one of the names.
 
 from __future__ import annotations
 
+import ast
 import importlib.metadata
 import json
+import pathlib
 import subprocess
 import sys
 
@@ -95,3 +97,148 @@ def test_the_loader_falls_back_with_one_warning_naming_an_unchecked_torchvision(
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert len(result["warned"]) == 1 and "torchvision 0.30.0 is installed" in result["warned"][0]
     assert result["shape"] == [1, 3, 8, 8]
+
+
+# ---------------------------------------------------------------- no private name outside seams/
+ROOT = pathlib.Path(__file__).parents[2]
+_FOLDERS = ("fastload", "pipelines", "tools")  # the library's source (installed as fastload.*)
+# Private names of the standard library and of packages outside the seams' remit that fastload
+# reads on purpose, each with why (nothing of torch, torchvision, timm or DALI belongs here).
+_ALLOWED = {
+    "_replace": "namedtuple's documented method (its underscore avoids field names)",
+    "_max_workers": "concurrent.futures pools keep no public worker count (getattr, default 1)",
+    "_actions": "argparse has no public list of a parser's arguments (tools/ only)",
+    "_SubParsersAction": "argparse's subparsers type, for annotations and lookups (tools/ only)",
+    "_fingerprint": "datasets has no public fingerprint (getattr, default ''); fastload.data "
+                    "may not import pipelines' seams",
+}
+
+
+def _private(name: object) -> bool:
+    return isinstance(name, str) and name.startswith("_") and not name.startswith("__")
+
+
+def _sources() -> list[tuple[pathlib.Path, ast.AST]]:
+    return [(path, ast.parse(path.read_text()))
+            for folder in _FOLDERS for path in sorted((ROOT / folder).rglob("*.py"))]
+
+
+def _own_names(trees: list[tuple[pathlib.Path, ast.AST]]) -> set[str]:
+    """Every name fastload's own source defines or assigns (functions, classes, variables,
+    attributes, arguments, import aliases, ``setattr`` names): a private attribute read
+    outside these belongs to another package."""
+    names = set()
+    for _, tree in trees:
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(node.name)
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                names.add(node.id)
+            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+                names.add(node.attr)
+            elif isinstance(node, ast.arg):
+                names.add(node.arg)
+            elif isinstance(node, ast.alias):
+                names.add(node.asname or node.name.split(".")[0])
+            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                  and node.func.id == "setattr" and len(node.args) > 1
+                  and isinstance(node.args[1], ast.Constant)):
+                names.add(node.args[1].value)
+    return names
+
+
+def _annotations(tree: ast.AST) -> set[ast.AST]:
+    """Nodes inside annotations: never evaluated (``from __future__ import annotations``)."""
+    found = set()
+    for node in ast.walk(tree):
+        parts = []
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            parts = [node.returns]
+        elif isinstance(node, ast.arg):
+            parts = [node.annotation]
+        elif isinstance(node, ast.AnnAssign):
+            parts = [node.annotation]
+        for part in parts:
+            if part is not None:
+                found.update(ast.walk(part))
+    return found
+
+
+def _third_party(module: str) -> bool:
+    top = module.split(".")[0]
+    return top != "fastload" and top not in sys.stdlib_module_names
+
+
+def _private_uses(path: pathlib.Path, tree: ast.AST, own: set[str]) -> list[str]:
+    """The private third-party names ``path`` touches: imported (``from torch._x import y``,
+    ``from timm.x import _y``), read off an imported module (``torchvision.x._y``), read off
+    an object (``t._labels_getter``, a name fastload does not define), or named to
+    ``getattr``/``hasattr``."""
+    found = []
+    modules: dict[str, str] = {}  # local name -> the third-party module it stands for
+    skipped = _annotations(tree)
+    for node in ast.walk(tree):
+        where = f"{path.relative_to(ROOT)}:{getattr(node, 'lineno', 0)}"
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if _third_party(alias.name):
+                    if any(map(_private, alias.name.split("."))):
+                        found.append(f"{where} imports {alias.name}")
+                    local = alias.asname or alias.name.split(".")[0]
+                    modules[local] = alias.name if alias.asname else local
+        elif isinstance(node, ast.ImportFrom) and not node.level and _third_party(node.module):
+            for alias in node.names:
+                if any(map(_private, node.module.split("."))) or _private(alias.name):
+                    found.append(f"{where} imports {alias.name} from {node.module}")
+                modules[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+    for node in ast.walk(tree):
+        if node in skipped:
+            continue
+        where = f"{path.relative_to(ROOT)}:{getattr(node, 'lineno', 0)}"
+        if (isinstance(node, ast.Attribute) and _private(node.attr)
+                and isinstance(node.ctx, ast.Load) and node.attr not in _ALLOWED):
+            base = node.value
+            while isinstance(base, ast.Attribute):
+                base = base.value
+            if isinstance(base, ast.Name) and base.id in modules:
+                found.append(f"{where} reads {ast.unparse(node)} ({modules[base.id]})")
+            elif node.attr not in own:
+                found.append(f"{where} reads {ast.unparse(node)}")
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+              and node.func.id in ("getattr", "hasattr") and len(node.args) > 1
+              and isinstance(node.args[1], ast.Constant) and _private(node.args[1].value)
+              and node.args[1].value not in _ALLOWED
+              and not (isinstance(node.args[0], ast.Name) and node.args[0].id in ("self", "cls"))
+              and node.args[1].value not in own):
+            found.append(f"{where} asks {ast.unparse(node)}")
+    return found
+
+
+def test_no_module_outside_the_seams_touches_a_private_third_party_name():
+    trees = _sources()
+    own = _own_names(trees)
+    found = [use for path, tree in trees if "seams" not in path.relative_to(ROOT).parts
+             for use in _private_uses(path, tree, own)]
+    assert not found, ("private names of other packages outside pipelines/seams/ (add a seam "
+                       "there, or a public name): " + "; ".join(found))
+
+
+@pytest.mark.parametrize("source, expected", [
+    ("import torch._dynamo", "imports torch._dynamo"),
+    ("from torchvision.transforms.v2._utils import get_x", "imports get_x"),
+    ("from timm.data import _private", "imports _private"),
+    ("import torchvision.transforms as T\nT.functional._private_fn", "reads T.functional"),
+    ("def f(t):\n    return t._labels_getter", "reads t._labels_getter"),
+    ("def f(m):\n    return hasattr(m, '_packed_params')", "asks hasattr"),
+])
+def test_the_private_name_finder_finds_each_kind_of_use(source, expected):
+    path = ROOT / "pipelines" / "example.py"
+    found = _private_uses(path, ast.parse(source), own=set())
+    assert len(found) == 1 and expected in found[0], found
+
+
+def test_the_private_name_finder_passes_own_names_annotations_and_the_allowed():
+    source = ("import hashlib\nfrom typing import NamedTuple\n"
+              "def f(x, pool) -> hashlib._Hash:\n"
+              "    x._mine = 1\n    return x._mine, pool._max_workers, x._replace(a=1)\n")
+    assert _private_uses(ROOT / "pipelines" / "example.py", ast.parse(source), {"_mine"}) == []

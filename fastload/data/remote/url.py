@@ -52,13 +52,14 @@ class RemoteLocation:
     fsspec file system does not survive ``fork``)."""
 
     def __init__(self, url: str, storage_options: dict | None = None) -> None:
-        from fsspec.core import split_protocol
+        from fsspec.core import split_protocol, strip_protocol
 
         self.url = url.rstrip("/")
         protocol, _ = split_protocol(self.url)
         self.protocol = protocol
         self.storage_options = _with_defaults(protocol, dict(storage_options or {}))
-        self.path = _filesystem_class(protocol)._strip_protocol(self.url).rstrip("/")
+        _filesystem_class(protocol)  # an unknown scheme or a missing backend, named
+        self.path = strip_protocol(self.url).rstrip("/")
         self._shared: dict[str, Any] = {}  # {"fs", "pid"}: one file system for all children
 
     def __getstate__(self) -> dict:

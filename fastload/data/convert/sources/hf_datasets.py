@@ -85,7 +85,9 @@ class DatasetRecords(RecordTable):
                 self._problems[i] = f"the {label_column!r} of this row is null"
         self._labels = array("i", indices)
         self._images = dataset.select_columns([image_column]).with_format("arrow")
-        self._fingerprint = getattr(dataset, "_fingerprint", "")
+        # datasets has no public fingerprint; a release without it reads as "" (the files
+        # and labels are digested too)
+        self._source_fingerprint = getattr(dataset, "_fingerprint", "")
         self._files = sorted(path.glob("*.arrow")) + [path / n for n in DATASET_FILES]
         self._bytes = sum(p.stat().st_size for p in self._files)
         super().__init__(len(dataset))
@@ -111,7 +113,7 @@ class DatasetRecords(RecordTable):
 
     def fingerprint(self) -> tuple[str, int]:
         digest = files_digest("datasets", self.classes, self._files, self.path)
-        digest.update(f"{self._fingerprint}\n{self.image_column}\n".encode())
+        digest.update(f"{self._source_fingerprint}\n{self.image_column}\n".encode())
         digest.update(self._labels.tobytes())
         return digest.hexdigest(), self._bytes
 
