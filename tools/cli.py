@@ -188,18 +188,31 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv`` and run the subcommand; the exit status follows :data:`EXIT_CODES_HELP`
-    (argparse itself exits 2 on a usage error)."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    set_verbosity(-1 if args.quiet else args.verbose)
+    (argparse itself exits 2 on a usage error). Ctrl-C ends the process here with status
+    130, one line on stderr and no process left (:mod:`fastload.tools.interrupt`)."""
+    command = None
     try:
-        return int(args.run(args) or EXIT_OK)
-    except ModuleNotFoundError as error:
-        sentence = missing_extra(error)
-        if sentence is None:
-            raise
-        print(f"fastload {args.command}: error: {sentence}", file=sys.stderr)
-        return EXIT_USAGE
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        command = args.command
+        set_verbosity(-1 if args.quiet else args.verbose)
+        try:
+            code = int(args.run(args) or EXIT_OK)
+        except ModuleNotFoundError as error:
+            sentence = missing_extra(error)
+            if sentence is None:
+                raise
+            print(f"fastload {args.command}: error: {sentence}", file=sys.stderr)
+            return EXIT_USAGE
+    except KeyboardInterrupt:
+        from fastload.tools.interrupt import end_interrupted
+
+        end_interrupted(command)
+    from fastload.tools.interrupt import EXIT_INTERRUPTED, end_interrupted
+
+    if code == EXIT_INTERRUPTED:  # the command caught Ctrl-C itself and said so (convert)
+        end_interrupted(command, say=False)
+    return code
 
 
 if __name__ == "__main__":

@@ -271,7 +271,7 @@ def run_bench(config: BenchConfig, log: Callable[[str], None] = print) -> BenchR
             procs.pop(key).stop()
     finally:
         for proc in procs.values():  # only left after an exception: do not wait long
-            proc.stop(wait_s=1.0)
+            proc.stop(wait_s=0)
         sampler.stop()
     for key, result in results.items():
         peak = sampler.peaks.get(key)

@@ -10,17 +10,28 @@ pipe; each message is a tuple whose first item names it. A child that raises sho
 ``("error", message, traceback)`` (:func:`call_in_fresh_process` does). The parent's
 :meth:`FreshProcess.answer` turns a child that died or went silent into such an error tuple,
 so the parent never hangs on a dead child.
+
+A fresh process is fastload's own, not the user's: it ignores Ctrl-C (the terminal sends
+SIGINT to the whole foreground process group; the parent, on its KeyboardInterrupt, ends the
+child at once, see :meth:`FreshProcess.stop`) and, on Linux, dies with its parent.
+:func:`descendant_pids` and :func:`end_processes` are what the command line uses to leave no
+process behind after an interrupt.
 """
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
+import os
+import signal
+import sys
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
-__all__ = ["FreshProcess", "FreshProcessError", "call_in_fresh_process"]
+__all__ = ["FreshProcess", "FreshProcessError", "call_in_fresh_process", "descendant_pids",
+           "end_processes", "owned_child"]
 
 _POLL_S = 1.0  # how often a waiting parent checks that the child is still alive
 
@@ -33,6 +44,107 @@ class FreshProcessError(RuntimeError):
         self.traceback = traceback_text
 
 
+def owned_child() -> None:
+    """In a process fastload started for its own work: ignore Ctrl-C (its parent stops it)
+    and, on Linux, get SIGKILL when the parent dies, even by SIGKILL."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):  # held back while the parent started it
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+
+
+@contextlib.contextmanager
+def _interrupts_held() -> Iterator[None]:
+    """Hold SIGINT back from this thread while it starts a child: the mask is inherited
+    through fork and exec, so the child cannot be interrupted before :func:`owned_child`
+    ignores it; a Ctrl-C meanwhile reaches this process when the mask is restored."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def _owned_main(target: Callable[..., None], *args: Any) -> None:
+    owned_child()
+    target(*args)
+
+
+def descendant_pids(pid: int | None = None) -> list[int]:
+    """The pids of ``pid``'s (default: this process's) children, theirs, and so on, from
+    ``/proc`` (empty where there is none); parents before their children."""
+    root = os.getpid() if pid is None else pid
+    children: dict[int, list[int]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as handle:
+                stat = handle.read()
+        except OSError:  # ended meanwhile
+            continue
+        fields = stat[stat.rfind(b")") + 2:].split()  # after "pid (comm) "
+        if len(fields) > 1:
+            children.setdefault(int(fields[1]), []).append(int(entry))
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(0), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def end_processes(pids: list[int], grace_s: float = 1.0) -> list[int]:
+    """SIGTERM each of ``pids``, SIGKILL those still there after ``grace_s`` seconds; the
+    pids that were still running after the SIGKILL's short wait (normally none)."""
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except (ProcessLookupError, PermissionError):
+            pass
+    deadline = time.monotonic() + grace_s
+    left = list(pids)
+    for sig_deadline, final in ((deadline, False), (deadline + 1.0, True)):
+        while left and time.monotonic() < sig_deadline:
+            left = [pid for pid in left if _running(pid)]
+            if left:
+                time.sleep(0.02)
+        if left and not final:
+            for pid in left:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+    return left
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` still runs (a zombie, ended but not yet reaped, does not)."""
+    try:
+        os.waitpid(pid, os.WNOHANG)  # reaps our own children that ended
+    except ChildProcessError:  # not our child: look at its state
+        pass
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read()
+    except OSError:
+        return False
+    return stat[stat.rfind(b")") + 2:][:1] not in (b"Z", b"X")
+
+
 class FreshProcess:
     """``target(conn, *args)`` in a new process (``spawn`` start method unless ``context``
     is given), and the parent's end of its pipe."""
@@ -41,8 +153,9 @@ class FreshProcess:
                  context: Any = None) -> None:
         context = context or multiprocessing.get_context("spawn")
         self.conn, child = context.Pipe()
-        self.proc = context.Process(target=target, args=(child, *args), name=name)
-        self.proc.start()
+        self.proc = context.Process(target=_owned_main, args=(target, child, *args), name=name)
+        with _interrupts_held():
+            self.proc.start()
         child.close()
 
     @property
@@ -69,8 +182,10 @@ class FreshProcess:
             return ("error", f"the process exited with code {self.proc.exitcode}", "")
 
     def stop(self, wait_s: float = 30.0) -> None:
-        """Wait up to ``wait_s`` seconds for the child to exit, then terminate it."""
-        self.proc.join(timeout=wait_s)
+        """Wait up to ``wait_s`` seconds for the child to exit, then terminate it (at once
+        when ``wait_s`` is 0: what an interrupted parent does)."""
+        if wait_s > 0:
+            self.proc.join(timeout=wait_s)
         if self.proc.is_alive():
             self.proc.terminate()
             self.proc.join(timeout=10)
@@ -98,6 +213,9 @@ def call_in_fresh_process(fn: Callable[..., Any], *args: Any, name: str = "fastl
         if on_start is not None:
             on_start(proc.pid)
         answer = proc.answer(timeout_s)
+    except BaseException:  # Ctrl-C (the child ignores it) or the caller's own error
+        proc.stop(wait_s=0)
+        raise
     finally:
         proc.stop()
     if answer[0] != "result":

@@ -1,0 +1,228 @@
+"""Ctrl-C and a double Ctrl-C: every ``fastload`` command ends within seconds with status
+130, one line and no traceback, nothing printed by DALI at exit, and no process left; a
+user's training script on ``fastload.DataLoader`` ends as Python's own KeyboardInterrupt
+does, with nothing from DALI after it.
+
+The interrupt is sent as a terminal sends it: SIGINT to the whole foreground process group
+(the command, its pools, row processes and loader workers). ``python
+tests/cli/test_interrupts.py --trials 10`` runs the trials of every command at spread
+moments and prints the counts (the issue's acceptance figure).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "tests" / "scripts" / "interrupted_training.py"
+FASTLOAD = [sys.executable, "-m", "fastload"]
+END_WITHIN_S = 10.0  # "a second or two" on a quiet machine; room for a loaded 2-core one
+GAP_S = 0.3  # between the two presses of a double Ctrl-C
+DALI_AT_EXIT = ("_shutdown_pipelines", "AssertionError", "terminate called", "nvidia/dali")
+
+
+@dataclasses.dataclass
+class Outcome:
+    rc: int | None
+    seconds: float  # from the first SIGINT to the end
+    hung: bool
+    left: list[str]  # processes of the command's session still there after it ended
+    stderr: str
+
+    def problems(self, script: bool = False) -> list[str]:
+        out = []
+        if self.hung:
+            out.append(f"still running {END_WITHIN_S:.0f} s after the interrupt")
+        if script:  # Python's own KeyboardInterrupt: killed by SIGINT, or 130 from a shell
+            if self.rc not in (-signal.SIGINT, 130):
+                out.append(f"rc {self.rc}")
+        elif self.rc != 130:
+            out.append(f"rc {self.rc}")
+        if not script and "Traceback" in self.stderr:
+            out.append("a traceback on stderr")
+        if any(text in self.stderr for text in DALI_AT_EXIT):
+            out.append("DALI output at exit")
+        if self.left:
+            out.append(f"processes left: {self.left}")
+        return out
+
+
+def _session(sid: int) -> list[str]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as handle:
+                stat = handle.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2:].split()
+        if len(fields) > 3 and int(fields[3]) == sid and fields[0] not in (b"Z", b"X"):
+            found.append(f"{entry} {stat[stat.find(b'(') + 1:stat.rfind(b')')].decode()}")
+    return found
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # a shell's background job ignores it
+    signal.pthread_sigmask(signal.SIG_SETMASK, set())
+
+
+def interrupt(argv: list[str], after_s: float, presses: int, cwd: Path | None = None,
+              ready: str | None = None) -> Outcome:
+    """Run ``argv`` in its own session, Ctrl-C it ``presses`` times from ``after_s`` seconds
+    after it started (or after it printed ``ready``), and see how it ended."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=_default_sigint)
+    try:
+        if ready is not None:
+            line = proc.stdout.readline()
+            assert ready in line, f"{argv} printed {line!r} first"
+        time.sleep(after_s)
+        started = time.monotonic()
+        for press in range(presses):
+            if press:
+                time.sleep(GAP_S)
+            try:
+                os.killpg(proc.pid, signal.SIGINT)
+            except ProcessLookupError:  # it had finished already
+                break
+        hung = False
+        try:
+            _, err = proc.communicate(timeout=END_WITHIN_S)
+        except subprocess.TimeoutExpired:
+            hung = True
+            os.killpg(proc.pid, signal.SIGKILL)
+            _, err = proc.communicate()
+        seconds = time.monotonic() - started
+        time.sleep(0.2)  # children SIGKILLed by their parent's end are gone by now
+        return Outcome(proc.returncode, seconds, hung, _session(proc.pid), err)
+    finally:
+        for line in _session(proc.pid):
+            try:
+                os.kill(int(line.split()[0]), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture(scope="module")
+def images(tmp_path_factory) -> Path:
+    """An ImageFolder tree (train/ and val/) big enough that every command is still busy
+    seconds after it started, and its LMDB databases."""
+    root = tmp_path_factory.mktemp("interrupts")
+    subprocess.run([*FASTLOAD, "synth", str(root / "data"), "--train", "240", "--val", "40",
+                    "--classes", "4", "--min-side", "96", "--max-side", "320",
+                    "--no-progress"], check=True, capture_output=True)
+    return root / "data"
+
+
+def commands(data: Path, work: Path) -> dict[str, list[str]]:
+    """Each command with arguments that keep it busy for far longer than a trial."""
+    return {
+        "synth": [*FASTLOAD, "synth", str(work / "synth"), "--train", "20000", "--val", "0",
+                  "--min-side", "300", "--max-side", "600", "--no-progress"],
+        "convert": [*FASTLOAD, "convert", str(data / "train"), str(work / "train.lmdb"),
+                    "--no-progress", "--commit-every", "16", "--max-side", "64"],
+        "bench": [*FASTLOAD, "bench", str(data / "train"), "--rows", "acf", "--epochs", "200",
+                  "--image-size", "64", "--workdir", str(work / "bench")],
+        "demo": [*FASTLOAD, "demo", "--workdir", str(work / "demo"), "--tiny", "--epochs",
+                 "50"],
+        "finetune": [*FASTLOAD, "finetune", str(data), "--img-size", "32", "--epochs", "500",
+                     "--batch-size", "8", "--device", "cpu", "--no-progress"],
+        "script": [sys.executable, str(SCRIPT), str(data / "train")],
+    }
+
+
+def _check(name: str, data: Path, work: Path, after_s: float, presses: int) -> Outcome:
+    work.mkdir(parents=True, exist_ok=True)
+    script = name == "script"
+    outcome = interrupt(commands(data, work)[name], after_s, presses, cwd=work,
+                        ready="ready" if script else None)
+    assert not outcome.problems(script), (name, after_s, presses, outcome.problems(script),
+                                          outcome.stderr[-3000:])
+    return outcome
+
+
+@pytest.mark.parametrize("presses", [1, 2])
+def test_synth_ends_at_ctrl_c_with_130_and_no_process_left(images, tmp_path, presses):
+    _check("synth", images, tmp_path, 2.0, presses)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("after_s", [0.3, 2.0, 6.0])
+@pytest.mark.parametrize("presses", [1, 2])
+@pytest.mark.parametrize("name", ["synth", "convert", "bench", "demo", "finetune"])
+def test_command_ends_at_ctrl_c_with_130_no_traceback_no_process_left(images, tmp_path, name,
+                                                                      after_s, presses):
+    _check(name, images, tmp_path, after_s, presses)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("after_s", [0.2, 1.0, 2.5])
+@pytest.mark.parametrize("presses", [1, 2])
+def test_training_script_ends_at_ctrl_c_without_dali_output(images, tmp_path, after_s,
+                                                            presses):
+    _check("script", images, tmp_path, after_s, presses)
+
+
+def trials(count: int, names: list[str]) -> dict[str, dict[str, int]]:
+    """``count`` trials per command (single and double Ctrl-C alternating, moments spread
+    over 0.3-6 s): ``{command: {"ok": n, problem: n, ...}}``, printed as they come."""
+    import random
+    import shutil
+    import tempfile
+
+    base = Path(tempfile.mkdtemp(prefix="fastload-interrupts-"))
+    try:
+        subprocess.run([*FASTLOAD, "synth", str(base / "data"), "--train", "240", "--val",
+                        "40", "--classes", "4", "--min-side", "96", "--max-side", "320",
+                        "--no-progress"], check=True, capture_output=True)
+        results: dict[str, dict[str, int]] = {}
+        draw = random.Random(0)
+        for name in names:
+            counts: dict[str, int] = {}
+            for trial in range(count):
+                work = base / f"{name}-{trial}"
+                work.mkdir()
+                presses = 1 + trial % 2
+                after_s = draw.uniform(0.3, 6.0) if name != "script" else draw.uniform(0, 3)
+                outcome = interrupt(commands(base / "data", work)[name], after_s, presses,
+                                    cwd=work, ready="ready" if name == "script" else None)
+                problems = outcome.problems(name == "script")
+                for key in problems or ["ok"]:
+                    counts[key.split(":")[0]] = counts.get(key.split(":")[0], 0) + 1
+                print(f"{name} trial {trial + 1}: {presses}x Ctrl-C at {after_s:.1f} s -> rc "
+                      f"{outcome.rc} in {outcome.seconds:.2f} s"
+                      + (f"; {'; '.join(problems)}" if problems else ""), flush=True)
+                if problems:
+                    print("  " + outcome.stderr[-1500:].replace("\n", "\n  "), flush=True)
+                shutil.rmtree(work, ignore_errors=True)
+            results[name] = counts
+        return results
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--trials", type=int, default=10)
+    parser.add_argument("names", nargs="*",
+                        default=["synth", "convert", "bench", "demo", "finetune", "script"])
+    options = parser.parse_args()
+    for command, counts in trials(options.trials, options.names).items():
+        print(f"{command}: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
