@@ -211,8 +211,6 @@ class SampleStage:
         are not this process's) and locks (a parent thread may have held one at the fork)."""
         self._pool = None
         self._lock = threading.Lock()
-        self._turns = threading.Condition()
-        self._issued = self._finished = 0
 
     def close(self) -> None:
         """Stop the suffix's threads or processes (idempotent)."""
