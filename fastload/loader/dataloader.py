@@ -31,7 +31,7 @@ from fastload.loader.shard_order import (
     resolve_order,
     warn_if_class_sorted,
 )
-from fastload.loader.stage import SampleStage
+from fastload.loader.stage import SampleStage, collate_with_mix
 
 __all__ = ["DataLoader", "FallbackWarning", "SampleError"]
 
@@ -86,6 +86,14 @@ class DataLoader:
       256 KiB to 32 MiB are read into blocks lent again once their batch is decoded;
       ``fastload.loader.read_buffers``): at most this many bytes of free blocks per loader,
       256 MiB by default; 0 keeps none (each read gets fresh memory).
+    * ``batch_mix``: a torchvision v2 ``MixUp``, ``CutMix`` or ``RandomChoice`` of them (as
+      torchvision's reference script builds ``mixup_cutmix``), applied to each batch after
+      ``default_collate``: the same as ``collate_fn=lambda b: mix(*default_collate(b))``,
+      run in place on the batch tensor on the CPU (``fastload.pipelines.replays.batch_mix``);
+      ``collate_fn`` becomes that collate (``fastload.pipelines.MixCollate``). Any callable
+      ``(images, labels) -> (images, labels)`` works (run as is). Mutually exclusive with
+      ``collate_fn``. The reference script's collate itself is recognised too, on CPython
+      3.10 to 3.13 (``fastload.pipelines.suffix.collate``).
 
     Datasets: torchvision ``ImageFolder``/``DatasetFolder`` with the default PIL loader,
     ``fastload.LMDBDataset``, a ``Subset`` of either, or a path. ``num_workers`` sets the DALI
@@ -131,7 +139,8 @@ class DataLoader:
                  cache_dir: str | os.PathLike | None = None,
                  cache_bytes: int | None = None, order: str | None = None,
                  shard_window: int = DEFAULT_SHARD_WINDOW, scaled_decode: str = "auto",
-                 read_buffer_bytes: int = DEFAULT_READ_BUFFER_BYTES) -> None:
+                 read_buffer_bytes: int = DEFAULT_READ_BUFFER_BYTES,
+                 batch_mix: Any = None) -> None:
         if on_error not in ("raise", "skip"):
             raise ValueError(f"on_error should be 'raise' or 'skip', but got on_error={on_error!r}")
         if (not isinstance(read_buffer_bytes, int) or isinstance(read_buffer_bytes, bool)
@@ -143,6 +152,8 @@ class DataLoader:
             raise TypeError(f"seed should be an int or None, but got seed={seed!r}")
         if seed is not None and generator is not None:
             raise ValueError("seed option is mutually exclusive with generator; pass one of them")
+        collate_fn = collate_with_mix(collate_fn, batch_mix)  # batch_mix=: a MixCollate
+        self.batch_mix = batch_mix
         dataset = resolve_dataset(dataset, transform, target_transform, {
             "storage_options": storage_options, "cache_dir": cache_dir,
             "cache_bytes": cache_bytes})

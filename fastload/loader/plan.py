@@ -54,6 +54,22 @@ def _name(obj: Any) -> str:
     return getattr(obj, "__qualname__", None) or type(obj).__name__
 
 
+def _is_mix_collate(collate_fn: Any) -> bool:
+    try:
+        from fastload.pipelines import MixCollate
+    except ImportError:  # an unchecked torch/torchvision: the loader falls back anyway
+        return False
+    return isinstance(collate_fn, MixCollate)
+
+
+def _guess_supported() -> bool:
+    try:
+        from fastload.pipelines import collate_guess_supported
+    except ImportError:
+        return True  # nothing to say: the loader falls back anyway
+    return collate_guess_supported()
+
+
 def make_plan(split: Any, collate_fn: Any, device: str, threads: int,
               reason: str | None, stage: Any = None) -> LoaderPlan:
     """The LoaderPlan of a loader (``split`` None when ``reason`` says why it falls back)."""
@@ -65,9 +81,17 @@ def make_plan(split: Any, collate_fn: Any, device: str, threads: int,
                        "the batch tensor (per-sample outputs stacked where it cannot)")
         else:
             collate = "default_collate of the per-sample suffix outputs"
+    elif (mix := getattr(collate_fn, "mix", None)) is not None and _is_mix_collate(collate_fn):
+        collate = f"default_collate, then batch_mix={_name(mix)}"
+        collate += (f": {stage.batch_mix.describe()}"
+                    if device == "cpu" and getattr(stage, "batch_mix", None) is not None
+                    else ", run as given on the batch")
     elif device == "cpu" and getattr(stage, "batch_mix", None) is not None:
         collate = (f"{_name(collate_fn)} on the batch tensor, recognised as default_collate "
                    f"then {stage.batch_mix.describe()}")
     else:
         collate = f"{_name(collate_fn)} on the list of per-sample (image, label)"
+        if not _guess_supported():
+            collate += (" (a MixUp/CutMix collate runs in place on the batch when passed as "
+                        "batch_mix=; it is read from a collate_fn on CPython 3.10-3.13 only)")
     return LoaderPlan(split, collate, device, threads, reason, stage)

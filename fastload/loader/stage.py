@@ -19,7 +19,23 @@ from torch.utils.data import default_collate
 
 from fastload.loader.sampling import mix_seed
 
-__all__ = ["SampleStage"]
+__all__ = ["SampleStage", "collate_with_mix"]
+
+
+def collate_with_mix(collate_fn: Any, batch_mix: Any) -> Any:
+    """The collate a loader runs for its ``collate_fn`` and ``batch_mix`` arguments:
+    ``collate_fn`` itself without ``batch_mix``, else ``MixCollate(batch_mix)``
+    (``default_collate``, then the mix on the batch: the reference script's collate, said
+    explicitly, so no bytecode is read to recognise it)."""
+    if batch_mix is None:
+        return collate_fn
+    if collate_fn is not None and collate_fn is not default_collate:
+        raise ValueError("batch_mix option is mutually exclusive with collate_fn; pass batch_mix "
+                         "alone (batches are collated with default_collate, then mixed), or "
+                         "call the mix inside your collate_fn")
+    from fastload.pipelines import MixCollate
+
+    return MixCollate(batch_mix)
 
 
 class _Collated:
@@ -35,7 +51,8 @@ class SampleStage:
     def __init__(self, suffix: Any, collate_fn: Any, threads: int) -> None:
         self.suffix = suffix
         self.collate_fn = None if collate_fn is default_collate else collate_fn
-        # torchvision's reference MixUp/CutMix collate, run in place on the batch tensor
+        # torchvision's reference MixUp/CutMix collate (batch_mix=, or recognised in a
+        # collate_fn), run in place on the batch tensor
         self.batch_mix = None
         if self.collate_fn is not None:
             try:

@@ -30,7 +30,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-__all__ = ["BatchMix", "cutmix", "mixup"]
+__all__ = ["BatchMix", "MixCollate", "cutmix", "mixup"]
 
 
 def mixup(t: Any, images: Tensor, params: dict[str, Any]) -> None:
@@ -57,6 +57,29 @@ def cutmix(t: Any, images: Tensor, params: dict[str, Any]) -> None:
     for i in range(images.shape[0] - 1, 0, -1):
         images[i, ..., y1:y2, x1:x2] = images[i - 1, ..., y1:y2, x1:x2]
     images[0, ..., y1:y2, x1:x2] = last
+
+
+class MixCollate:
+    """``default_collate``, then ``mix(images, labels)`` on the batch: what the reference
+    script's ``collate_fn`` does, built by ``fastload.DataLoader(batch_mix=mix)``. ``mix``: a
+    torchvision v2 ``MixUp``, ``CutMix`` or ``RandomChoice`` of them (run in place on the
+    batch tensor by :class:`BatchMix`), or any callable taking and returning ``(images,
+    labels)`` (run as is). Imports neither the registry nor the seams: the loader builds it
+    before it knows whether it falls back to torch's DataLoader, which then runs it."""
+
+    def __init__(self, mix: Any) -> None:
+        if not callable(mix):
+            raise TypeError("batch_mix should be a callable such as torchvision.transforms.v2."
+                            f"MixUp(num_classes=...), but got batch_mix={mix!r}")
+        self.mix = mix
+
+    def __call__(self, batch: list[Any]) -> Any:
+        from torch.utils.data import default_collate
+
+        return self.mix(*default_collate(batch))
+
+    def __repr__(self) -> str:
+        return f"MixCollate({self.mix!r})"
 
 
 class BatchMix:

@@ -5,10 +5,16 @@ torchvision's ``references/classification/train.py`` collates with::
     def collate_fn(batch):
         return mixup_cutmix(*default_collate(batch))
 
-:func:`fused_collate` recognises that shape (a function whose whole body is
-``return <mix>(*default_collate(<arg>))``, or an object whose ``__call__`` is
-``return self.<attr>(*default_collate(<arg>))``), ``<mix>`` being a v2 ``MixUp``, ``CutMix``
-or ``RandomChoice`` of them (the exact classes, by the registry), and gives the
+Said explicitly, that is ``fastload.DataLoader(..., batch_mix=mixup_cutmix)``: the loader's
+collate is then a :class:`~.replays.batch_mix.MixCollate` (the same call, as an object that names its mix).
+:func:`fused_collate` reads the mix off a :class:`MixCollate`, or, as a shortcut for the
+script unchanged, recognises the shape above from the function's bytecode (a function whose
+whole body is ``return <mix>(*default_collate(<arg>))``, or an object whose ``__call__`` is
+``return self.<attr>(*default_collate(<arg>))``). Bytecode changes between Python releases,
+so the shortcut runs only on the interpreters it was checked on (:data:`GUESS_CHECKED`:
+CPython 3.10 to 3.13); elsewhere it declines, without an error, and the collate runs as
+written (``loader.plan`` then names ``batch_mix=``). With ``<mix>`` a v2 ``MixUp``, ``CutMix``
+or ``RandomChoice`` of them (the exact classes, by the registry), it gives the
 :class:`~fastload.pipelines.replays.batch_mix.BatchMix` that runs it in place on the batch tensor.
 """
 
@@ -16,13 +22,28 @@ from __future__ import annotations
 
 import builtins
 import dis
+import sys
 from typing import Any
 
 from ..ops import family
 from ..registry import lookup
-from ..replays.batch_mix import BatchMix
+from ..replays.batch_mix import BatchMix, MixCollate
 
-__all__ = ["fused_collate"]
+__all__ = ["GUESS_CHECKED", "fused_collate", "guess_supported"]
+
+# The interpreters whose bytecode for ``return mix(*default_collate(batch))`` _mix_of reads:
+# (implementation, lowest release, highest release); tests/pipelines/test_batch_mix.py.
+GUESS_CHECKED: tuple[str, tuple[int, int], tuple[int, int]] = ("cpython", (3, 10), (3, 13))
+
+
+def guess_supported(implementation: str | None = None,
+                    version: tuple[int, ...] | None = None) -> bool:
+    """Whether the bytecode shortcut of :func:`fused_collate` runs on this interpreter (or on
+    ``implementation`` ``version``): one in :data:`GUESS_CHECKED`."""
+    name, low, high = GUESS_CHECKED
+    implementation = sys.implementation.name if implementation is None else implementation
+    release = tuple(sys.version_info[:2] if version is None else version[:2])
+    return implementation == name and low <= release <= high
 
 _SKIPPED = frozenset({"RESUME", "CACHE", "NOP", "PUSH_NULL", "PRECALL", "COPY_FREE_VARS",
                       "MAKE_CELL"})
@@ -30,8 +51,15 @@ _SKIPPED = frozenset({"RESUME", "CACHE", "NOP", "PUSH_NULL", "PRECALL", "COPY_FR
 
 def fused_collate(collate_fn: Any) -> BatchMix | None:
     """The :class:`BatchMix` standing for ``collate_fn``, or None where it is not the
-    reference script's ``return <MixUp/CutMix>(*default_collate(batch))``."""
-    mix = _mix_of(collate_fn)
+    reference script's ``return <MixUp/CutMix>(*default_collate(batch))``: a
+    :class:`MixCollate`, or (:func:`guess_supported` interpreters only) a function of that
+    shape."""
+    if isinstance(collate_fn, MixCollate):
+        mix = collate_fn.mix
+    elif guess_supported():
+        mix = _mix_of(collate_fn)
+    else:
+        return None
     if mix is None:
         return None
     op = lookup(mix)
@@ -48,7 +76,8 @@ def fused_collate(collate_fn: Any) -> BatchMix | None:
 
 
 def _mix_of(collate_fn: Any) -> Any:
-    """The object ``collate_fn`` calls on ``*default_collate(batch)``, or None."""
+    """The object ``collate_fn`` calls on ``*default_collate(batch)``, or None (read from its
+    bytecode, as CPython 3.10 to 3.13 compile it)."""
     from torch.utils.data import default_collate
 
     fn, owner = collate_fn, None

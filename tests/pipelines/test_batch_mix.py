@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import warnings
 
 import pytest
@@ -13,7 +14,9 @@ from torchvision.transforms import v2
 
 import fastload
 from fastload import FallbackWarning
-from fastload.pipelines.suffix.collate import fused_collate
+from fastload.pipelines import MixCollate
+from fastload.pipelines.suffix import collate as collate_module
+from fastload.pipelines.suffix.collate import fused_collate, guess_supported
 
 CLASSES = 5
 
@@ -48,7 +51,8 @@ MIXES = {
 
 
 @pytest.mark.parametrize("name", sorted(MIXES))
-@pytest.mark.parametrize("shape", [_reference, _Collate], ids=["closure", "object"])
+@pytest.mark.parametrize("shape", [_reference, _Collate, MixCollate],
+                         ids=["closure", "object", "batch_mix"])
 @pytest.mark.parametrize("c_kernels", [True, False], ids=["C", "torch-ops"])
 def test_fused_mix_equals_the_collate_on_the_same_global_draws(name, shape, c_kernels,
                                                                 monkeypatch):
@@ -134,3 +138,83 @@ def test_loader_mixes_the_batch_in_place_with_the_collates_values(synth_root):
     for (images, labels), (ref_images, ref_labels) in zip(batches["fused"], batches["plain"],
                                                           strict=True):
         assert torch.equal(images, ref_images) and torch.equal(labels, ref_labels)
+
+
+def test_the_bytecode_guess_runs_only_on_the_interpreters_it_was_checked_on(monkeypatch):
+    assert guess_supported("cpython", (3, 10)) and guess_supported("cpython", (3, 13, 2))
+    assert not guess_supported("cpython", (3, 9)) and not guess_supported("cpython", (3, 14))
+    assert not guess_supported("pypy", (3, 11))
+    here = sys.implementation.name == "cpython" and (3, 10) <= sys.version_info[:2] <= (3, 13)
+    assert guess_supported() == here
+    mix = MIXES["choice"]()
+    monkeypatch.setattr(collate_module, "GUESS_CHECKED", ("cpython", (3, 0), (3, 1)))
+    assert not guess_supported()
+    assert fused_collate(_reference(mix)) is None  # declined, no error: the collate runs as is
+    assert fused_collate(MixCollate(mix)) is not None  # the opt-in needs no guess
+
+
+def test_mix_collate_is_the_reference_collate_and_refuses_what_cannot_be_called():
+    mix = MIXES["mixup"]()
+    pairs = _pairs(2)
+    torch.manual_seed(4)
+    want = _reference(mix)(pairs)
+    torch.manual_seed(4)
+    got = MixCollate(mix)(pairs)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    assert repr(MixCollate(mix)).startswith("MixCollate(MixUp(")
+    with pytest.raises(TypeError, match=r"batch_mix should be a callable .*batch_mix=3"):
+        MixCollate(3)
+
+
+def test_loader_batch_mix_gives_the_reference_collates_batches_and_says_so(synth_root):
+    num_classes = len(ImageFolder(synth_root / "train").classes)
+    mix = v2.RandomChoice([v2.MixUp(alpha=0.2, num_classes=num_classes),
+                           v2.CutMix(alpha=1.0, num_classes=num_classes)])
+    dataset = ImageFolder(synth_root / "train", T.Compose([T.RandomResizedCrop(32),
+                                                           T.ToTensor()]))
+    batches = {}
+    for name, kwargs in (("opt-in", {"batch_mix": mix}),
+                         ("collate", {"collate_fn": _reference(mix)})):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", FallbackWarning)
+            loader = fastload.DataLoader(dataset, batch_size=8, seed=5, drop_last=True, **kwargs)
+        torch.manual_seed(11)
+        batches[name] = list(loader)
+    assert loader.batch_mix is None
+    opt_in = fastload.DataLoader(dataset, batch_size=8, batch_mix=mix)
+    assert opt_in.batch_mix is mix and isinstance(opt_in.collate_fn, MixCollate)
+    assert "default_collate, then batch_mix=RandomChoice: RandomChoice of torchvision v2 in place" \
+        in str(opt_in.plan)
+    assert len(batches["opt-in"]) == len(batches["collate"]) > 1
+    for (images, labels), (ref_images, ref_labels) in zip(batches["opt-in"], batches["collate"],
+                                                          strict=True):
+        assert torch.equal(images, ref_images) and torch.equal(labels, ref_labels)
+
+
+def test_loader_batch_mix_excludes_collate_fn_and_needs_a_callable(synth_root):
+    dataset = ImageFolder(synth_root / "train", T.ToTensor())
+    with pytest.raises(ValueError, match="batch_mix option is mutually exclusive with collate_fn"):
+        fastload.DataLoader(dataset, collate_fn=list, batch_mix=MIXES["mixup"]())
+    with pytest.raises(TypeError, match="batch_mix should be a callable"):
+        fastload.DataLoader(dataset, batch_mix="mixup")
+    loader = fastload.DataLoader(dataset, collate_fn=default_collate, batch_mix=MIXES["mixup"]())
+    assert isinstance(loader.collate_fn, MixCollate)
+
+
+def test_loader_batch_mix_runs_in_torchs_loader_on_a_fallback():
+    pairs = [(torch.rand(3, 8, 8), i % CLASSES) for i in range(8)]  # a dataset torch reads
+    with pytest.warns(FallbackWarning):
+        loader = fastload.DataLoader(pairs, batch_size=4, batch_mix=MIXES["cutmix"]())
+    images, labels = next(iter(loader))
+    assert images.shape == (4, 3, 8, 8) and labels.shape == (4, CLASSES)  # one-hot, mixed
+
+
+def test_the_plan_names_batch_mix_where_the_guess_does_not_run(synth_root, monkeypatch):
+    dataset = ImageFolder(synth_root / "train", T.ToTensor())
+    collate = _reference(MIXES["mixup"]())
+    loader = fastload.DataLoader(dataset, batch_size=4, collate_fn=collate)
+    assert "batch_mix=" not in str(loader.plan)
+    monkeypatch.setattr(collate_module, "GUESS_CHECKED", ("cpython", (3, 0), (3, 1)))
+    loader = fastload.DataLoader(dataset, batch_size=4, collate_fn=collate)
+    assert "on the list of per-sample (image, label)" in str(loader.plan)
+    assert "passed as batch_mix=" in str(loader.plan)
