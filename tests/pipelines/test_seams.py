@@ -108,7 +108,6 @@ _ALLOWED = {
     "_replace": "namedtuple's documented method (its underscore avoids field names)",
     "_max_workers": "concurrent.futures pools keep no public worker count (getattr, default 1)",
     "_actions": "argparse has no public list of a parser's arguments (tools/ only)",
-    "_SubParsersAction": "argparse's subparsers type, for annotations and lookups (tools/ only)",
     "_fingerprint": "datasets has no public fingerprint (getattr, default ''); fastload.data "
                     "may not import pipelines' seams",
 }
@@ -176,12 +175,15 @@ def _private_uses(path: pathlib.Path, tree: ast.AST, own: set[str]) -> list[str]
     ``getattr``/``hasattr``."""
     found = []
     modules: dict[str, str] = {}  # local name -> the third-party module it stands for
+    stdlib: set[str] = set()  # local names of standard-library modules (os._exit is theirs)
     skipped = _annotations(tree)
     for node in ast.walk(tree):
         where = f"{path.relative_to(ROOT)}:{getattr(node, 'lineno', 0)}"
         if isinstance(node, ast.Import):
             for alias in node.names:
-                if _third_party(alias.name):
+                if alias.name.split(".")[0] in sys.stdlib_module_names:
+                    stdlib.add(alias.asname or alias.name.split(".")[0])
+                elif _third_party(alias.name):
                     if any(map(_private, alias.name.split("."))):
                         found.append(f"{where} imports {alias.name}")
                     local = alias.asname or alias.name.split(".")[0]
@@ -200,6 +202,8 @@ def _private_uses(path: pathlib.Path, tree: ast.AST, own: set[str]) -> list[str]
             base = node.value
             while isinstance(base, ast.Attribute):
                 base = base.value
+            if isinstance(base, ast.Name) and base.id in stdlib:
+                continue
             if isinstance(base, ast.Name) and base.id in modules:
                 found.append(f"{where} reads {ast.unparse(node)} ({modules[base.id]})")
             elif node.attr not in own:
@@ -239,6 +243,8 @@ def test_the_private_name_finder_finds_each_kind_of_use(source, expected):
 
 def test_the_private_name_finder_passes_own_names_annotations_and_the_allowed():
     source = ("import hashlib\nfrom typing import NamedTuple\n"
-              "def f(x, pool) -> hashlib._Hash:\n"
+              "import os, argparse\n"
+              "def f(x, pool, s: argparse._SubParsersAction) -> hashlib._Hash:\n"
+              "    os._exit(0) if x else None\n"
               "    x._mine = 1\n    return x._mine, pool._max_workers, x._replace(a=1)\n")
     assert _private_uses(ROOT / "pipelines" / "example.py", ast.parse(source), {"_mine"}) == []
