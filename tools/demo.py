@@ -71,6 +71,9 @@ class DemoTraining:
     bench_limit: int | None = 1000
     recipe: str = "ra"  # an augmentation recipe of fastload.bench.recipes, rows (a) and (c)
     recipe_limit: int | None = 512
+    # the technique rows after the loader's (amp, gc) stop this many optimizer steps into
+    # their second epoch: their speed and memory are measured, their accuracy is not the point
+    technique_steps: int | None = 16
 
 
 TINY = DemoConfig(classes=4, train=48, val=16, seed=0, min_side=64, max_side=160)
@@ -105,6 +108,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--epochs", type=int, default=None,
                         help=f"fine-tune epochs (default {DemoTraining.epochs}; 0 skips the "
                         "bench and the A/B)")
+    parser.add_argument("--amp", choices=("auto", "on", "off"), default="auto",
+                        help="the A/B's AMP row: auto (default) runs it where the hardware "
+                        "has native bf16 (or fp16 on a GPU) and, where bf16 would be "
+                        "emulated, measures a few steps and skips it; on runs it anyway; "
+                        "off leaves it out")
     # Test hook: a tiny data set with small images, so the whole demo runs in seconds.
     parser.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)
     parser.set_defaults(run=run)
@@ -256,7 +264,7 @@ def _bench_record(workdir: Path, name: str, title: str, settings: dict,
     from fastload.bench.report import write_json
 
     report = run_bench(BenchConfig(data=workdir / "photos", workdir=workdir / "photos-bench",
-                                   **config), log=lambda line: None)
+                                   **config), log=lambda line: _progress_line(title, line))
     bench = json.loads(write_json(report, workdir / "photos-bench" / f"{name}.json").read_text())
     rows = {r["row"]: r for r in bench["rows"] if r.get("images_per_s")}
     parts = [f"({k}) {r['images_per_s']:,.0f} img/s" for k, r in rows.items()]
@@ -267,12 +275,41 @@ def _bench_record(workdir: Path, name: str, title: str, settings: dict,
     return bench, f"{title}: " + line
 
 
+def _amp_step(training: DemoTraining, device: str, amp: str):
+    """``(AmpChoice, line)``: whether the A/B runs its AMP row on this machine."""
+    from fastload.train.amp import AmpChoice, choose_amp
+    from fastload.train.compare import _amp_mode, measure_bf16_ratio
+
+    if amp == "off":
+        choice = AmpChoice(None, False, None, "AMP row left out (--amp off)")
+    elif amp == "on":
+        choice = AmpChoice(_amp_mode(), True, None, "AMP row run as asked (--amp on)")
+    else:
+        start = time.perf_counter()
+        choice = choose_amp("cuda" if device == "gpu" else "cpu", measure=lambda: (
+            measure_bf16_ratio(training.model, training.img_size, training.batch_size)))
+        if choice.ratio is not None:
+            return choice, f"amp: {choice.sentence} [{time.perf_counter() - start:.0f} s]"
+    return choice, f"amp: {choice.sentence}"
+
+
+def _ab_rows(amp) -> list[str]:
+    return [row for row in AB_ROWS if row != "amp" or amp.mode is not None]
+
+
+def _progress_line(title: str, line: str) -> None:
+    """A bench's per-row, per-round line, on stderr beside the other progress."""
+    print(f"  {title}: {line}", file=sys.stderr, flush=True)
+
+
 def _ab_step(workdir: Path, training: DemoTraining, seed: int, device: str,
-             progress: bool) -> tuple[list[dict], str]:
-    settings = {**asdict(training), "seed": seed, "device": device, "rows": list(AB_ROWS)}
+             progress: bool, rows: list[str]) -> tuple[list[dict], str]:
+    settings = {**asdict(training), "seed": seed, "device": device, "rows": rows}
     done = _cached(workdir / "ab.json", settings)
     if done is not None:
         return done["rows"], "finetune A/B: " + done["line"] + " (done already, skipped)"
+    import math
+
     from fastload.train.compare import run_compare
     from fastload.train.finetune import FinetuneConfig
 
@@ -280,15 +317,24 @@ def _ab_step(workdir: Path, training: DemoTraining, seed: int, device: str,
                           img_size=training.img_size, epochs=training.epochs,
                           batch_size=training.batch_size, seed=seed, progress=False,
                           device="cuda" if device == "gpu" else "cpu")
+    row_steps = {}
+    per_epoch = math.ceil(_split_count(workdir, "train") / training.batch_size)
+    if training.technique_steps and training.epochs > 1 and training.technique_steps < per_epoch:
+        row_steps = {row: (training.epochs - 1) * per_epoch + training.technique_steps
+                     for row in rows[rows.index("fastload") + 1:]}
     start = time.perf_counter()
-    rows = run_compare(base, rows=list(AB_ROWS), progress=progress)
+    ab_rows = run_compare(base, rows=rows, progress=progress, row_steps=row_steps)
     seconds = time.perf_counter() - start
-    top1 = rows[-1]["val_top1"]
+    for row in ab_rows:
+        if row["row"] in row_steps:
+            row["label"] += f" (last epoch cut at {training.technique_steps} steps)"
+    rows = ab_rows
     by_row = {r["row"]: r for r in rows}
+    top1 = by_row["fastload"]["val_top1"]  # the full-length fastload row
     loader = by_row["fastload"]["images_per_s"] / by_row["baseline"]["images_per_s"]
     line = (f"{len(rows)} configurations, {training.model} from scratch at {training.img_size} "
             f"px, {training.epochs} epochs: fastload.DataLoader x{loader:.2f} images/s against "
-            f"torchvision's (both fp32), val top-1 "
+            f"torchvision's (both fp32), val top-1 (fastload row) "
             f"{'n/a' if top1 is None else f'{100 * top1:.0f}%'} [{seconds:.0f} s]")
     (workdir / "ab.json").write_text(
         json.dumps({"settings": settings, "line": line, "rows": rows}, indent=2) + "\n",
@@ -296,20 +342,27 @@ def _ab_step(workdir: Path, training: DemoTraining, seed: int, device: str,
     return rows, "finetune A/B: " + line
 
 
+def _split_count(workdir: Path, split: str) -> int:
+    """Images in the generated ``split`` folder (one file per image, in class folders)."""
+    return sum(1 for path in (workdir / "data" / split).rglob("*") if path.is_file())
+
+
 def _report_step(workdir: Path, config: DemoConfig, photos: DemoPhotos,
                  training: DemoTraining, device: str, bench: dict | None, recipe: dict | None,
-                 ab_rows: list[dict] | None) -> list[str]:
+                 ab_rows: list[dict] | None, notes: list[str]) -> list[str]:
     from fastload.bench.demo_report import headline, write_report
 
     low, high = photos.megapixels
     data = (f"loader benches: {photos.train} crops of real photographs, {low:g}-{high:g} MP; "
             f"fine-tune A/B: {config.train} train / {config.val} val generated JPEGs, "
             f"{config.classes} classes, {config.min_side}-{config.max_side} px")
-    finetune = (f"fastload finetune {workdir / 'data'} --compare {','.join(AB_ROWS)} "
+    rows = [r["row"] for r in ab_rows or []] or list(AB_ROWS)
+    finetune = (f"fastload finetune {workdir / 'data'} --compare {','.join(rows)} "
                 f"--img-size {training.img_size} --epochs {training.epochs} "
                 f"--batch-size {training.batch_size}")
     report = write_report(workdir, bench=bench, recipe=recipe, ab_rows=ab_rows,
                           machine=_machine_line(device), data=data, gpu=device == "gpu",
+                          notes=notes,
                           commands={"bench": _bench_command(workdir, training, device),
                                     "recipe": _recipe_command(workdir, training, device),
                                     "finetune": finetune})
@@ -331,15 +384,19 @@ def run(args: argparse.Namespace) -> int:
         training = replace(training, epochs=args.epochs)
     workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    progress = sys.stderr.isatty()
+    from fastload.utils.progress import format_duration
+
+    progress = sys.stderr.isatty()  # bars for synth and convert: a terminal only
     measured = training.epochs > 0
-    steps = 1 + 2 * len(SPLITS) + (5 if measured else 0)
+    steps = 1 + 2 * len(SPLITS) + (6 if measured else 0)
     step = 0
+    started = time.perf_counter()
 
     def say(line: str) -> None:
         nonlocal step
         step += 1
-        print(f"[{step}/{steps}] {line}", flush=True)
+        elapsed = format_duration(time.perf_counter() - started)
+        print(f"[{step}/{steps}, {elapsed} elapsed] {line}", flush=True)
 
     try:
         say(_synth_step(workdir, config, args.workers, progress))
@@ -360,10 +417,14 @@ def run(args: argparse.Namespace) -> int:
             say(line)
             recipe, line = _recipe_step(workdir, training, config.seed, device)
             say(line)
-            ab_rows, line = _ab_step(workdir, training, config.seed, device, progress)
+            amp, line = _amp_step(training, device, args.amp)
+            say(line)
+            # the A/B's rows and epochs print plain lines in a log, a bar on a terminal
+            ab_rows, line = _ab_step(workdir, training, config.seed, device, True,
+                                     _ab_rows(amp))
             say(line)
             lines = _report_step(workdir, config, photos, training, device, bench, recipe,
-                                 ab_rows)
+                                 ab_rows, [amp.sentence])
             say(lines[0])
             for line in lines[1:]:
                 print(line, flush=True)

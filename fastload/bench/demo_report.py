@@ -272,18 +272,23 @@ def _ab_table(ab_rows: list[dict]) -> list[str]:
 
 def write_report(out_dir: str | Path, *, bench: dict | None, ab_rows: list[dict] | None,
                  machine: str, data: str, commands: dict[str, str],
-                 gpu: bool = False, recipe: dict | None = None) -> Path:
+                 gpu: bool = False, recipe: dict | None = None,
+                 notes: list[str] | None = None) -> Path:
     """Write ``out_dir/report.md`` and its charts; return the report's path.
 
     ``machine`` and ``data`` are one-line descriptions put in every chart title;
     ``commands`` maps a section ("bench", "recipe", "finetune") to the command that
-    reproduces it; ``recipe`` is the bench JSON of one augmentation recipe (rows a and c).
+    reproduces it; ``recipe`` is the bench JSON of one augmentation recipe (rows a and c);
+    ``notes`` are decisions the demo took on this machine (e.g. the AMP row's), listed
+    under the headline.
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     title = f"{machine}\n{data}"
     lines = ["# fastload demo report", "", f"Machine: {machine}.  ", f"Data: {data}.", ""]
     lines += [f"- {line}" for line in headline(bench, ab_rows, recipe).lines()] + [""]
+    if notes:
+        lines += ["Decided on this machine:", ""] + [f"- {note}" for note in notes] + [""]
     if bench and _measured(bench):
         chart = _throughput_chart(bench, "Loader throughput, same images, same cores - "
                                   + title, out / "throughput.png")

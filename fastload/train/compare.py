@@ -29,13 +29,16 @@ import functools
 import json
 import pathlib
 import sys
+import time
 
 from fastload.data.convert.ensure import ensure_lmdb
 from fastload.train.config import FinetuneConfig
 from fastload.utils.memory import TreeMemory
 from fastload.utils.process import call_in_fresh_process
+from fastload.utils.progress import format_duration
 
-__all__ = ["ROWS", "check_rows", "format_table", "row_configs", "run_compare"]
+__all__ = ["ROWS", "check_rows", "format_table", "measure_bf16_ratio", "row_configs",
+           "run_compare"]
 
 ROWS = {
     "baseline": "baseline: fp32, torchvision ImageFolder + torch DataLoader",
@@ -53,6 +56,22 @@ def _amp_mode() -> str:
     if torch.cuda.is_available() and not torch.cuda.is_bf16_supported():
         return "fp16"
     return "bf16"
+
+
+def measure_bf16_ratio(model_name: str, img_size: int, batch_size: int, steps: int = 3) -> float:
+    """bf16 autocast's training speed over fp32's for ``model_name`` at ``img_size`` and
+    ``batch_size`` on this CPU, from ``steps`` timed steps each on random inputs (a few
+    seconds): what :func:`fastload.train.amp.choose_amp` states where bf16 is emulated."""
+    import torch
+
+    from fastload.train.amp import autocast_speed_ratio
+    from fastload.train.model import create_model
+
+    generator = torch.Generator().manual_seed(0)
+    model = create_model(model_name, 10, img_size)
+    images = torch.randn(batch_size, 3, img_size, img_size, generator=generator)
+    labels = torch.randint(0, 10, (batch_size,), generator=generator)
+    return autocast_speed_ratio(model, images, labels, "bf16", steps)
 
 
 def _freeze_patterns(model_name: str, img_size: int) -> tuple[str, ...]:
@@ -135,22 +154,36 @@ def _summarise(row: str, config: FinetuneConfig, record: dict, tree) -> dict:
 
 
 def run_compare(base: FinetuneConfig, rows: list[str] | None = None, out: str | None = None,
-                progress: bool = True) -> list[dict]:
+                progress: bool = True, row_steps: dict[str, int] | None = None) -> list[dict]:
     """Run every row in a fresh process on ``base.data``; return one summary dict per row.
 
     ``base.data`` must hold ``train/`` and ``val/`` folders; ``train.lmdb``/``val.lmdb`` are
     converted from them when absent. ``out`` (optional) receives the rows as JSON.
+    ``row_steps`` ends the named rows after that many optimizer steps (their speed and
+    memory stay comparable, their accuracy does not). ``progress``: a line on stderr as
+    each row starts and ends (elapsed, an estimate of what is left) and each row's epochs
+    as :func:`fastload.train.finetune.finetune` shows them.
     """
     if base.data is None or not (pathlib.Path(base.data) / "train").is_dir():
         raise ValueError("run_compare needs base.data with train/ and val/ folders (from `fastload synth`)")
     data = pathlib.Path(base.data)
     configs = row_configs(base, rows or list(ROWS))
+    unknown = sorted(set(row_steps or {}) - {row for row, _ in configs})
+    if unknown:
+        raise ValueError(f"row_steps should name rows that run, but got {unknown}")
+    configs = [(row, dataclasses.replace(config, progress=progress,
+                                         max_steps=(row_steps or {}).get(row, config.max_steps)))
+               for row, config in configs]
     if any(c.loader == "fastload" for _, c in configs):
         _ensure_lmdb(data, progress)
     results = []
-    for row, config in configs:
+    started = time.monotonic()
+    for index, (row, config) in enumerate(configs):
         if progress:
-            print(f"[compare] {row}: {ROWS[row]}", file=sys.stderr, flush=True)
+            print(f"[compare] row {index + 1}/{len(configs)} {row}: {ROWS[row]}"
+                  + (f" (stops after {config.max_steps} steps)" if config.max_steps else "")
+                  + f", {format_duration(time.monotonic() - started)} elapsed",
+                  file=sys.stderr, flush=True)
         memory = TreeMemory()
         memory.start()
         try:
@@ -159,6 +192,12 @@ def run_compare(base: FinetuneConfig, rows: list[str] | None = None, out: str | 
         finally:
             memory.stop()
         results.append(_summarise(row, config, record, memory.peaks[row]))
+        if progress:
+            elapsed = time.monotonic() - started
+            left = elapsed / (index + 1) * (len(configs) - index - 1)
+            print(f"[compare] row {index + 1}/{len(configs)} {row} done: "
+                  f"{results[-1]['images_per_s']:.1f} images/s; {format_duration(elapsed)} "
+                  f"elapsed, ~{format_duration(left)} left", file=sys.stderr, flush=True)
     if out:
         pathlib.Path(out).write_text(json.dumps(results, indent=2))
     return results

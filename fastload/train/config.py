@@ -58,7 +58,7 @@ class FinetuneConfig:
     checkpoint_every: int = 0  # also every N optimizer steps (0 = off)
     resume: str | None = None  # checkpoint file to continue from
     log: str | None = None  # JSON lines log file
-    progress: bool = True  # tqdm bar on rank 0
+    progress: bool = True  # rank 0: a tqdm bar on a terminal, plain lines in a log
     device: str | None = None  # None: cuda when available, else cpu
 
 

@@ -186,13 +186,15 @@ def finetune(config: FinetuneConfig, *, loss_hook=None) -> FinetuneResult:
     (e.g. with NaN) before backward. Raises :class:`fastload.train.amp.NonFiniteTrainingError`
     when ``max_skips`` consecutive steps were non-finite.
     """
-    from tqdm import tqdm
-
+    from fastload.train.amp import warn_if_emulated
     from fastload.train.optim import cosine_schedule, create_optimizer, default_lr
+    from fastload.utils.progress import progress
 
     validate_config(config)
     fmt, train_path, val_path = resolve_data(config)
     rank, world, device, own_group = _init_distributed(config.device)
+    if rank == 0:
+        warn_if_emulated(config.amp, device.type)
     jlog = JsonLog(config.log, rank == 0)
     try:
         torch.manual_seed(config.seed)
@@ -259,8 +261,10 @@ def finetune(config: FinetuneConfig, *, loss_hook=None) -> FinetuneResult:
             model.train()
             if config.qat:
                 model.set_epoch(epoch)
-            bar = tqdm(total=micro_per_epoch, initial=first, desc=f"epoch {epoch + 1}/{config.epochs}",
-                       unit="batch", disable=not (config.progress and rank == 0), leave=False)
+            # a bar on a terminal; in a log, a line every 30 s and one at the epoch's end
+            bar = progress(micro_per_epoch, f"epoch {epoch + 1}/{config.epochs}", "batches",
+                           initial=first, disable=not (config.progress and rank == 0),
+                           leave=False)
             monitor.start()
             started = time.perf_counter()
             steps_before = run.step

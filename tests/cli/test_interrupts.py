@@ -123,7 +123,7 @@ def images(tmp_path_factory) -> Path:
     """An ImageFolder tree (train/ and val/) big enough that every command is still busy
     seconds after it started, and its LMDB databases."""
     root = tmp_path_factory.mktemp("interrupts")
-    subprocess.run([*FASTLOAD, "synth", str(root / "data"), "--train", "240", "--val", "40",
+    subprocess.run([*FASTLOAD, "synth", str(root / "data"), "--train", "800", "--val", "40",
                     "--classes", "4", "--min-side", "96", "--max-side", "320",
                     "--no-progress"], check=True, capture_output=True)
     return root / "data"
@@ -187,7 +187,7 @@ def trials(count: int, names: list[str]) -> dict[str, dict[str, int]]:
 
     base = Path(tempfile.mkdtemp(prefix="fastload-interrupts-"))
     try:
-        subprocess.run([*FASTLOAD, "synth", str(base / "data"), "--train", "240", "--val",
+        subprocess.run([*FASTLOAD, "synth", str(base / "data"), "--train", "800", "--val",
                         "40", "--classes", "4", "--min-side", "96", "--max-side", "320",
                         "--no-progress"], check=True, capture_output=True)
         results: dict[str, dict[str, int]] = {}
