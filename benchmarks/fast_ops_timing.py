@@ -6,7 +6,7 @@ One thread, a 3 x SIZE x SIZE uint8 image of smooth random content, each op at a
 RandAugment-like magnitude with a zero fill; the two implementations alternate in rounds of
 ``--calls`` calls and the median per-call time of each is printed with their ratio, for v1's
 ``_apply_op`` against ``fast_ops`` and v2's ``_apply_image_or_video_transform`` against
-``fast_ops_v2``. The values are the same (tests/test_fast_ops.py, tests/test_fast_ops_v2.py
+``fast_ops_v2``. The values are the same (tests/pipelines/test_fast_ops.py, tests/pipelines/test_fast_ops_v2.py
 check them bit for bit).
 """
 

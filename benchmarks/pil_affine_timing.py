@@ -9,7 +9,7 @@ resample; Pillow's ``Image.transform`` / ``Image.rotate`` and
 ``fastload.pipelines.fast.pil_affine`` (the round trip through bytes included) alternate in rounds
 of ``--calls`` calls, and the median per-call thread CPU time of each is printed with their
 ratio (CPU time: the figures survive a shared machine better than wall time). The values are
-the same (tests/test_pil_affine.py checks them bit for bit).
+the same (tests/pipelines/test_pil_affine.py checks them bit for bit).
 
 ``--recipe-photos``: the timm_deit recipe's suffix (RandAugment m9 mstd0.5, ToTensor,
 Normalize, RandomErasing; fastload's twin, as the loader runs it) on 224-px

@@ -4,7 +4,7 @@
 
 Each function makes the calls a transform's ``get_params``/``make_params`` makes on torch's
 default generator, in the same order, on ``generator``: seeded alike, it returns the very
-numbers torchvision draws (tests/test_draws.py checks each against torchvision's own).
+numbers torchvision draws (tests/pipelines/test_draws.py checks each against torchvision's own).
 
 The one-element draws write into tensors kept per thread: ``t.uniform_(a, b)`` and
 ``t.random_(lo, hi)`` consume the generator exactly as torchvision's

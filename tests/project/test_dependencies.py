@@ -12,11 +12,21 @@ def test_dali_seam_accepts_the_installed_release_and_pyproject_allows_only_its_m
         dependency_ranges):
     import importlib.metadata
 
-    installed = importlib.metadata.version("nvidia-dali-cuda120")
+    # the DALI build this environment has (the core dependency's, or an extra's); each
+    # flavour's range in pyproject.toml is the seam's tested major
+    flavours = [name for name in dependency_ranges if name.startswith("nvidia-dali-cuda")]
+    assert {"nvidia-dali-cuda120", "nvidia-dali-cuda130"} <= set(flavours)
+    installed_flavours = []
+    for name in flavours:
+        try:
+            installed_flavours.append((name, importlib.metadata.version(name)))
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    flavour, installed = installed_flavours[0]
     assert check_dali_version() == installed  # nvidia.dali.__version__ of this environment
     major, minor = (int(p) for p in installed.split(".")[:2])
     assert (major, minor) >= TESTED_DALI and major == TESTED_DALI[0]
-    assert dependency_ranges["nvidia-dali-cuda120"] == (TESTED_DALI, (TESTED_DALI[0] + 1, 0))
+    assert dependency_ranges[flavour] == (TESTED_DALI, (TESTED_DALI[0] + 1, 0))
 
 
 def test_dali_seam_refuses_an_untested_major_version_naming_it():
@@ -25,7 +35,7 @@ def test_dali_seam_refuses_an_untested_major_version_naming_it():
 
 
 # Runs in a fresh interpreter whose imports of the optional extras fail, as after a core-only
-# `pip install fastload`: the loader, convert and verify work; `fastload finetune` names its extra.
+# `pip install fastload-dali`: the loader, convert and verify work; `fastload finetune` names its extra.
 _CORE_ONLY = r'''
 import json, sys
 BLOCKED = {"timm", "safetensors", "matplotlib", "psutil", "pytest_benchmark", "torchao",
@@ -77,4 +87,4 @@ def test_core_install_without_extras_loads_converts_verifies_and_names_the_train
                       "finetune": 2, "loaded": []}
     errors = [line for line in done.stderr.splitlines() if line.startswith("fastload finetune:")]
     assert errors == ["fastload finetune: error: this command needs timm, which the [train] extra "
-                      "installs: pip install 'fastload[train]'"]
+                      "installs: pip install 'fastload-dali[train]'"]

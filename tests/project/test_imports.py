@@ -115,6 +115,7 @@ _ALLOWED = {
     "fastload": {"loader", "data"},
     "pipelines": {"utils"},
     "utils": set(),
+    "__main__": {"tools"},  # python -m fastload: the command line, nothing else
 }
 
 
