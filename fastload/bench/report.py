@@ -14,7 +14,8 @@ import psutil
 __all__ = ["format_table", "machine_info", "report_json", "write_json", "write_plot"]
 
 JSON_FORMAT_VERSION = 1
-_PACKAGES = ("torch", "torchvision", "nvidia-dali-cuda120", "pillow", "numpy", "lmdb", "ffcv")
+_PACKAGES = ("torch", "torchvision", "nvidia-dali-cuda130", "nvidia-dali-cuda120", "pillow", "numpy",
+             "lmdb", "ffcv")
 
 
 def machine_info(device: str = "cpu") -> dict:

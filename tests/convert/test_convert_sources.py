@@ -368,7 +368,7 @@ def test_a_source_whose_extra_is_missing_names_the_extra_to_install(kind, extra,
     done = subprocess.run([sys.executable, "-c", _WITHOUT_EXTRAS, str(src), str(tmp_path / "db")],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 2, done.stderr
-    assert f"pip install 'fastload[{extra}]'" in done.stderr.strip().splitlines()[-1]
+    assert f"pip install 'fastload-dali[{extra}]'" in done.stderr.strip().splitlines()[-1]
 
 
 def test_a_jsonl_line_that_is_not_an_object_with_path_and_label_is_named(tmp_path):

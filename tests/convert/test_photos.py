@@ -119,7 +119,7 @@ def test_photos_without_scikit_image_is_one_sentence_naming_the_extra(tmp_path):
     assert done.stderr.strip() == (
         "fastload synth: error: skimage is not installed: the photographic set reads the "
         "sample photos scikit-image and matplotlib ship; install them with "
-        "`pip install 'fastload[photos]'`")
+        "`pip install 'fastload-dali[photos]'`")
     assert not (tmp_path / "out").exists()
 
 

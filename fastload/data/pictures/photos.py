@@ -84,7 +84,7 @@ TEXTURES: tuple[SourcePhoto, ...] = (
 )
 
 _INSTALL_HINT = ("the photographic set reads the sample photos scikit-image and matplotlib "
-                 "ship; install them with `pip install 'fastload[photos]'`")
+                 "ship; install them with `pip install 'fastload-dali[photos]'`")
 
 
 @functools.cache

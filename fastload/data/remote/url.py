@@ -117,7 +117,7 @@ def locate(path: str | os.PathLike, storage_options: dict | None = None,
     except ImportError:
         raise ImportError(f"{what} {text!r} is a URL ({scheme}://), and reading URLs needs "
                           "fsspec, which the [remote] extra installs: pip install "
-                          "'fastload[remote]'") from None
+                          "'fastload-dali[remote]'") from None
     _filesystem_class(scheme, text, what)
     return RemoteLocation(text, storage_options)
 
@@ -132,7 +132,7 @@ def _filesystem_class(protocol: str, text: str = "", what: str = "path"):
                          f"({protocol}://), so fastload cannot read or write it; pass a local "
                          "path or an s3://, gs://, az://... URL") from None
     except ImportError as exc:
-        extra = " (the [remote] extra installs it: pip install 'fastload[remote]')" \
+        extra = " (the [remote] extra installs it: pip install 'fastload-dali[remote]')" \
             if protocol in _S3 else ""
         raise ImportError(f"{what} {text!r} is a {protocol}:// URL, whose fsspec backend is "
                           f"not installed: {exc}{extra}") from None

@@ -46,7 +46,7 @@ def _load(path: Path):
     except ImportError:
         raise ImportError(
             f"{str(path)!r} is a Hugging Face datasets folder (save_to_disk); reading it needs "
-            "the datasets package: `pip install 'fastload[datasets]'` (or `pip install "
+            "the datasets package: `pip install 'fastload-dali[datasets]'` (or `pip install "
             "datasets`)") from None
     if (path / DATASET_DICT_FILE).is_file():
         try:

@@ -39,7 +39,7 @@ def _import_pyarrow():
         import pyarrow.parquet as pq
     except ImportError:
         raise ImportError("reading parquet files needs pyarrow; install it with "
-                          "`pip install 'fastload[sources]'` (or `pip install pyarrow`)") from None
+                          "`pip install 'fastload-dali[sources]'` (or `pip install pyarrow`)") from None
     return pq
 
 
