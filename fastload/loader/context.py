@@ -1,7 +1,9 @@
-"""What one epoch's iterator receives from its loader (``EpochContext``), and nothing more."""
+"""What one epoch's iterator receives from its loader (``EpochContext``), and the loader's
+``SkipLog``, which its epochs write and the loader reads back as ``loader.skipped``."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -12,7 +14,25 @@ from fastload.loader.damage import DamageCheck
 from fastload.loader.sampling import BatchOrder
 from fastload.loader.stage import SampleStage
 
-__all__ = ["EpochContext"]
+__all__ = ["EpochContext", "SkipLog"]
+
+
+class SkipLog:
+    """The samples a loader skipped (``on_error="skip"``) over all its epochs: ``names``, in
+    the order its epochs skipped them (the loader's ``skipped``). The first skip of the
+    loader warns, naming it and why; later ones are only listed."""
+
+    def __init__(self, names: list[str]) -> None:
+        self.names = names
+
+    def note(self, names: list[str], why: str) -> None:
+        """Record that ``names`` were skipped because of ``why`` (warning if they are the
+        loader's first)."""
+        if not self.names:
+            warnings.warn(f"fastload.DataLoader skipped {', '.join(names)} ({why}); further "
+                          "unreadable samples are skipped silently and listed in "
+                          "loader.skipped", RuntimeWarning, stacklevel=4)
+        self.names.extend(names)
 
 
 @dataclass(frozen=True)
@@ -24,13 +44,14 @@ class EpochContext:
     the draw left for the first ``next()``, or None. ``order``: the loader's order (its seed
     is read per batch, as ``load_state_dict`` may set it; the epoch is finished on it).
     ``decoder``: the ``BatchDecoder`` to use, closed by the iterator when ``owns_decoder``
-    (a private one, beside the iterator that holds the loader's). ``note_skip(names, why)``,
-    ``show_indices(indices)`` and ``length()`` are the loader's: the skip list, its
-    ``last_batch_indices``, its ``len()`` (they also keep the loader, whose finaliser closes
-    its decoder, alive while its epoch runs). ``eager_batches``: batches to pull and start making at
-    ``iter()``, as many as torch's loader hands its workers there (``prefetch_factor *
-    num_workers``, taken from the sampler at ``iter()``); 0 (no workers): from the first
-    ``next()``, as torch's single-process loader."""
+    (a private one, beside the iterator that holds the loader's). ``skips``: the loader's
+    ``SkipLog``, where the epoch notes what it skipped. ``length()`` is the loader's
+    ``len()`` (it also keeps the loader, whose finaliser closes its decoder, alive while its
+    epoch runs). What the loader reads back from the epoch (the indices of its last batch)
+    the iterator holds (``EpochIterator.record``). ``eager_batches``: batches to pull and
+    start making at ``iter()``, as many as torch's loader hands its workers there
+    (``prefetch_factor * num_workers``, taken from the sampler at ``iter()``); 0 (no
+    workers): from the first ``next()``, as torch's single-process loader."""
 
     source: Any
     order: BatchOrder
@@ -46,7 +67,6 @@ class EpochContext:
     on_error: str
     collate_fn: Callable[[list[Any]], Any] | None
     prefetch: int
-    note_skip: Callable[[list[str], str], None]
-    show_indices: Callable[[list[int]], None]
+    skips: SkipLog
     length: Callable[[], int]
     eager_batches: int = 0

@@ -16,11 +16,11 @@ import torch
 from torch.utils.data import BatchSampler, Dataset
 from torch.utils.data import DataLoader as TorchDataLoader
 
-from fastload.loader.context import EpochContext
+from fastload.loader.context import EpochContext, SkipLog
 from fastload.loader.damage import DamageCheck
 from fastload.loader.datasets import NotASource, make_source, resolve_dataset
 from fastload.loader.devices import resolve_device
-from fastload.loader.epoch import _EpochIterator
+from fastload.loader.epoch import EpochIterator, EpochRecord
 from fastload.loader.plan import make_plan
 from fastload.loader.read_buffers import DEFAULT_READ_BUFFER_BYTES
 from fastload.loader.sample_sources import SampleError, call_set_hook
@@ -190,7 +190,8 @@ class DataLoader:
         for name in _COPIED:
             setattr(self, name, getattr(torch_loader, name))
         self.skipped: list[str] = []
-        self.last_batch_indices: list[int] = []
+        self._skips = SkipLog(self.skipped)  # its epochs note their skips in loader.skipped
+        self._records: list[EpochRecord] = []  # its epochs' records: see last_batch_indices
         self._decoder: Any = None
         self._decoder_size = 0
         self._decoder_dirty = False  # a reset of it was interrupted: build a new one
@@ -309,17 +310,19 @@ class DataLoader:
         if old is not None and old.running:
             # An unfinished iterator holds the loader's graph: as torch does, both iterate
             # (each its own epoch); this one gets a graph of its own, released when it ends.
-            iterator = _EpochIterator(self._epoch_context(private=True))
+            iterator = EpochIterator(self._epoch_context(private=True))
         else:
             # The last epoch on the loader's graph may still make batches though its handle
             # is gone (an interrupt inside iter(), say): it ends before the graph is reset.
             stop = self._last_maker() if self._last_maker is not None else None
             if stop is not None:
                 stop()
-            iterator = _EpochIterator(self._epoch_context(private=False))
+            iterator = EpochIterator(self._epoch_context(private=False))
             self._live = weakref.ref(iterator)
             self._last_maker = iterator.maker_stopper()
         self._iterators.add(iterator)
+        latest = EpochRecord.latest(self._records)  # last_batch_indices after its iterator
+        self._records = [it.record for it in self._iterators] + ([latest] if latest else [])
         iterator.start()  # last: an interrupt before it leaves no thread (see start())
         return iterator
 
@@ -349,12 +352,15 @@ class DataLoader:
             decoder=decoder, owns_decoder=private, stage=self._stage, damage=damage,
             rank=self._rank, device=self.device, pin_memory=self.pin_memory,
             on_error=self.on_error, collate_fn=self.collate_fn,
-            prefetch=self.prefetch_factor or 2, note_skip=self._note_skip,
-            show_indices=self._show_indices, length=self.__len__,
+            prefetch=self.prefetch_factor or 2, skips=self._skips, length=self.__len__,
             eager_batches=(self.prefetch_factor or 2) * self.num_workers)
 
-    def _show_indices(self, indices: list[int]) -> None:
-        self.last_batch_indices = indices
+    @property
+    def last_batch_indices(self) -> list[int]:
+        """The dataset indices of the batch this loader's iterators handed out last ([]
+        before the first), read back from its epochs' records (``EpochIterator.record``)."""
+        latest = EpochRecord.latest(self._records)
+        return latest.last_indices if latest is not None else []
 
     def set_epoch(self, epoch: int) -> None:
         """Make the next ``iter()`` epoch ``epoch`` (shuffle order and augmentation seeds),
@@ -428,13 +434,6 @@ class DataLoader:
         if shared:
             self._decoder, self._decoder_size = decoder, max_batch
         return decoder
-
-    def _note_skip(self, names: list[str], why: str) -> None:
-        if not self.skipped:
-            warnings.warn(f"fastload.DataLoader skipped {', '.join(names)} ({why}); further "
-                          "unreadable samples are skipped silently and listed in "
-                          "loader.skipped", RuntimeWarning, stacklevel=4)
-        self.skipped.extend(names)
 
     def __del__(self) -> None:
         decoder = self.__dict__.get("_decoder")

@@ -1,151 +1,158 @@
 """One epoch of a ``fastload.DataLoader`` on the DALI path: read, submit, fetch, deliver.
 
-The loader decides the batches (order, sampling, resume); this iterator reads their encoded
+The loader decides the batches (order, sampling, resume); this module reads their encoded
 samples, keeps ``prefetch_factor`` of them in the decoder and turns each into ``[images,
-labels]``. On the CPU that work runs in a maker thread of the iterator (``fastload-maker``),
-up to ``prefetch_factor + 1`` batches ahead of the caller, as torch's workers run ahead: a
-loop whose step is slower than the loader finds each batch ready. ``next()`` pulls the
-batches' indices from the sampler on the caller's thread (as torch's loader iterates its
-sampler) and hands out what the maker made. A batch's torch suffix runs in a stage thread
-beside the maker, when it leaves the global generators alone
-(``SampleStage.beside_caller``); else it runs in ``next()``, on the caller's thread, as does
-a custom collate. Batches, errors and the position ``state_dict`` records still come
-strictly in order. On a GPU the iterator makes each batch in ``next()``.
+labels]``. Two objects share the work, each with its own state:
+
+* ``EpochIterator``, the caller's handle: ``next()`` pulls the batches' indices from the
+  sampler on the caller's thread (as torch's loader iterates its sampler), hands out each
+  batch's outcome in order, records what the loader reads back (``record``: the indices
+  of the batch it handed out last) and finishes the epoch on the loader's order.
+* ``Maker``, which owns the hand-off and the thread: it makes the batches' outcomes with
+  an ``InFlight`` (``loader/in_flight.py``: read, submit, fetch, recover damaged samples
+  through a ``Recovery``, stage). On the CPU it runs in a thread of its own
+  (``fastload-maker``), up to ``prefetch_factor + 1`` batches ahead of the caller, as
+  torch's workers run ahead: the caller ``put``s the batches it pulled and takes outcomes
+  with :meth:`Maker.next_outcome`; one condition guards both ends. On a GPU
+  ``next_outcome`` makes each batch on the caller's thread.
+
+What crosses between them is typed: a pulled batch ``(position, indices)``, the sampler's
+exception or ``None`` (its end) one way; an outcome the other way (``Made``, ``Skipped``,
+``Empty``, ``Failed``, then ``End``). A batch's torch suffix runs in a stage thread beside
+the maker when it leaves the global generators alone (``SampleStage.beside_caller``); else
+it runs in ``next()``, on the caller's thread, as does a custom collate.
 
 An error belongs to its batch, as in torch's loader: whatever fails while a batch is made
 ahead (its sampler, an index, a read, the decode, ``target_transform``, the suffix or
-collate) is kept as that batch's outcome and raised at its turn, after every batch before
-it; the next ``next()`` goes on with the batch after it (after the sampler itself raised,
-the epoch ends there, as torch's single-process loader's does). Naming a sample in an error
-never raises (``_name``), and a fault of fastload's own that ends the maker thread is
-raised once, after every batch made before it, and ends the epoch.
-
-The loader hands the iterator what it needs in an ``EpochContext`` (``loader/context.py``)
-and ends it with :meth:`_EpochIterator.close`; neither reads the other's private state. The
-core's maker-thread handoff is ``loader/maker.py``'s ``MakerHandoff``, its recovery from
-damaged samples ``loader/recovery.py``'s ``DamageRecovery``.
+collate) is kept as that batch's ``Failed`` outcome and raised at its turn, after every
+batch before it; the next ``next()`` goes on with the batch after it (after the sampler
+itself raised, the epoch ends there, as torch's single-process loader's does). A fault of
+fastload's own that ends the maker thread is raised once, after every batch made before
+it, and ends the epoch. A batch whose samples were all skipped is passed over in a loop.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 import weakref
 from collections import deque
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
-from PIL.Image import DecompressionBombError
 from torch.utils.data import default_collate
 
 from fastload.loader.context import EpochContext
-from fastload.loader.maker import Handoff, MakerHandoff, NothingYet
-from fastload.loader.recovery import Batch, DamageRecovery
-from fastload.loader.sample_sources import SampleError, call_set_hook
+from fastload.loader.in_flight import Empty, Failed, InFlight, Made, NothingYet, Outcome, Pulled
+from fastload.loader.sample_sources import call_set_hook
 from fastload.loader.sampling import mix_seed
 
+__all__ = ["End", "EpochIterator", "EpochRecord", "Maker", "makes_ahead"]
 
-class _EpochIterator:
-    """One epoch of a DataLoader on the DALI path: the caller's handle on its ``_EpochCore``.
 
-    The maker thread holds the core, never this handle: when the caller drops the handle
+@dataclass(frozen=True)
+class End:
+    """Nothing more comes: the epoch is made, or the maker thread ended on ``failure``."""
+
+    failure: BaseException | None = None
+
+
+_TURNS = itertools.count()  # orders the batches every epoch of the process hands out
+
+
+class EpochRecord:
+    """What an epoch leaves for its loader to read back, alive after its iterator:
+    ``last_indices``, the indices of the batch it handed out last, and that hand-out's
+    ``turn`` in one count over all epochs (-1: none yet), so that a loader running two
+    epochs at once reads the later one (:meth:`latest`)."""
+
+    __slots__ = ("_last",)
+
+    def __init__(self) -> None:
+        self._last: tuple[int, list[int]] = (-1, [])  # replaced whole: read in one piece
+
+    def note(self, indices: list[int]) -> None:
+        """The iterator hands out the batch of ``indices`` now."""
+        self._last = (next(_TURNS), indices)
+
+    @property
+    def turn(self) -> int:
+        return self._last[0]
+
+    @property
+    def last_indices(self) -> list[int]:
+        return self._last[1]
+
+    @staticmethod
+    def latest(records: Iterable[EpochRecord]) -> EpochRecord | None:
+        """The record among ``records`` whose last hand-out came last (None if none)."""
+        return max(records, key=lambda record: record.turn, default=None)
+
+
+def makes_ahead(device: torch.device) -> bool:
+    """Whether an epoch on ``device`` makes its batches ahead in a maker thread (the CPU)
+    rather than in ``next()`` (a GPU)."""
+    return device.type == "cpu"
+
+
+class EpochIterator:
+    """One epoch of a DataLoader on the DALI path, keeping ``prefetch_factor`` batches in
+    the decoder while the caller works.
+
+    The maker thread holds the ``Maker``, never this iterator: when the caller drops it
     mid-epoch (a ``break``), the epoch is closed at once, its maker ended and its decoder let
     go, as torch's iterator shuts its workers down when it is collected."""
 
     def __init__(self, context: EpochContext) -> None:
-        self._core = _EpochCore(context)
-        finalizer = weakref.finalize(self, self._core.close)
+        # The context's fields, not the context: close() must drop the decoder's reference.
+        self._pid = os.getpid()
+        self._order, self._epoch = context.order, context.epoch
+        self._at_first_next = context.at_first_next
+        self._stage, self._collate_fn = context.stage, context.collate_fn
+        self._length, self._eager = context.length, context.eager_batches
+        self.record = EpochRecord()
+        order, epoch, rank = context.order, context.epoch, context.rank
+        depth = max(1, context.prefetch)
+        work = InFlight(
+            source=context.source, decoder=context.decoder, owns_decoder=context.owns_decoder,
+            damage=context.damage, stage=context.stage, stage_ahead=makes_ahead(context.device),
+            depth=depth, on_error=context.on_error, skips=context.skips,
+            pin_memory=context.pin_memory,
+            seed_for=lambda position: mix_seed(order.seed, epoch.epoch, rank, position))
+        self._maker = Maker(work, context.source,
+                            pull=None if makes_ahead(context.device) else epoch.next)
+        # With a maker thread: the caller pulls up to `_lead` batches ahead of what it has
+        # been handed; `_pulled_ahead` are pulled and not yet handed out.
+        self._lead = depth + 1
+        self._pulled_ahead = 0
+        self._pulls_done = False
+        self._active, self._done = True, False
+        self._closed_by: str | None = None
+        finalizer = weakref.finalize(self, self._maker.close)
         finalizer.atexit = False  # at exit, the process's end releases everything
 
     def start(self) -> None:
         """Start making the first batches now when the context asks for it (with workers,
-        as torch's workers start at ``iter()``). Called last in ``iter()``, once this handle
-        and the loader's record of it exist: an interrupt at any instant before leaves no
-        thread, and one after leaves a thread this handle's finaliser ends."""
-        self._core.start()
-
-    def maker_stopper(self) -> weakref.WeakMethod:
-        """A weak reference to this epoch's ``stop_making`` (end its maker thread and wait
-        for it), alive while the maker may still run even when this handle is gone."""
-        return weakref.WeakMethod(self._core.stop_making)
-
-    def __iter__(self) -> _EpochIterator:
-        return self
-
-    def __next__(self) -> list[Any]:
-        return next(self._core)
-
-    def __len__(self) -> int:
-        return len(self._core)
-
-    @property
-    def running(self) -> bool:
-        """Whether this epoch may still yield (not ended or closed)."""
-        return self._core.running
-
-    def close(self, by: str = "its close()") -> None:
-        """End this epoch now (idempotent): the next ``next()`` raises, saying it was
-        closed ``by``; its decoder (closed here when it is its own), its queued batches and
-        its threads are let go."""
-        self._core.close(by)
-
-
-class _EpochCore(MakerHandoff, DamageRecovery):
-    """One epoch of a DataLoader on the DALI path, keeping ``prefetch_factor`` batches in
-    the decoder while the caller works."""
-
-    def __init__(self, context: EpochContext) -> None:
-        # The context's fields, not the context: close() must drop the decoder's reference.
-        self._pid = os.getpid()
-        self._source = context.source
-        self._order = context.order
-        self._epoch, self._at_first_next = context.epoch, context.at_first_next
-        self._stage = context.stage
-        self._rank = context.rank
-        self._pin_memory = context.pin_memory
-        self._on_error = context.on_error
-        self._collate_fn = context.collate_fn
-        self._note_skip = context.note_skip
-        self._show_indices = context.show_indices
-        self._length = context.length
-        from fastload.pipelines import BatchDecodeError
-
-        self._decode_error = BatchDecodeError
-        self._damage = context.damage  # damaged JPEG data: a read error
-        self._private = context.owns_decoder
-        self._decoder = context.decoder
-        self._depth = max(1, context.prefetch)
-        self._queue: deque[Batch] = deque()
-        # Outcomes not yet handed out, in order, each (kind, value, pulled): ("batch",
-        # (batch, result, Future or _Later)), ("skip", None) for a batch whose samples were all
-        # skipped, ("empty", None) for an empty batch, ("error", exception). ``pulled``:
-        # whether it stands for a batch of the epoch (False for a sampler's own error).
-        self._out: deque[tuple[str, Any, bool]] = deque()
-        # On the CPU the sample stage of a batch runs in a thread of its own while the caller
-        # works on the previous batch (one batch ahead); on a GPU it runs in __next__.
-        self._ahead = 1 if context.device.type == "cpu" else 0
-        self._stage_thread: ThreadPoolExecutor | None = None
-        self._exhausted = False
-        self._active = True
-        self._done = False
-        # The maker thread (CPU): the caller pulls up to `_lead` batches ahead of what it has
-        # been handed, the maker makes their outcomes into `_out`; `_handoff` holds both ends.
-        self._handoff = Handoff() if self._ahead else None
-        self._lead = self._depth + 1
-        self._pulled_ahead = 0  # batches pulled and not yet handed out (caller side)
-        self._pulls_done = False
-        self._maker: threading.Thread | None = None
-        self._eager = context.eager_batches
-        self._closed_by: str | None = None
-
-    def start(self) -> None:
-        """With workers, pull the first batches and start the maker at ``iter()``: they
-        are made while the caller gets ready."""
-        if self._handoff is not None and self._eager and self._at_first_next is None:
+        as torch's workers start at ``iter()``). Called last in ``iter()``, once this
+        iterator and the loader's record of it exist: an interrupt at any instant before
+        leaves no thread, and one after leaves a thread this iterator's finaliser ends."""
+        if self._maker.threaded and self._eager and self._at_first_next is None:
             self._start_making(limit=self._eager)
 
-    def __iter__(self) -> _EpochCore:
+    def maker_stopper(self) -> weakref.WeakMethod:
+        """A weak reference to this epoch's :meth:`Maker.stop` (end its maker thread and wait
+        for it), alive while the maker may still run even when this iterator is gone."""
+        return weakref.WeakMethod(self._maker.stop)
+
+    @property
+    def decoder(self) -> Any:
+        """The decoder this epoch uses (None once it is closed)."""
+        return self._maker.decoder
+
+    def __iter__(self) -> EpochIterator:
         return self
 
     def __len__(self) -> int:
@@ -160,18 +167,10 @@ class _EpochCore(MakerHandoff, DamageRecovery):
         """End this epoch now (idempotent): the next ``next()`` raises, saying it was
         closed ``by``; its decoder (closed here when it is its own), its queued batches and
         its threads are let go."""
-        abandoned = self._active and not self._done
-        if abandoned:
+        if self._active and not self._done:
             self._closed_by = by
         self._active = False
-        if self._pid != os.getpid():  # a forked child's copy: its threads and locks are the
-            return  # parent's, as the fork found them (one may be held): leave them be
-        self._stop_maker()
-        if abandoned:  # the shards it announced will not be read by it: stop fetching them
-            call_set_hook(self._source, "cancel_prefetch")
-        self._release()
-        self._decoder = None
-        self._queue.clear()
+        self._maker.close()
 
     def __next__(self) -> list[Any]:
         if self._done:
@@ -187,208 +186,193 @@ class _EpochCore(MakerHandoff, DamageRecovery):
         if self._at_first_next is not None:  # torch's RandomSampler draws at its first index
             draw, self._at_first_next = self._at_first_next, None
             draw()
-        if self._handoff is not None:
-            return self._next_made_ahead()
         while True:
-            out = self._out
-            # Hand out the oldest outcome once `ahead` batches are being made behind it (or
-            # nothing more comes).
-            if out and (out[0][0] != "batch" or len(out) > self._ahead
-                        or (not self._queue and self._exhausted)):
-                return self._pop_outcome()
-            if not self._make_one():
-                if out:
-                    continue
-                self._finish()
-                raise StopIteration
+            outcome = self._next_outcome()
+            if outcome.pulled:
+                self._epoch.mark_yielded()
+            if isinstance(outcome, Failed):
+                raise outcome.error
+            if isinstance(outcome, Empty):
+                self.record.note([])
+                return (self._collate_fn or default_collate)([])
+            if isinstance(outcome, Made):
+                self.record.note(outcome.indices)
+                return self._stage.finish(outcome.prepared())  # a custom collate: here
+            # Skipped: every sample of the batch was skipped; on to the next one
 
-    def stop_making(self) -> None:
-        """End the maker thread, if any, and wait for it (idempotent): the loader calls
-        this on an epoch it let go before it resets the decoder that epoch used."""
-        self._stop_maker()
+    def _next_outcome(self) -> Outcome:
+        """The oldest batch's outcome, in order (pulling batches ahead for the maker); at the
+        end, finish the epoch and raise StopIteration, or the maker's own failure."""
+        maker = self._maker
+        if maker.threaded:
+            self._start_making()
+        outcome = maker.next_outcome()
+        if not isinstance(outcome, End):
+            if maker.threaded:
+                self._pulled_ahead -= outcome.pulled
+            return outcome
+        self._finish()
+        if outcome.failure is not None:  # raised once; the epoch ends with its maker
+            raise outcome.failure
+        raise StopIteration
 
-    def _make_one(self) -> bool:
-        """Make the oldest pulled batch's outcome into ``_out`` (reading and submitting the
-        batches behind it, up to the decoder's depth); False when none is left to make."""
-        self._fill()
-        if not self._queue:
-            return False
-        head = self._queue[0]
-        images = None
-        if head.indices:  # with a read error: the samples before it (raise mode)
+    def _start_making(self, limit: int | None = None) -> None:
+        """Pull batches for the maker (no more than ``limit``) and start its thread if it is
+        not running yet: at the first ``next()``, or at ``iter()`` with workers."""
+        lead = self._lead if limit is None else min(self._lead, limit)
+        while self._pulled_ahead < lead and not self._pulls_done:
             try:
-                try:
-                    images = self._decoder.fetch()
-                except self._decode_error as err:
-                    images = self._recover(head, err)
-                if head.strict:
-                    self._damage.mark_intact(self._source, head.indices, head.unchecked)
-                if head.recyclable and self._decoder.inputs_done:
-                    encoded, head.encoded = head.encoded, []
-                    self._source.recycle(encoded)
-            except BaseException as err:
-                self._queue.popleft()  # the batch is consumed, as in torch
-                self._emit(("error", err, True))
-                return True
-        self._queue.popleft()
-        if head.error is not None:
-            self._emit(("error", head.error, head.pulled))
-        elif head.empty:
-            self._emit(("empty", None, True))
-        elif images is None:  # every sample of the batch was skipped
-            self._emit(("skip", None, True))
-        else:
-            self._fill()
-            try:
-                made = self._stage_batch(head, images)
-            except Exception as err:  # e.g. target_transform: raised at the batch's turn
-                self._emit(("error", err, True))
-            else:
-                self._emit(("batch", (head, made), True))
-        return True
-
-    def _pop_outcome(self) -> Any:
-        """The oldest outcome, in order: a batch, or the error its making raised."""
-        kind, value, pulled = self._out.popleft()
-        if pulled:
-            self._epoch.mark_yielded()
-        if kind == "error":
-            raise value
-        if kind == "skip":
-            return self.__next__()
-        if kind == "empty":  # torch calls collate_fn([]): default_collate raises IndexError
-            self._show_indices([])
-            return (self._collate_fn or default_collate)([])
-        head, made = value
-        self._show_indices(list(head.indices))
-        prepared = made.result() if isinstance(made, Future | _Later) else made
-        return self._stage.finish(prepared)  # a custom collate: here, as torch's
-
-    def _stage_batch(self, batch: Batch, images: torch.Tensor) -> Any:
-        """What the loader's sample stage prepares for ``images`` (see ``SampleStage``): a
-        Future of it when it runs in this iterator's stage thread, beside the caller's step;
-        a ``_Later`` when it must wait for ``next()`` to hand the batch out, on the caller's
-        thread (it would touch the global generators)."""
-        stage = self._stage
-        if not (self._ahead and stage.active):
-            return self._deliver(batch, images)
-        if not stage.beside_caller:
-            return _Later(self._deliver, batch, images)
-        if self._stage_thread is None:
-            self._stage_thread = ThreadPoolExecutor(1, thread_name_prefix="fastload-stage")
-        return self._stage_thread.submit(self._deliver, batch, images)
-
-    def _deliver(self, batch: Batch, images: torch.Tensor) -> Any:
-        if self._stage.active:  # a torch suffix or a custom collate_fn: see loader/stage.py
-            labels = self._source.sample_labels(batch.indices)
-            return self._stage.prepare(images, labels, batch.seed)
-        labels = self._source.labels(batch.indices)
-        if images.device.type == "cuda" and isinstance(labels, torch.Tensor):
-            labels = labels.to(images.device, non_blocking=True)
-        elif self._pin_memory and torch.cuda.is_available():
-            images = images.pin_memory()
-            labels = labels.pin_memory() if isinstance(labels, torch.Tensor) else labels
-        return [images, labels]
-
-    def _fill(self) -> None:
-        """Submit batches that wait (after an error) and pull new ones up to the depth."""
-        for batch in self._queue:
-            if not batch.submitted and batch.indices:
-                self._submit_ahead(batch)
-        while len(self._queue) < self._depth and not self._exhausted:
-            try:
-                pulled = self._pull()
-            except NothingYet:  # the caller has not pulled the next batch yet
-                break
+                pulled = self._epoch.next()
             except Exception as err:  # the sampler raised: its error ends the epoch
-                self._exhausted = True
-                self._queue.append(Batch(-1, [], [], [], 0, error=err, pulled=False))
+                self._pulls_done = True
+                self._maker.put(err)
                 break
             if pulled is None:
-                self._exhausted = True
+                self._pulls_done = True
+                self._maker.put(None)
                 break
-            try:
-                batch = self._read(*pulled)
-            except Exception as err:  # a fault of this batch's read: raised at its turn
-                batch = Batch(pulled[0], [], [], [], 0, error=err)
-            self._queue.append(batch)
-            if batch.indices:
-                self._submit_ahead(batch)
-
-    def _submit_ahead(self, batch: Batch) -> None:
-        """Submit a batch made ahead; what its parameters' draw raises (a crop larger than
-        an image, say) becomes the batch's error, raised at its turn."""
-        try:
-            self._submit(batch)
-        except ValueError as err:
-            batch.error, batch.indices = err, []
-
-    def _submit(self, batch: Batch, gen: torch.Generator | None = None) -> None:
-        if gen is None:
-            gen = torch.Generator()
-            gen.manual_seed(batch.seed)
-        # strict refused only for samples of different output sizes, which DALI refuses too
-        batch.strict = self._decoder.submit(batch.encoded, batch.sizes, gen, strict=batch.strict)
-        batch.submitted = True
-
-    def _read(self, position: int, indices: list[int]) -> Batch:
-        seed = mix_seed(self._order.seed, self._epoch.epoch, self._rank, position)
-        batch = Batch(position, [], [], [], seed, empty=not indices)
-        for raw in indices:
-            try:  # an index the dataset would refuse (2.5, 999) fails its batch in both modes
-                i = self._source.index(raw)
-            except (TypeError, IndexError) as err:
-                batch.error = err
-                return batch
-            try:
-                data, size = self._source.read(i)
-            except Exception as err:
-                name = self._name(i, err)
-                if not isinstance(err, OSError | SampleError | DecompressionBombError):
-                    err = SampleError(f"sample {i}: cannot read {name}: {err}", [name])
-                if self._on_error == "raise":
-                    batch.error = err  # raised after the samples before it are decoded
-                    break
-                self._note_skip([name], str(err))
-                continue
-            batch.indices.append(i)
-            batch.encoded.append(data)
-            batch.sizes.append(size)
-        self._drop_damaged(batch)
-        return batch
-
-    def _name(self, i: int, err: BaseException) -> str:
-        """How messages name sample ``i``, whose read raised ``err``: the name the error
-        carries, else the source's (which opens nothing), else its index; never raises."""
-        names = getattr(err, "names", None)
-        if names:
-            return str(names[0])
-        try:
-            return self._source.name(i)
-        except Exception:  # noqa: BLE001 - a name is no reason to lose the epoch
-            return f"sample {i}"
+            self._pulled_ahead += 1
+            self._maker.put(pulled)
+        self._maker.start()
 
     def _finish(self) -> None:
         self._active = False
         self._done = True
-        self._stop_maker()
-        self._release()
+        self._maker.finish()
         if self._order.current is self._epoch:
             self._order.finish_epoch()
 
-    def _release(self) -> None:
-        self._damage.close()
-        if self._stage_thread is not None:
-            self._stage_thread.shutdown(wait=False)
-        if self._private and self._decoder is not None:
-            self._decoder.close()
 
+class Maker:
+    """Makes one epoch's batches into their outcomes, in order, with ``work`` (the batches
+    in flight), and hands them out.
 
-class _Later:
-    """A call made when its batch is handed out (``result()``, in ``next()``)."""
+    ``pull=None``: threaded (the CPU). :meth:`start` runs the ``fastload-maker`` thread,
+    which makes the batches the caller :meth:`put`, until the epoch is made or the maker
+    is stopped; the caller takes their outcomes with :meth:`next_outcome`, waiting for
+    each. Else ``pull()`` gives the next batch (the sampler's; None at its end) and
+    :meth:`next_outcome` makes it on the caller's thread. ``_cond`` guards the hand-off:
+    ``_pulled``, ``_outcomes``, ``_closed`` (the maker stops), ``_finished`` (its thread
+    stopped) and ``_failure`` (a fault of fastload's own that ended it)."""
 
-    def __init__(self, fn: Any, *args: Any) -> None:
-        self._fn, self._args = fn, args
+    def __init__(self, work: InFlight, source: Any,
+                 pull: Callable[[], Pulled | None] | None) -> None:
+        self._pid = os.getpid()
+        self._work, self._source = work, source
+        self.threaded = pull is None
+        self._pull: Callable[[], Pulled | None] = pull or self._take
+        self._over = False  # the epoch finished or was closed
+        self._cond = threading.Condition()
+        self._pulled: deque[Pulled | Exception | None] = deque()
+        self._outcomes: deque[Outcome] = deque()
+        self._closed = False
+        self._finished = False
+        self._failure: BaseException | None = None
+        self._thread: threading.Thread | None = None
 
-    def result(self) -> Any:
-        return self._fn(*self._args)
+    @property
+    def decoder(self) -> Any:
+        """The decoder the batches are made with (None once the epoch is closed)."""
+        return self._work.decoder
+
+    def put(self, pulled: Pulled | Exception | None) -> None:
+        """Hand the maker thread the next batch the caller pulled (the sampler's exception,
+        or None at its end)."""
+        with self._cond:
+            self._pulled.append(pulled)
+            self._cond.notify_all()
+
+    def start(self) -> None:
+        """Start the maker thread unless it was started already (idempotent)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="fastload-maker",
+                                            daemon=True)
+            self._thread.start()
+
+    def next_outcome(self) -> Outcome | End:
+        """The oldest outcome not yet handed out: waited for (threaded), or made now."""
+        if not self.threaded:
+            outcome = self._work.make_one(self._pull)
+            return End() if outcome is None else outcome
+        with self._cond:
+            while not self._outcomes and not self._finished:
+                self._cond.wait()
+            if self._outcomes:  # what was made before a failure is handed out first
+                return self._outcomes.popleft()
+            failure, self._failure = self._failure, None
+        return End(failure)
+
+    def stop(self) -> None:
+        """End the maker thread, if any, and wait for it (idempotent; it may be in a
+        fetch): the decoder is then the caller's again (a new epoch resets it)."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            try:
+                thread.join()
+            except RuntimeError:  # not started (an interrupt inside iter()): once it runs,
+                pass  # it finds the hand-off closed and ends without touching the decoder
+
+    def finish(self) -> None:
+        """The epoch reached its end: stop, and let go of the threads (and of the decoder
+        when it is the epoch's own)."""
+        self._over = True
+        self.stop()
+        self._work.release()
+
+    def close(self) -> None:
+        """End the epoch now (idempotent; its iterator's close() and finaliser): as
+        :meth:`finish`, and let go of the decoder and the batches in flight; an epoch closed
+        before its end cancels the prefetches its set announced. A forked child's copy
+        leaves the threads and locks, which are the parent's, as the fork found them (one
+        may be held)."""
+        abandoned, self._over = not self._over, True
+        if self._pid != os.getpid():
+            return
+        self.stop()
+        if abandoned:  # the shards it announced will not be read by it: stop fetching them
+            call_set_hook(self._source, "cancel_prefetch")
+        self._work.release()
+        self._work.drop()
+
+    def _take(self) -> Pulled | None:
+        """(The maker thread) the next batch the caller put: ``NothingYet`` when it has put
+        nothing more yet; the sampler's error raised."""
+        with self._cond:
+            if not self._pulled:
+                raise NothingYet
+            pulled = self._pulled.popleft()
+        if isinstance(pulled, Exception):
+            raise pulled
+        return pulled
+
+    def _run(self) -> None:
+        """The maker thread: make outcomes while the caller pulls batches, until the epoch
+        is made or the maker is stopped; a fault of its own is kept for ``next_outcome``."""
+        from fastload.utils.threads import one_omp_thread
+
+        one_omp_thread()  # its torch ops (collate, labels) start no OpenMP team of their own
+        failure = None
+        try:
+            while not self._closed:
+                outcome = self._work.make_one(self._pull)
+                if outcome is not None:
+                    with self._cond:
+                        self._outcomes.append(outcome)
+                        self._cond.notify_all()
+                elif self._work.done or not self._wait_for_work():
+                    break  # the epoch is made, or the maker stopped
+        except BaseException as err:  # a fault of fastload's own: raised in the caller's next()
+            failure = err
+        with self._cond:
+            self._finished, self._failure = True, failure
+            self._cond.notify_all()
+
+    def _wait_for_work(self) -> bool:
+        """Block until the caller pulled a batch or the maker is stopped; whether to go on."""
+        with self._cond:
+            while not self._pulled and not self._closed:
+                self._cond.wait()
+            return not self._closed

@@ -60,9 +60,9 @@ def test_a_second_iterator_releases_its_own_graph_when_it_ends(val):
     it1 = iter(loader)
     next(it1)
     it2 = iter(loader)
-    assert it2._core._decoder is not it1._core._decoder
+    assert it2.decoder is not it1.decoder
     list(it2)
-    assert it2._core._decoder._closed and not it1._core._decoder._closed
+    assert it2.decoder._closed and not it1.decoder._closed
     assert len(list(it1)) == 1
 
 
