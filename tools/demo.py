@@ -388,7 +388,7 @@ def run(args: argparse.Namespace) -> int:
 
     progress = sys.stderr.isatty()  # bars for synth and convert: a terminal only
     measured = training.epochs > 0
-    steps = 1 + 2 * len(SPLITS) + (6 if measured else 0)
+    steps = 1 + 2 * len(SPLITS) + (5 if measured else 0)
     step = 0
     started = time.perf_counter()
 
@@ -396,7 +396,7 @@ def run(args: argparse.Namespace) -> int:
         nonlocal step
         step += 1
         elapsed = format_duration(time.perf_counter() - started)
-        print(f"[{step}/{steps}, {elapsed} elapsed] {line}", flush=True)
+        print(f"[{step}/{steps}] {line} ({elapsed} elapsed)", flush=True)
 
     try:
         say(_synth_step(workdir, config, args.workers, progress))
@@ -417,8 +417,8 @@ def run(args: argparse.Namespace) -> int:
             say(line)
             recipe, line = _recipe_step(workdir, training, config.seed, device)
             say(line)
-            amp, line = _amp_step(training, device, args.amp)
-            say(line)
+            amp, line = _amp_step(training, device, args.amp)  # a decision, in the report too
+            print(line, file=sys.stderr, flush=True)
             # the A/B's rows and epochs print plain lines in a log, a bar on a terminal
             ab_rows, line = _ab_step(workdir, training, config.seed, device, True,
                                      _ab_rows(amp))
@@ -426,7 +426,7 @@ def run(args: argparse.Namespace) -> int:
             lines = _report_step(workdir, config, photos, training, device, bench, recipe,
                                  ab_rows, [amp.sentence])
             say(lines[0])
-            for line in lines[1:]:
+            for line in lines[1:] + ["  " + amp.sentence]:
                 print(line, flush=True)
     except (FileExistsError, FileNotFoundError, ValueError) as exc:
         print(f"fastload demo: error: {exc}", file=sys.stderr)
