@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import errno
 import json
+import logging
 import os
 import shutil
 import threading
@@ -86,6 +87,9 @@ __all__ = ["LOCK_WAIT_S", "MARKER", "CacheDiskFull", "Cancelled", "Lease", "Shar
            "content_name", "default_cache_dir", "set_key"]
 
 LOCK_WAIT_S = 300.0  # the longest wait for a shard another thread or process is fetching
+_WAIT_LOGGED_S = 0.05  # a lock wait at least this long gets a debug record
+
+log = logging.getLogger(__name__)  # hits, misses, evictions, waits: debug records
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
@@ -192,6 +196,9 @@ class ShardCache:
         shard = local_shard(layout.make_folder(folder.parent / LOCKS) / f"{folder.name}.lock")
         deadline = time.monotonic() + (LOCK_WAIT_S if wait_s is None else wait_s)
         with shard.cond:
+            if shard.busy:
+                log.debug("cache: waiting for another thread of this process fetching %s",
+                          folder.name)
             while shard.busy:  # another thread of this process takes its lock or fetches it
                 self._wait_here(shard, folder, deadline, cancelled)
             if shard.count:  # leased here: installed, and nobody can evict or replace it
@@ -205,6 +212,7 @@ class ShardCache:
                                   "this process reads it (its files no longer have the sizes "
                                   "it was installed with); delete the folder and rerun")
                 layout.touch(folder / MARKER)
+                log.debug("cache hit: %s (already leased by this process)", folder.name)
                 if not keep:
                     return True
                 shard.count += 1
@@ -246,23 +254,34 @@ class ShardCache:
         def timed_out(waited: float) -> str:
             return self._timed_out(folder, shard.lock, waited)
 
+        def lock(mode: int) -> None:
+            start = time.monotonic()
+            wait_flock(fd, mode, deadline, cancelled, timed_out)
+            waited = time.monotonic() - start
+            if waited >= _WAIT_LOGGED_S:
+                log.debug("cache: waited %.2f s for the lock of %s (another process fetching "
+                          "or reading it)", waited, folder.name)
+
         fd = open_lock(shard.lock)
         try:
             for _ in range(4):  # a lock conversion is not atomic: an evictor may slip in
                 if not refresh:
-                    wait_flock(fd, fcntl.LOCK_SH, deadline, cancelled, timed_out)
+                    lock(fcntl.LOCK_SH)
                     if layout.valid(folder, fingerprint):
                         layout.touch(folder / MARKER)  # its last use, for the LRU order
+                        log.debug("cache hit: %s in %s", folder.name, self.root)
                         if not keep:
                             return True
                         with shard.cond:
                             shard.fd, shard.count, fd = fd, 1, -1
                         return Lease(folder, shard)
                 # waits for a download of it elsewhere, or for the readers of a bad copy
-                wait_flock(fd, fcntl.LOCK_EX, deadline, cancelled, timed_out)
+                lock(fcntl.LOCK_EX)
                 if refresh:
                     refresh = False
                     if folder.exists():  # the copy that failed its caller's check
+                        log.debug("cache: %s failed its reader's check: fetching it again",
+                                  folder.name)
                         layout.discard(folder)
                 if not layout.valid(folder, fingerprint) and not self._install(
                         folder, fingerprint, listing, fill, make_room, overflow):
@@ -277,8 +296,12 @@ class ShardCache:
         for stale in folder.parent.glob(f".part-{folder.name}-*"):  # we hold its lock
             shutil.rmtree(stale, ignore_errors=True)
         files = listing()
+        log.debug("cache miss: %s (%d files, %d bytes) to fetch into %s", folder.name,
+                  len(files), sum(files.values()), self.root)
         part = self._reserve(folder, sum(files.values()), make_room, overflow)
         if part is None:
+            log.debug("cache: no room for %s (shards in use fill cache_bytes): not fetched",
+                      folder.name)
             return False
         try:
             fill(part, files)
@@ -320,6 +343,9 @@ class ShardCache:
                         break
                     if self._evict(shard):
                         used -= shard.bytes
+                        log.debug("cache eviction: %s (%d bytes, least recently used) to make "
+                                  "room for %s (%d bytes; bound %d)", shard.folder.name,
+                                  shard.bytes, folder.name, size, bound)
                 if used + size <= bound:
                     return self._part(folder, size)
             if make_room is not None and make_room():

@@ -21,6 +21,7 @@ prefetch threads).
 from __future__ import annotations
 
 import errno
+import logging
 import random
 import threading
 import time
@@ -51,6 +52,8 @@ class Retry:
 DEFAULT_RETRY = Retry()  # waits 0.25 + 0.5 + 1 + 2 + 4 s (plus jitter), 30 s at most in all
 _JITTER = random.Random()  # seeded from os.urandom; never the global generator
 _JITTER_LOCK = threading.Lock()
+
+log = logging.getLogger(__name__)  # each try, backoff and give-up: debug records
 
 
 class RemoteError(OSError):
@@ -157,10 +160,13 @@ def retrying(action: Callable[[], T], url: str, what: str, retry: Retry | None =
     attempt = 0
     while True:
         attempt += 1
+        log.debug("%s %s: try %d of %d", what, url, attempt, retry.attempts)
         try:
             return action()
         except Exception as exc:  # noqa: BLE001 - server errors of any backend's own types
             if not is_transient(exc):
+                log.debug("%s %s: %s is not transient: not retried", what, url,
+                          type(exc).__name__)
                 error = _permanent(exc, url, what)
                 if error is exc:
                     raise
@@ -170,12 +176,16 @@ def retrying(action: Callable[[], T], url: str, what: str, retry: Retry | None =
             elapsed = time.monotonic() - start
             if attempt >= retry.attempts or (
                     elapsed + pause + (attempt_s or 0.0) > retry.budget_s):
+                log.debug("%s %s: giving up after %d tries in %.1f s (%s: %s)", what, url,
+                          attempt, elapsed, type(exc).__name__, exc)
                 raise RemoteError(
                     f"{what} {url} failed {attempt} times in {elapsed:.1f} s (the retries' "
                     f"bound: {retry.attempts} tries within {retry.budget_s:.0f} s), the last "
                     f"with {type(exc).__name__}: {exc}; check that the server is reachable "
                     "and rerun (a rerun resumes: what was fetched or uploaded is kept)") \
                     from exc
+            log.debug("%s %s: try %d failed (%s: %s); retrying in %.2f s", what, url, attempt,
+                      type(exc).__name__, exc, pause)
         time.sleep(pause)
         wait *= 2
 
