@@ -11,6 +11,7 @@ durability protocol, see ``writer``).
 from __future__ import annotations
 
 import json
+import logging
 import os
 from pathlib import Path
 
@@ -25,6 +26,8 @@ from fastload.data.format.constants import (
 )
 
 __all__ = ["prepare_destination"]
+
+log = logging.getLogger(__name__)  # keep, resume or restart: debug records
 
 
 def _read_json(path: Path) -> dict | None:
@@ -81,10 +84,15 @@ def _prepare_locked(dst: Path, identity: dict, overwrite: bool, fresh: dict) -> 
                 f"destination {str(dst)!r} already holds a finished fastload database "
                 f"({meta.get('count')} records); pass overwrite=True to replace it"
             )
+        log.debug("convert %s: restart (overwrite=True replaces a finished database of %s "
+                  "records)", dst, meta.get("count"))
         _remove_owned(dst)
     elif partial is not None:
         ours = {k: partial.get(k) for k in identity}
         if ours == identity and partial.get("state") == STATE_PARTIAL:
+            log.debug("convert %s: resume (a partial of the same source and options: %s "
+                      "source files done, %s stored)", dst, partial.get("seen"),
+                      partial.get("stored"))
             return {**fresh, **{k: partial[k] for k in fresh if k in partial}, "resumed": True}
         if not overwrite:
             differs = [k for k in identity if partial.get(k) != identity[k]] or ["state"]
@@ -97,9 +105,14 @@ def _prepare_locked(dst: Path, identity: dict, overwrite: bool, fresh: dict) -> 
                 f"source or with different options ({detail}); rerun the original command to "
                 "finish it, or pass overwrite=True to start over"
             )
+        log.debug("convert %s: restart (overwrite=True replaces a partial made from another "
+                  "source or with other options)", dst)
         _remove_owned(dst)
     elif names & set(OWNED_FILES):
+        log.debug("convert %s: restart (leftovers of an interrupted overwrite)", dst)
         _remove_owned(dst)  # leftovers of an interrupted overwrite: nothing to keep
+    else:
+        log.debug("convert %s: fresh start", dst)
     # Not flushed: a process crash keeps it, and the first timed flush makes it durable.
     write_json_atomic(dst / PARTIAL_FILE, {"state": STATE_PARTIAL, **identity, **fresh},
                       durable=False)

@@ -9,6 +9,7 @@ keeps the finished shards, resumes the partial ones and starts the missing ones.
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
@@ -30,6 +31,8 @@ from fastload.data.sets.manifest import (
 )
 
 __all__ = ["convert_shards", "finished_shard", "identity_of_shard", "shard_differences"]
+
+log = logging.getLogger(__name__)  # which shards are kept: debug records
 
 
 def convert_shards(samples, dst_path: Path, identity: dict, total_bytes: int, overwrite: bool,
@@ -162,6 +165,7 @@ def finished_shard(folder: Path, identity: dict, files: int) -> bool:
             f"shard {str(folder)!r} is finished, but was converted from another source or "
             f"with other options ({', '.join(differs)} differ); rerun the command that made "
             "it, or pass overwrite=True to convert every shard again")
+    log.debug("convert %s: keep (a finished shard of this conversion, checked)", folder)
     return True
 
 
