@@ -18,7 +18,7 @@ from torchvision.datasets import ImageFolder
 import fastload
 from fastload.data.pictures.photos import native_mosaic
 
-SCRIPT = pathlib.Path(__file__).parents[2] / "scripts" / "mixed_batches.py"
+SCRIPT = pathlib.Path(__file__).parents[1] / "scripts" / "mixed_batches.py"
 TRAIN = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.ToTensor()])
 LARGE, SMALL = (800, 1000), (300, 400)
 # batch 0: large, small, large, large (sequential JPEGs, a small one among them: DALI's

@@ -16,7 +16,7 @@ import torch
 import fastload
 from fastload.loader.sampling import EpochSampler
 
-SCRIPT = pathlib.Path(__file__).parents[2] / "scripts" / "set_worker.py"
+SCRIPT = pathlib.Path(__file__).parents[1] / "scripts" / "set_worker.py"
 N, BATCH, STOP = 61, 4, 2
 
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-SCRIPTS = pathlib.Path(__file__).parents[2] / "scripts"
+SCRIPTS = pathlib.Path(__file__).parents[1] / "scripts"
 N, RANKS = 22, 2  # 11 per rank: the last batch of 4 is short
 
 

@@ -11,7 +11,7 @@ from collections import Counter
 import numpy as np
 from PIL import Image
 
-SCRIPT = pathlib.Path(__file__).parents[2] / "scripts" / "ddp_worker.py"
+SCRIPT = pathlib.Path(__file__).parents[1] / "scripts" / "ddp_worker.py"
 N, RANKS = 1001, 3
 
 

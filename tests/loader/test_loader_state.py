@@ -19,7 +19,7 @@ import fastload
 
 SMALL = T.Compose([T.Resize(16), T.CenterCrop(16), T.ToTensor()])
 TRAIN = T.Compose([T.RandomResizedCrop(16), T.RandomHorizontalFlip(), T.ToTensor()])
-SCRIPT = pathlib.Path(__file__).parents[2] / "scripts" / "loader_resume.py"
+SCRIPT = pathlib.Path(__file__).parents[1] / "scripts" / "loader_resume.py"
 
 
 @pytest.fixture(scope="module")

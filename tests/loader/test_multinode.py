@@ -10,7 +10,7 @@ import subprocess
 import sys
 from collections import Counter
 
-SCRIPT = pathlib.Path(__file__).parents[2] / "scripts" / "set_worker.py"
+SCRIPT = pathlib.Path(__file__).parents[1] / "scripts" / "set_worker.py"
 NODES, PER_NODE, N = 2, 2, 61
 
 
