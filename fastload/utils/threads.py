@@ -11,7 +11,7 @@ import functools
 import os
 from collections.abc import Callable
 
-__all__ = ["after_fork_in_child", "one_omp_thread", "openmp_library"]
+__all__ = ["after_fork_in_child", "at_interpreter_exit", "one_omp_thread", "openmp_library"]
 
 _REGISTERED: set[Callable[[], None]] = set()
 
@@ -23,6 +23,37 @@ def after_fork_in_child(hook: Callable[[], None]) -> None:
         return
     _REGISTERED.add(hook)
     os.register_at_fork(after_in_child=hook)
+
+
+_AT_EXIT: set[Callable[[], None]] = set()
+
+
+def at_interpreter_exit(hook: Callable[[], None]) -> None:
+    """Run ``hook`` (once per hook) when the interpreter begins to exit: before it joins
+    the remaining threads and before any ``atexit`` hook runs, so a daemon thread of
+    fastload's (an epoch's maker in a DALI fetch) is stopped before DALI's own atexit hook
+    shuts down the pipelines under it, and before ``concurrent.futures`` refuses new
+    work to the pools that thread uses.
+
+    The one seam over ``threading._register_atexit`` (CPython 3.9+, what
+    ``concurrent.futures`` itself registers with); without it, ``atexit.register``, which
+    still runs before the atexit hooks of any library imported earlier (DALI is imported
+    before a decoder, and so before any maker, exists)."""
+    if hook in _AT_EXIT:
+        return
+    _AT_EXIT.add(hook)
+    import threading
+
+    register = getattr(threading, "_register_atexit", None)
+    try:
+        if register is not None:
+            register(hook)
+            return
+    except RuntimeError:  # "can't register atexit after shutdown": exiting already
+        return
+    import atexit
+
+    atexit.register(hook)
 
 
 def one_omp_thread() -> None:

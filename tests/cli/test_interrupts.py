@@ -123,10 +123,19 @@ def images(tmp_path_factory) -> Path:
     """An ImageFolder tree (train/ and val/) big enough that every command is still busy
     seconds after it started, and its LMDB databases."""
     root = tmp_path_factory.mktemp("interrupts")
+    _make_images(root)
+    return root / "data"
+
+
+def _make_images(root: Path) -> None:
+    """ROOT/data/{train,val} (small images) and ROOT/big/ (larger ones, for convert)."""
     subprocess.run([*FASTLOAD, "synth", str(root / "data"), "--train", "800", "--val", "40",
                     "--classes", "4", "--min-side", "96", "--max-side", "320",
                     "--no-progress"], check=True, capture_output=True)
-    return root / "data"
+    subprocess.run([*FASTLOAD, "synth", str(root / "synth-big"), "--train", "1500", "--val",
+                    "0", "--classes", "4", "--min-side", "400", "--max-side", "800",
+                    "--no-progress"], check=True, capture_output=True)
+    (root / "synth-big" / "train").rename(root / "big")
 
 
 def commands(data: Path, work: Path) -> dict[str, list[str]]:
@@ -134,8 +143,10 @@ def commands(data: Path, work: Path) -> dict[str, list[str]]:
     return {
         "synth": [*FASTLOAD, "synth", str(work / "synth"), "--train", "20000", "--val", "0",
                   "--min-side", "300", "--max-side", "600", "--no-progress"],
-        "convert": [*FASTLOAD, "convert", str(data / "train"), str(work / "train.lmdb"),
-                    "--no-progress", "--commit-every", "16", "--max-side", "64"],
+        # re-encoding every image at quality 95 keeps it busy for over 10 s on 2 cores
+        "convert": [*FASTLOAD, "convert", str(data.parent / "big"), str(work / "big.lmdb"),
+                    "--no-progress", "--commit-every", "16", "--max-side", "200",
+                    "--quality", "95", "--workers", "2"],
         "bench": [*FASTLOAD, "bench", str(data / "train"), "--rows", "acf", "--epochs", "200",
                   "--image-size", "64", "--workdir", str(work / "bench")],
         "demo": [*FASTLOAD, "demo", "--workdir", str(work / "demo"), "--tiny", "--epochs",
@@ -187,9 +198,7 @@ def trials(count: int, names: list[str]) -> dict[str, dict[str, int]]:
 
     base = Path(tempfile.mkdtemp(prefix="fastload-interrupts-"))
     try:
-        subprocess.run([*FASTLOAD, "synth", str(base / "data"), "--train", "800", "--val",
-                        "40", "--classes", "4", "--min-side", "96", "--max-side", "320",
-                        "--no-progress"], check=True, capture_output=True)
+        _make_images(base)
         results: dict[str, dict[str, int]] = {}
         draw = random.Random(0)
         for name in names:
