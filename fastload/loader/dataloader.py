@@ -53,77 +53,143 @@ def _name(obj: Any) -> str:
 class DataLoader:
     """Drop-in for ``torch.utils.data.DataLoader`` over image datasets, decoded by DALI.
 
-    Takes torch's arguments with torch's meaning and validation, plus:
-
-    * ``device``: where batches are made: None -> the GPU this process trains on when CUDA
-      is available (nvJPEG decode, batches on the GPU: the current device if the script set
-      one, else ``LOCAL_RANK``'s under torchrun; ``fastload.loader.devices``) else ``"cpu"``
-      (CPU-only DALI graph); or ``"cpu"``, ``"cuda"`` (the current device), ``"cuda:N"``,
-      a ``torch.device``.
-    * ``seed``: base seed of the shuffle order and the augmentation (instead of ``generator``).
-    * ``strict``: raise instead of falling back to torch's DataLoader.
-    * ``on_error``: ``"raise"`` (an unreadable sample raises naming its path or LMDB key) or
-      ``"skip"`` (drop it from its batch, warn once; names in ``skipped``).
-    * ``transform`` / ``target_transform``: when ``dataset`` is a path (an image folder, read
-      with ImageFolder semantics, or a fastload LMDB directory).
-    * ``hw_decoder_load``: share of JPEG decoding given to the GPU's hardware decoder
-      (``device="cuda"`` only).
-    * ``storage_options`` / ``cache_dir`` / ``cache_bytes``: when ``dataset`` is a URL
-      (``s3://bucket/train.set``): fsspec's options (credentials, ``endpoint_url``), the
-      local shard cache's folder and bound in bytes (see ``fastload.LMDBDataset``).
-    * ``order``: ``"global"`` (a permutation of the whole set per epoch, as torch's
-      RandomSampler) or ``"shards"`` (a sharded set only: the shards shuffled per epoch,
-      then the samples within windows of ``shard_window`` consecutive shards, so a rank
-      reads a few shards at a time; ``fastload.loader.shard_order``). None: ``"shards"`` for
-      a set streamed from object storage, ``"global"`` for a local one.
-    * ``shard_window``: shards per window of ``order="shards"`` (larger: a better shuffle,
-      more shards resident and cached at once).
-    * ``scaled_decode``: ``"auto"`` (CPU: large JPEGs decoded at a reduced DCT scale, fixed
-      crops within 0.01 of torchvision's values, random crops with its crop boxes and flips;
-      ``fastload.pipelines.decode.scaled``) or ``"off"`` (full-size decodes: torchvision's
-      values for random crops too, slower on large photos).
-    * ``read_buffer_bytes``: memory an image folder's file reads keep for reuse (files of
-      256 KiB to 32 MiB are read into blocks lent again once their batch is decoded;
-      ``fastload.loader.read_buffers``): at most this many bytes of free blocks per loader,
-      256 MiB by default; 0 keeps none (each read gets fresh memory).
-    * ``batch_mix``: a torchvision v2 ``MixUp``, ``CutMix`` or ``RandomChoice`` of them (as
-      torchvision's reference script builds ``mixup_cutmix``), applied to each batch after
-      ``default_collate``: the same as ``collate_fn=lambda b: mix(*default_collate(b))``,
-      run in place on the batch tensor on the CPU (``fastload.pipelines.replays.batch_mix``);
-      ``collate_fn`` becomes that collate (``fastload.pipelines.MixCollate``). Any callable
-      ``(images, labels) -> (images, labels)`` works (run as is). Mutually exclusive with
-      ``collate_fn``. The reference script's collate itself is recognised too, on CPython
-      3.10 to 3.13 (``fastload.pipelines.suffix.collate``).
+    Takes torch's arguments with torch's meaning and validation (torch's own constructor
+    checks them, with torch's messages), plus the keyword-only ones from ``device`` on.
 
     Datasets: torchvision ``ImageFolder``/``DatasetFolder`` with the default PIL loader,
-    ``fastload.LMDBDataset``, a ``Subset`` of either, or a path. ``num_workers`` sets the DALI
-    CPU threads (0 -> 1) and ``prefetch_factor`` the batches decoded ahead (default 2).
-    Batches are ``[images, labels]`` as torch's ``default_collate`` makes them: fresh tensors
-    (``labels`` int64 after ``target_transform``), on ``device``, pinned when ``pin_memory``
-    and the images are on the CPU of a CUDA machine.
+    ``fastload.LMDBDataset``, a ``Subset`` of either, or a path. Batches are
+    ``[images, labels]`` as torch's ``default_collate`` makes them: fresh tensors (``labels``
+    int64 after ``target_transform``), on ``device``, pinned when ``pin_memory`` and the
+    images are on the CPU of a CUDA machine.
 
     Order: ``shuffle=True`` gives a full permutation per epoch drawn from ``(seed, epoch)``;
     the seed is ``seed``, else the base seed the first ``iter()`` draws from ``generator``
     (torch's default generator when None). ``iter()`` takes from the global generators
     exactly what torch's loader takes (``fastload.loader.iter_draws``); ``seed=`` stands for
-    a generator of the loader's own. Each ``iter()`` is the next epoch; ``set_epoch(e)`` picks one
-    (and is forwarded to a sampler that has ``set_epoch``). ``sampler``/``batch_sampler`` are
-    iterated exactly as torch does. Under ``torch.distributed`` with neither given, each rank
-    reads its shard as with DistributedSampler: padded by wrapping to a multiple of the world
-    size (``drop_last=False``) or cut to one (``drop_last=True``), rank ``r`` taking
-    ``order[r::world_size]``. Each batch's augmentation draws from a generator seeded by
-    ``(seed, epoch, rank, batch position)``, so a resumed run makes the same crops.
+    a generator of the loader's own. Each ``iter()`` is the next epoch; ``set_epoch(e)``
+    picks one (and is forwarded to a sampler that has ``set_epoch``). ``sampler``/
+    ``batch_sampler`` are iterated exactly as torch does. Under ``torch.distributed`` with
+    neither given, each rank reads its shard as with DistributedSampler: padded by wrapping
+    to a multiple of the world size (``drop_last=False``) or cut to one
+    (``drop_last=True``), rank ``r`` taking ``order[r::world_size]``. Each batch's
+    augmentation draws from a generator seeded by ``(seed, epoch, rank, batch position)``,
+    so a resumed run makes the same crops.
 
     Transforms: the longest prefix DALI can run becomes the graph; the rest runs per sample
     with torch on the decoded tensors (``fastload.pipelines.split``); a custom ``collate_fn``
     receives the list of per-sample ``(image, label)`` torch would give it. ``plan`` prints
-    what runs where. Falls back to a real ``torch.utils.data.DataLoader`` with the same
-    arguments (one ``FallbackWarning`` naming the reason; same batches, no speed-up) for
+    what runs where.
+
+    Fallback: a real ``torch.utils.data.DataLoader`` with the same arguments (one
+    :class:`FallbackWarning` naming the reason; same batches, no speed-up) runs instead for
     other datasets, a transform that needs a PIL image before anything DALI can run,
     ``batch_size=None``, and ``worker_init_fn``/``multiprocessing_context`` with workers.
     ``fallback_reason`` says why.
-    ``timeout``, ``persistent_workers``, ``in_order`` and ``pin_memory_device`` have nothing
-    to control on the DALI path (no worker processes, batches always in order).
+
+    Args:
+        dataset: the data set, or a path: an image folder (read with ImageFolder
+            semantics), a fastload LMDB directory or sharded set, or a URL of a set
+            (``s3://bucket/train.set``).
+        batch_size: samples per batch, as torch's; None (no automatic batching, single
+            samples) runs the torch fallback.
+        shuffle: a new permutation every epoch (see Order above); None or False keeps the
+            dataset's order.
+        sampler: torch's ``sampler``, iterated exactly as torch does (mutually exclusive
+            with ``shuffle`` and with ``order``).
+        batch_sampler: torch's ``batch_sampler``, iterated exactly as torch does (mutually
+            exclusive with ``batch_size``, ``shuffle``, ``sampler``, ``drop_last``, ``order``).
+        num_workers: the DALI CPU threads (0 -> 1); on the fallback, torch's worker
+            processes.
+        collate_fn: receives the list of per-sample ``(image, label)`` torch would give it;
+            None: ``default_collate``. Mutually exclusive with ``batch_mix``.
+        pin_memory: pin batches made on the CPU of a CUDA machine.
+        drop_last: drop the last incomplete batch (and, under ``torch.distributed``, cut
+            the samples to a multiple of the world size instead of padding).
+        timeout: torch's; nothing to control on the DALI path (no worker processes).
+        worker_init_fn: torch's; with ``num_workers > 0`` it needs worker processes, so the
+            torch fallback runs.
+        multiprocessing_context: torch's; with ``num_workers > 0`` the torch fallback runs.
+        generator: the generator the first ``iter()`` draws the base seed from (torch's
+            default generator when None). Mutually exclusive with ``seed``.
+        prefetch_factor: batches decoded ahead (default 2).
+        persistent_workers: torch's; nothing to control on the DALI path.
+        pin_memory_device: torch's; nothing to control on the DALI path.
+        in_order: torch's; nothing to control on the DALI path (batches always in order).
+        device: where batches are made: None -> the GPU this process trains on when CUDA
+            is available (nvJPEG decode, batches on the GPU: the current device if the script
+            set one, else ``LOCAL_RANK``'s under torchrun; ``fastload.loader.devices``) else
+            ``"cpu"`` (CPU-only DALI graph); or ``"cpu"``, ``"cuda"`` (the current device),
+            ``"cuda:N"``, a ``torch.device``.
+        seed: base seed of the shuffle order and the augmentation (instead of
+            ``generator``); None: drawn at the first ``iter()``.
+        strict: raise instead of falling back to torch's DataLoader.
+        on_error: ``"raise"`` (an unreadable sample raises :class:`SampleError` naming its
+            path or LMDB key) or ``"skip"`` (drop it from its batch, warn once; names in
+            ``skipped``).
+        transform: when ``dataset`` is a path (an image folder, read with ImageFolder
+            semantics, or a fastload LMDB directory): the sample transform; with a dataset
+            object, set it on the dataset instead.
+        target_transform: when ``dataset`` is a path: the label transform, as ``transform``.
+        hw_decoder_load: share of JPEG decoding given to the GPU's hardware decoder, in
+            [0, 1] (``device="cuda"`` only).
+        storage_options: when ``dataset`` is a URL (``s3://bucket/train.set``): fsspec's
+            options (credentials, ``endpoint_url``; see ``fastload.LMDBDataset``).
+        cache_dir: when ``dataset`` is a URL: the local shard cache's folder (default
+            ``$FASTLOAD_CACHE`` or ``~/.cache/fastload``).
+        cache_bytes: when ``dataset`` is a URL: the shard cache's bound in bytes (default
+            ``$FASTLOAD_CACHE_BYTES`` or half the free disk).
+        order: ``"global"`` (a permutation of the whole set per epoch, as torch's
+            RandomSampler) or ``"shards"`` (a sharded set only: the shards shuffled per
+            epoch, then the samples within windows of ``shard_window`` consecutive shards,
+            so a rank reads a few shards at a time; ``fastload.loader.shard_order``). None:
+            ``"shards"`` for a set streamed from object storage, ``"global"`` for a local
+            one. Mutually exclusive with ``sampler`` and ``batch_sampler``.
+        shard_window: shards per window of ``order="shards"``, a positive int (larger: a
+            better shuffle, more shards resident and cached at once).
+        scaled_decode: ``"auto"`` (CPU: large JPEGs decoded at a reduced DCT scale, fixed
+            crops within 0.01 of torchvision's values, random crops with its crop boxes and
+            flips; ``fastload.pipelines.decode.scaled``) or ``"off"`` (full-size decodes:
+            torchvision's values for random crops too, slower on large photos).
+        read_buffer_bytes: memory an image folder's file reads keep for reuse (files of
+            256 KiB to 32 MiB are read into blocks lent again once their batch is decoded;
+            ``fastload.loader.read_buffers``): at most this many bytes of free blocks per
+            loader, 256 MiB by default; 0 keeps none (each read gets fresh memory).
+        batch_mix: a torchvision v2 ``MixUp``, ``CutMix`` or ``RandomChoice`` of them (as
+            torchvision's reference script builds ``mixup_cutmix``), applied to each batch
+            after ``default_collate``: the same as
+            ``collate_fn=lambda b: mix(*default_collate(b))``, run in place on the batch
+            tensor on the CPU (``fastload.pipelines.replays.batch_mix``); ``collate_fn``
+            becomes that collate (``fastload.pipelines.MixCollate``). Any callable
+            ``(images, labels) -> (images, labels)`` works (run as is). Mutually exclusive
+            with ``collate_fn``. The reference script's collate itself is recognised too,
+            on CPython 3.10 to 3.13 (``fastload.pipelines.suffix.collate``).
+
+    Attributes:
+        dataset (Dataset): the dataset read (the one a path resolved to).
+        batch_size (int | None): as given; read-only after construction, as torch's.
+        drop_last (bool): as given; read-only after construction.
+        sampler (Any): the sampler in use (the loader's own epoch sampler when none was
+            given); read-only after construction.
+        batch_sampler (Any): the batch sampler in use; read-only after construction.
+        device (torch.device): where batches are made, resolved from ``device``.
+        plan (LoaderPlan): what runs where (the DALI graph, the torch suffix, the collate,
+            or the fallback and its reason); ``print(loader.plan)``.
+        fallback_reason (str | None): why torch's DataLoader runs instead, None on the
+            DALI path.
+        skipped (list[str]): the paths or LMDB keys of the samples ``on_error="skip"``
+            dropped so far.
+        order (str): the order in use, ``"global"`` or ``"shards"``.
+
+    Raises:
+        ValueError: an argument out of range (``on_error``, ``scaled_decode``, ``order``,
+            ``hw_decoder_load`` outside [0, 1], a negative ``read_buffer_bytes``,
+            ``shard_window`` not a positive int), ``seed`` with ``generator``, ``order`` with
+            a ``sampler``/``batch_sampler`` or ``order="shards"`` without a sharded set,
+            ``transform``/``storage_options``... with a dataset object, a ``device`` this
+            machine lacks, torch's own checks, or ``strict=True`` where the torch fallback
+            would run.
+        TypeError: ``seed`` not an int.
+        FileNotFoundError: ``dataset`` a path that is not a directory, a set or a URL.
     """
 
     def __init__(self, dataset: Dataset | str, batch_size: int | None = 1,
@@ -363,8 +429,13 @@ class DataLoader:
         return latest.last_indices if latest is not None else []
 
     def set_epoch(self, epoch: int) -> None:
-        """Make the next ``iter()`` epoch ``epoch`` (shuffle order and augmentation seeds),
-        forwarded to a sampler that has ``set_epoch`` (e.g. DistributedSampler)."""
+        """Make the next ``iter()`` epoch ``epoch`` (shuffle order and augmentation seeds).
+
+        Forwarded to a sampler that has ``set_epoch`` (e.g. DistributedSampler).
+
+        Args:
+            epoch: the epoch number (0 for the first) the next ``iter()`` makes.
+        """
         if self._order is not None:
             self._order.set_epoch(epoch)
         elif isinstance(self.sampler, EpochSampler):  # the fallback's shard-aware order
@@ -373,27 +444,49 @@ class DataLoader:
             self.sampler.set_epoch(epoch)
 
     def state_dict(self) -> dict[str, Any]:
-        """Position to resume from: epoch, batches yielded, seed (and, for a user's sampler or
-        batch_sampler, the remaining batches' indices). Holds tensors and plain values only."""
+        """Position to resume from, for :meth:`load_state_dict`.
+
+        Returns:
+            The epoch, the batches yielded, the seed (and, for a user's sampler or
+            batch_sampler, the remaining batches' indices): tensors and plain values only,
+            so ``torch.save`` keeps it with a checkpoint.
+
+        Raises:
+            ValueError: the loader runs torch's DataLoader (the fallback).
+        """
         if self._order is None:
             raise ValueError(f"state_dict() needs the DALI path, but this loader runs torch's "
                              f"DataLoader because {self.fallback_reason}")
         return self._order.state_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue from ``state``: the next ``iter()`` yields exactly the batches the saved
-        run had not yet yielded, with the same samples in the same order. Under
-        torch.distributed with no ``sampler=``, a state saved by any rank of a job of another
-        world size finishes that epoch from the samples no rank had yet consumed, re-sharded
-        over this job's ranks (elastic resume)."""
+        """Continue from ``state``.
+
+        The next ``iter()`` yields exactly the batches the saved run had not yet yielded,
+        with the same samples in the same order. Under torch.distributed with no
+        ``sampler=``, a state saved by any rank of a job of another world size finishes that
+        epoch from the samples no rank had yet consumed, re-sharded over this job's ranks
+        (elastic resume).
+
+        Args:
+            state: what :meth:`state_dict` returned, for the same dataset.
+
+        Raises:
+            ValueError: the loader runs torch's DataLoader (the fallback), or ``state`` does
+                not fit this loader (a field missing or out of range, another data set).
+            TypeError: a field of ``state`` has the wrong type.
+        """
         if self._order is None:
             raise ValueError(f"load_state_dict() needs the DALI path, but this loader runs "
                              f"torch's DataLoader because {self.fallback_reason}")
         self._order.load_state_dict(state)
 
     def close(self) -> None:
-        """Release the DALI graph now (idempotent) and end every iterator of this loader
-        (their ``next()`` then says so); a later ``iter()`` builds the graph again."""
+        """Release the DALI graph now and end every iterator of this loader.
+
+        Idempotent. The ended iterators' ``next()`` then says so; a later ``iter()`` builds
+        the graph again.
+        """
         if self._torch is None and self._pid != os.getpid():
             self._after_fork()  # the parent's iterators and graph are not this process's
         for old in list(self._iterators):

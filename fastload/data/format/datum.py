@@ -34,7 +34,20 @@ _FIELD_ENCODED = 7
 
 @dataclass(frozen=True)
 class Datum:
-    """One record: encoded image bytes, integer label and the decoded image size."""
+    """One record: encoded image bytes, integer label and the decoded image size.
+
+    What :func:`decode_datum` returns for a record, and what :func:`encode_datum` writes
+    (given as its arguments). Frozen: a record read is not changed in place.
+
+    Args:
+        data: the encoded image file (a JPEG in fastload's records), byte for byte.
+        label: the class index (an int32; fastload writes 0 to ``len(classes) - 1``).
+        height: the decoded image's height in pixels (0: not stated).
+        width: the decoded image's width in pixels (0: not stated).
+        channels: colour channels of the decoded image (3 for RGB).
+        encoded: True when ``data`` is an image file (always so in fastload's records),
+            False for raw pixels as other Caffe tools may write.
+    """
 
     data: bytes
     label: int
@@ -77,7 +90,21 @@ _SUFFIX_ENCODED = _tag(_FIELD_ENCODED, _VARINT) + b"\x01"
 
 
 def encode_datum(data: bytes, label: int, height: int = 0, width: int = 0, channels: int = 3) -> bytes:
-    """Serialize one encoded-image Datum. ``data`` is stored byte for byte."""
+    """Serialize one encoded-image Datum as a record value.
+
+    ``data`` is stored byte for byte; the record says ``encoded: true``, in the field order
+    of the module docstring, which DALI's Caffe reader and :func:`decode_datum` read.
+
+    Args:
+        data: the encoded image file (a JPEG), stored untouched.
+        label: the class index, an int32 (a negative one is sign-extended, as protobuf does).
+        height: the decoded image's height in pixels (0: not stated).
+        width: the decoded image's width in pixels (0: not stated).
+        channels: colour channels of the decoded image (3 for RGB).
+
+    Returns:
+        The serialized Datum protobuf message.
+    """
     prefix, suffix = datum_parts(len(data), label, height, width, channels)
     return b"".join((prefix, data, suffix))
 
@@ -165,6 +192,19 @@ def datum_fields(record: bytes | memoryview) -> tuple[memoryview, int, int, int,
 
 
 def decode_datum(record: bytes | memoryview) -> Datum:
-    """Parse a serialized Datum into a :class:`Datum` (copies ``data``)."""
+    """Parse a serialized Datum into a :class:`Datum` (copies ``data``).
+
+    Accepts Datums written by other tools too: unknown fields are skipped by wire type.
+
+    Args:
+        record: a record value as :func:`encode_datum` (or Caffe) writes it.
+
+    Returns:
+        The record's fields, with ``data`` copied out of ``record``.
+
+    Raises:
+        ValueError: ``record`` is malformed (a truncated field or varint, a field longer
+            than the record, an unsupported wire type).
+    """
     data, label, height, width, channels, encoded = datum_fields(record)
     return Datum(bytes(data), label, height, width, channels, encoded)
