@@ -37,17 +37,23 @@ _EXPORTS = {
     "MixCollate": (".replays.batch_mix", "MixCollate"),
     "collate_guess_supported": (".suffix.collate", "guess_supported"),
     "process_pool": (".suffix.run", "process_pool"),
+    "kernel_fallbacks": (".fast.kernel_use", "KERNELS"),
+    "kernels_used": (".fast.kernel_use", "kernels_used"),
+    "missing_kernels": (".fast.kernel_use", "missing_kernels"),
 }
 
 # the same names as _EXPORTS, listed for readers and linters (tests/project/test_imports.py)
 __all__ = ["BatchBuffers", "BatchDecodeError", "BatchDecoder", "MixCollate",
            "collate_guess_supported", "describe_decode", "draw_sample", "fused_collate",
-           "process_pool", "split_transform"]
+           "kernel_fallbacks", "kernels_used", "missing_kernels", "process_pool",
+           "split_transform"]
 
 if TYPE_CHECKING:
     from .decode.batch_decoder import BatchDecodeError, BatchDecoder
     from .decode.buffers import BatchBuffers
     from .decode.scaled import describe as describe_decode
+    from .fast.kernel_use import KERNELS as kernel_fallbacks
+    from .fast.kernel_use import kernels_used, missing_kernels
     from .prefix.geometry import draw_sample
     from .replays.batch_mix import MixCollate
     from .split import split as split_transform

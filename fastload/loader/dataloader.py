@@ -7,6 +7,7 @@ Whatever cannot run on that path falls back to a real ``torch.utils.data.DataLoa
 
 from __future__ import annotations
 
+import logging
 import os
 import warnings
 import weakref
@@ -21,6 +22,7 @@ from fastload.loader.damage import DamageCheck
 from fastload.loader.datasets import NotASource, make_source, resolve_dataset
 from fastload.loader.devices import resolve_device
 from fastload.loader.epoch import EpochIterator, EpochRecord
+from fastload.loader.kernel_check import missing_kernel_messages
 from fastload.loader.plan import make_plan
 from fastload.loader.read_buffers import DEFAULT_READ_BUFFER_BYTES
 from fastload.loader.sample_sources import SampleError, call_set_hook
@@ -35,6 +37,8 @@ from fastload.loader.stage import SampleStage, collate_with_mix
 
 __all__ = ["DataLoader", "FallbackWarning", "SampleError"]
 
+log = logging.getLogger(__name__)  # the plan of each loader: a debug record
+
 _FROZEN = ("batch_size", "batch_sampler", "sampler", "drop_last", "dataset", "persistent_workers",
            "order", "shard_window")
 _COPIED = ("num_workers", "prefetch_factor", "pin_memory", "pin_memory_device", "timeout",
@@ -43,7 +47,14 @@ _COPIED = ("num_workers", "prefetch_factor", "pin_memory", "pin_memory_device", 
 
 
 class FallbackWarning(UserWarning):
-    """fastload runs torch's DataLoader for this dataset; the message names the reason."""
+    """fastload runs a slower path, and the message names the reason: torch's DataLoader for
+    this dataset, or (once per process and kernel) torch's or Pillow's ops where an optional C
+    kernel the plan uses is missing (``fastload doctor`` lists them).
+
+    Warned by :class:`DataLoader`'s constructor when it falls back to torch's DataLoader
+    (same batches, no speed-up; ``strict=True`` raises instead). Filter it with
+    ``warnings.simplefilter("error", fastload.FallbackWarning)`` to make it fail.
+    """
 
 
 def _name(obj: Any) -> str:
@@ -273,6 +284,12 @@ class DataLoader:
                                   self.collate_fn, self.num_workers)
         self.plan = make_plan(split, collate_fn, self.device.type, max(1, self.num_workers),
                               reason, self._stage)
+        log.debug("plan of a DataLoader over %s: %s", _name(dataset), self.plan)
+        if reason is None:
+            for message in missing_kernel_messages(split, self.device.type,
+                                                   scaled_decode=scaled_decode,
+                                                   batch_mix=batch_mix is not None):
+                warnings.warn(message, FallbackWarning, stacklevel=2)
         if reason is not None:
             if strict:
                 raise ValueError(f"fastload.DataLoader cannot run this on DALI: {reason} "
