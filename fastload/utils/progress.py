@@ -71,6 +71,9 @@ class LineProgress:
     def set_description(self, desc: str, refresh: bool = True) -> None:
         self.desc = desc
 
+    def refresh(self) -> None:
+        """Nothing to redraw: the next line shows the count (tqdm's redraw)."""
+
     def line(self) -> str:
         """The line this progress would write now."""
         elapsed = self._clock() - self._start

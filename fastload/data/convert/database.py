@@ -116,10 +116,11 @@ def _initial_map_size(total_bytes: int, count: int) -> int:
 
 def _run(samples, writer: LMDBWriter, workers: int, max_side, quality, check, composite,
          strict, progress, commit_every) -> None:
-    from tqdm import tqdm
+    from fastload.utils.progress import progress as progress_bar
 
-    bar = tqdm(total=len(samples), initial=writer.seen, unit="img", disable=not progress,
-               dynamic_ncols=True, desc="convert")
+    # a tqdm bar on a terminal, a plain line every 30 s in a log (never one per redraw)
+    bar = progress_bar(total=len(samples), initial=writer.seen, unit="img",
+                       disable=not progress, desc="convert")
     try:
         while True:
             try:

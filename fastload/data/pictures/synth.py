@@ -308,10 +308,10 @@ def write_tree(out: str | os.PathLike, train: int, val: int, classes: int, seed:
                          shape, size, names))
 
     bar = None
-    if progress:
-        from tqdm import tqdm
+    if progress:  # a tqdm bar on a terminal, a plain line every 30 s in a log
+        from fastload.utils.progress import progress as progress_bar
 
-        bar = tqdm(total=train + val, unit="img", desc="synth")
+        bar = progress_bar(total=train + val, unit="img", desc="synth")
     try:
         if workers == 1 or len(jobs) <= 1:
             for job in jobs:
