@@ -43,7 +43,18 @@ def call_set_hook(source: Any, hook: str) -> None:
 
 class SampleError(ValueError):
     """A sample cannot be read or decoded; the message names its file path or LMDB key and
-    ``names`` lists them."""
+    ``names`` lists them.
+
+    A ``ValueError``. :class:`~fastload.DataLoader` raises it with ``on_error="raise"``;
+    with ``on_error="skip"`` the names go to the loader's ``skipped`` instead.
+
+    Args:
+        message: the error message (names the samples, says what failed and the fix).
+        names: the file paths or LMDB keys of the samples that failed.
+
+    Attributes:
+        names (list[str]): ``names``, as a list.
+    """
 
     def __init__(self, message: str, names: Sequence[str] = ()) -> None:
         super().__init__(message)

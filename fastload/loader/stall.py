@@ -79,9 +79,22 @@ class StallMeter:
 
     An epoch is one ``iter()`` of the wrapper; its figures are recorded when it ends (or is
     abandoned: a ``break`` out of the loop records the batches seen so far when the
-    iterator is closed). ``last_epoch`` is the most recent record or None. ``sync``, when
-    given, is called before each clock read that ends the loop's work (e.g.
-    ``torch.cuda.synchronize``).
+    iterator is closed). ``last_epoch`` is the most recent record or None. ``len()`` and
+    every attribute the wrapper lacks (``set_epoch``, ``state_dict``, ``dataset`` ...) pass
+    through to the wrapped loader.
+
+    Args:
+        loader: any iterable of batches (``fastload.DataLoader``,
+            ``torch.utils.data.DataLoader``, a list); a batch's images are counted as the
+            length of its first tensor-like element.
+        sync: when given, called before each clock read that ends the loop's work (e.g.
+            ``torch.cuda.synchronize``, so a GPU's queued work counts as the loop's, not as
+            waiting for data); None: no call.
+
+    Attributes:
+        loader (Iterable): the wrapped loader.
+        sync (Callable | None): as given.
+        stats (list[EpochStall]): one record per epoch ended so far, oldest first.
     """
 
     def __init__(self, loader: Iterable[Any], sync: Callable[[], Any] | None = None) -> None:
@@ -100,6 +113,7 @@ class StallMeter:
 
     @property
     def last_epoch(self) -> EpochStall | None:
+        """The most recent epoch's record (``stats[-1]``), None before the first ends."""
         return self.stats[-1] if self.stats else None
 
     def __iter__(self) -> Iterator[Any]:

@@ -53,7 +53,12 @@ FORK_LOCK = threading.Lock()
 
 
 class ConvertError(RuntimeError):
-    """A conversion stopped early (``strict=True`` and an unreadable file)."""
+    """A conversion stopped early (``strict=True`` and an unreadable file).
+
+    A ``RuntimeError`` raised by :func:`~fastload.data.convert_folder` (also when a worker
+    stops answering); its message names the file and why it failed, and the fix. What was
+    committed before is kept: a rerun of the same conversion resumes it.
+    """
 
 
 @dataclass
@@ -256,7 +261,16 @@ def _worker_init() -> None:
 
 
 def is_complete(path: str | os.PathLike) -> bool:
-    """True when ``path`` holds a finished fastload database."""
+    """Whether ``path`` holds a finished fastload database.
+
+    Reads only its ``fastload.json``: never raises for a missing or unreadable one.
+
+    Args:
+        path: an LMDB directory (or a shard folder of a set).
+
+    Returns:
+        True when its ``fastload.json`` says the conversion finished, else False.
+    """
     import json
 
     try:

@@ -46,8 +46,31 @@ def lmdb_staleness(src: str | os.PathLike, dst: str | os.PathLike,
 def ensure_lmdb(src: str | os.PathLike, dst: str | os.PathLike, *, max_side: int | None = None,
                 workers: int | None = None, progress: bool = False,
                 log: Callable[[str], None] | None = None) -> bool:
-    """Make ``dst`` a fresh conversion of ``src`` (see module docstring); ``True`` when it
-    converted, ``False`` when ``dst`` was already fresh. ``log`` gets one line per conversion."""
+    """Make ``dst`` a fresh conversion of ``src`` (see module docstring).
+
+    A finished ``dst`` made from the same source (path and fingerprint), holding as many
+    images as the source now and with the same ``max_side``, is kept; otherwise ``src`` is
+    converted again with :func:`~fastload.data.convert_folder` (``overwrite=True``), and a
+    partial conversion of the same source is resumed.
+
+    Args:
+        src: the source, as :func:`~fastload.data.convert_folder` takes it (a local path).
+        dst: the LMDB directory to keep fresh (a local path).
+        max_side: re-encode images whose long side exceeds this (None: keep every JPEG's
+            bytes); a ``dst`` made with another value is stale.
+        workers: conversion processes (default: all CPU cores).
+        progress: show a progress bar on stderr while converting.
+        log: gets one line per conversion (what is converted and why); None: silent.
+
+    Returns:
+        True when it converted, False when ``dst`` was already fresh.
+
+    Raises:
+        ValueError: ``src`` or ``dst`` is a URL, or ``src`` is not a kind of source
+            :func:`~fastload.data.list_source` reads.
+        FileNotFoundError: ``src`` does not exist or holds no images.
+        ConvertError: the conversion stopped early.
+    """
     from fastload.data.convert.folder import convert_folder
     from fastload.data.format.untrusted import refuse_url
 

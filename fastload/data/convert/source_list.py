@@ -95,11 +95,30 @@ def list_source(src: str | os.PathLike, *, image_column: str | None = None,
                 workers: int = 1) -> SourceList:
     """The records of ``src`` (see the module docstring for the kinds and their order).
 
-    ``image_column``/``label_column`` name the columns of a parquet or ``datasets`` source
-    (default ``"image"``/``"label"``); ``label_field`` reads WebDataset labels from that
-    field of each sample's ``.json`` member instead of its ``.cls``. An option that does
-    not apply to the kind of ``src`` is refused. ``workers`` processes list several tar
-    shards at once (the order is the same).
+    An option that does not apply to the kind of ``src`` is refused.
+
+    Args:
+        src: an ImageFolder directory, a ``.csv`` or ``.jsonl`` list, WebDataset ``.tar``
+            shards, ``.parquet`` files (a file, a folder of them or a glob) or a
+            ``datasets`` ``save_to_disk`` folder.
+        image_column: the image column of a parquet or ``datasets`` source (default
+            ``"image"``).
+        label_column: the label column of a parquet or ``datasets`` source (default
+            ``"label"``).
+        label_field: read WebDataset labels from this field of each sample's ``.json``
+            member instead of its ``.cls``.
+        workers: processes that list several tar shards at once (the order is the same);
+            1 lists them in the calling process.
+
+    Returns:
+        The source's root, kind, class names and ordered ``(path, label)`` samples (a
+        record table for containers and file lists).
+
+    Raises:
+        FileNotFoundError: ``src`` does not exist, matches no file, or (an ImageFolder)
+            holds no class folder or image, or an empty class folder.
+        ValueError: ``src`` is a file of another kind, or an option that does not apply to
+            its kind is given.
     """
     from fastload.data.convert.sources.hf_datasets import is_datasets_folder, list_datasets_folder
     from fastload.data.convert.sources.jsonl import JSONL_SUFFIXES, read_jsonl_list

@@ -36,6 +36,36 @@ class LMDBDataset(Dataset):
     ``endpoint_url``; S3 also reads the ``AWS_*`` variables and ``~/.aws``); ``cache_dir``
     (default ``$FASTLOAD_CACHE`` or ``~/.cache/fastload``) and ``cache_bytes`` (default
     ``$FASTLOAD_CACHE_BYTES`` or half the free disk) place and bound the cache.
+
+    Args:
+        path: a fastload LMDB directory, a sharded set (its folder or manifest), or a URL
+            of either (``s3://bucket/train.set``).
+        transform: applied to each PIL RGB image, as ImageFolder's ``transform``; None:
+            the image as is.
+        target_transform: applied to each integer label; None: the label as is.
+        storage_options: fsspec's options when ``path`` is a URL (credentials,
+            ``endpoint_url``); S3 also reads the ``AWS_*`` variables and ``~/.aws``.
+        cache_dir: when ``path`` is a URL: the shard cache's folder (default
+            ``$FASTLOAD_CACHE`` or ``~/.cache/fastload``).
+        cache_bytes: when ``path`` is a URL: the shard cache's bound in bytes (default
+            ``$FASTLOAD_CACHE_BYTES`` or half the free disk).
+
+    Attributes:
+        reader (LMDBReader | ShardedReader): the reader of the records (its remote kind
+            for a URL).
+        path (Path): the directory read (a URL's local cache folder).
+        root (str): the URL or the directory, as ``repr`` and error messages name it.
+        classes (list[str]): the class names, index = label, as on ImageFolder.
+        class_to_idx (dict[str, int]): class name -> label, as on ImageFolder.
+        targets (Labels): every record's label, memory-mapped (read-only).
+        transform (Callable | None): as given.
+        target_transform (Callable | None): as given.
+
+    Raises:
+        FileNotFoundError: ``path`` or one of the database's files does not exist.
+        ValueError: the database's metadata or sidecar files are damaged or do not match,
+            or ``cache_dir``/``cache_bytes`` with a local ``path``.
+        OSError: the LMDB environment cannot be opened.
     """
 
     def __init__(

@@ -275,7 +275,9 @@ class CorruptRecord(OSError, ValueError):
     """A record's bytes differ from what the converter wrote (checksum or Datum framing).
 
     An OSError as Pillow's decode errors are (what torch's loader raises over the same
-    dataset), and a ValueError as a malformed record always was here."""
+    dataset), and a ValueError as a malformed record always was here. Its message names the
+    record's key and the database, and says to run ``fastload verify`` and reconvert.
+    """
 
 
 class LMDBReader:
@@ -283,7 +285,30 @@ class LMDBReader:
 
     Every record is checked against its CRC-32 from ``checksums.crc32`` before its bytes
     are returned (``checksums=False`` skips that, for measuring its cost); a mismatch raises
-    :class:`CorruptRecord` naming the key, so damaged bytes never reach a decoder.
+    :class:`CorruptRecord` naming the key, so damaged bytes never reach a decoder. The
+    LMDB environment opens lazily, once per process, so the reader pickles to workers.
+
+    Args:
+        path: a finished fastload LMDB directory (a local path; see
+            :func:`~fastload.data.open_any` for URLs).
+        checksums: check each record against its CRC-32 before returning its bytes;
+            False skips that, for measuring its cost.
+
+    Attributes:
+        path (Path): the directory, absolute.
+        meta (dict): its parsed ``fastload.json`` (format, count, classes, options).
+        classes (list[str]): the class names, index = label.
+        class_to_idx (dict[str, int]): class name -> label.
+        targets (Labels): every record's label, ``labels.i32`` memory-mapped.
+        checksums (numpy.ndarray | None): the per-record CRC-32s (uint32), None with
+            ``checksums=False``.
+
+    Raises:
+        FileNotFoundError: ``path`` or one of its sidecar files does not exist.
+        NotADirectoryError: ``path`` is a file.
+        ValueError: ``path`` is a URL, or its metadata or a sidecar file is damaged or does
+            not match the records (the message says how to fix it).
+        OSError: the data file is truncated (``DamagedDatabase``).
     """
 
     def __init__(self, path: str | os.PathLike, *, checksums: bool = True) -> None:
@@ -318,9 +343,17 @@ class LMDBReader:
             pass
 
     def share_labels(self, labels: Labels) -> None:
-        """Read ``labels`` (equal to this database's own, e.g. a view of a sharded set's
-        labels over this shard's range) instead of mapping this database's ``labels.i32``:
-        one mapping and one file handle fewer per shard."""
+        """Read ``labels`` instead of mapping this database's ``labels.i32``.
+
+        One mapping and one file handle fewer per shard.
+
+        Args:
+            labels: labels equal to this database's own, e.g. a view of a sharded set's
+                labels over this shard's range.
+
+        Raises:
+            ValueError: ``labels`` differ from this database's ``labels.i32``.
+        """
         if not np.array_equal(labels.array, self.targets.array):
             raise ValueError(f"the labels given for {str(self.path)!r} differ from its "
                              f"{LABELS_FILE}")
@@ -344,11 +377,36 @@ class LMDBReader:
         return self._txn
 
     def key(self, index: int) -> bytes:
-        """The LMDB key of record ``index`` (negative indices count from the end)."""
+        """The LMDB key of record ``index``.
+
+        Args:
+            index: the record number, an integer in ``[-len, len)`` (negative counts from
+                the end).
+
+        Returns:
+            The key, its zero-padded decimal record number.
+
+        Raises:
+            TypeError: ``index`` is not an integer.
+            IndexError: ``index`` is out of range.
+        """
         return record_key(record_index(index, self._count, self.path))
 
     def record(self, index: int) -> bytes:
-        """The raw Datum value of record ``index``."""
+        """The raw Datum value of record ``index``, its CRC-32 checked.
+
+        Args:
+            index: the record number (as :meth:`key` takes it).
+
+        Returns:
+            The serialized Datum (:func:`~fastload.data.decode_datum` parses it).
+
+        Raises:
+            KeyError: the record is missing from the database.
+            CorruptRecord: its bytes do not match their CRC-32.
+            TypeError: ``index`` is not an integer.
+            IndexError: ``index`` is out of range.
+        """
         key = self.key(index)
         value = self._transaction().get(key)
         if value is None:
@@ -367,7 +425,21 @@ class LMDBReader:
         return value
 
     def image_bytes(self, index: int) -> tuple[memoryview, int, tuple[int, int]]:
-        """``(encoded JPEG bytes, label, (height, width))`` of record ``index``."""
+        """The encoded image, label and size of record ``index``.
+
+        Args:
+            index: the record number (as :meth:`key` takes it).
+
+        Returns:
+            ``(encoded JPEG bytes, label, (height, width))``, the bytes a zero-copy view.
+
+        Raises:
+            CorruptRecord: the record fails its CRC-32, its Datum framing, or holds a
+                label other than ``labels.i32`` says.
+            KeyError: the record is missing from the database.
+            TypeError: ``index`` is not an integer.
+            IndexError: ``index`` is out of range.
+        """
         try:
             data, label, height, width, _, _ = datum_fields(self.record(index))
         except CorruptRecord:

@@ -73,8 +73,32 @@ def _decode_problem(data: memoryview, height: int, width: int, channels: int) ->
 def verify_lmdb(path: str | os.PathLike, full: bool = False, sample: int = 64,
                 seed: int = 0, *, storage_options: dict | None = None) -> VerifyReport:
     """Verify the database at ``path``; see the module docstring for what is checked.
-    ``path`` may be a URL (``storage_options`` for fsspec): the database is fetched into
-    the shard cache first, and the report names the URL."""
+
+    Problems with the records and sidecars are findings in the report, not exceptions.
+    ``path`` may be a URL: the database is fetched into the shard cache first, and the
+    report names the URL. A sharded set: :func:`~fastload.data.verify_set`.
+
+    Args:
+        path: a fastload LMDB directory, or its URL.
+        full: decode every record instead of a sample.
+        sample: records to decode without ``full``, at least 0 (all of them when the
+            database holds fewer).
+        seed: seed of the decode sample (the same seed, the same records).
+        storage_options: fsspec's options when ``path`` is a URL (credentials,
+            ``endpoint_url``).
+        progress: True shows the records checked on stderr (a tqdm bar on a terminal, a
+            plain line every 30 s otherwise); a tqdm-like object is advanced instead.
+
+    Returns:
+        The report: record counts, checksums checked, images decoded, and the bad keys or
+        files with their reasons (``ok`` when none; ``summary()`` in one line).
+
+    Raises:
+        ValueError: ``sample`` is negative or not an int, ``storage_options`` with a local
+            path, or the metadata (``fastload.json``) is unusable.
+        FileNotFoundError: there is no database at ``path``.
+        ImportError: a URL whose fsspec backend is not installed (the ``remote`` extra).
+    """
     import numpy as np
 
     if isinstance(sample, bool) or not isinstance(sample, int) or sample < 0:

@@ -253,13 +253,35 @@ def photo_tree(
     size: tuple[int, int] | None = None,
     megapixels: tuple[float, float] = MEGAPIXELS,
 ) -> pathlib.Path:
-    """Write ``out/{train,val}/<class>/<name>.jpg`` from the source photos; return ``Path(out)``.
+    """Write ``out/{train,val}/<class>/<name>.jpg`` from the source photos.
 
     As :func:`fastload.data.pictures.synth.synthesize` (same layout, labels ``i % classes``, bytes
     that depend only on the arguments other than ``workers`` and ``progress``), with
-    pictures of :func:`photo_image`: ``classes`` (default: all of :data:`SOURCES`) at most
-    the number of source photos; sizes drawn by :func:`photo_size` within ``megapixels``,
-    or ``size`` ``(height, width)`` for every picture (e.g. ``(1680, 2100)``).
+    pictures of :func:`photo_image`: collages of crops of the public-domain and CC0
+    photographs scikit-image and matplotlib ship (class k = photo k).
+
+    Args:
+        out: the folder to write the tree into (created if missing).
+        train: training images, at least 0.
+        val: validation images, at least 0.
+        classes: classes, 1 to the number of source photos (default: all of
+            :data:`SOURCES`).
+        seed: random seed, at least 0; the same arguments give the same bytes.
+        quality: JPEG quality, 1 to 100.
+        workers: processes that generate in parallel, at least 1 (default: all cores).
+        progress: show a progress bar on stderr.
+        size: ``(height, width)`` of every picture, each at least 8 (e.g. ``(1680, 2100)``)
+            instead of sizes drawn by :func:`photo_size`.
+        megapixels: ``(low, high)`` picture area range in millions of pixels the sizes
+            are drawn within, ``0 < low <= high``.
+
+    Returns:
+        ``Path(out)``.
+
+    Raises:
+        TypeError: a count, side, seed or quality that is not an integer.
+        ValueError: a value out of its range, or a source photo's package or file
+            missing (naming it, with the install command).
     """
     if classes is None:
         classes = len(SOURCES)

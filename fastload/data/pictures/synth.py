@@ -273,14 +273,34 @@ def synthesize(
     progress: bool = False,
     size: tuple[int, int] | None = None,
 ) -> pathlib.Path:
-    """Write ``out/train/<class>/<name>.jpg`` and ``out/val/<class>/<name>.jpg``; return ``Path(out)``.
+    """Write ``out/train/<class>/<name>.jpg`` and ``out/val/<class>/<name>.jpg``.
 
     ``train`` and ``val`` images are spread evenly over ``classes`` folders (image ``i`` has
     label ``i % classes``). The bytes depend only on the arguments other than ``workers``
-    and ``progress``. ``workers`` processes generate in parallel (default: all cores).
-    Existing files of the same names are overwritten. ``size``: ``(height, width)`` of every
-    picture (e.g. ``(1680, 2100)`` for camera-sized photos) instead of drawn sizes.
-    For crops of real photographs instead, see :func:`fastload.data.pictures.photos.photo_tree`.
+    and ``progress``. Existing files of the same names are overwritten. For crops of real
+    photographs instead, see :func:`fastload.data.pictures.photos.photo_tree`.
+
+    Args:
+        out: the folder to write the tree into (created if missing).
+        train: training images, at least 0.
+        val: validation images, at least 0.
+        classes: class folders, at least 1.
+        seed: random seed, at least 0; the same arguments give the same bytes.
+        quality: JPEG quality, 1 to 100.
+        workers: processes that generate in parallel, at least 1 (default: all cores).
+        min_side: shortest drawn picture side in px, at least 8.
+        max_side: longest drawn picture side in px, at least ``min_side``.
+        progress: show a progress bar on stderr.
+        size: ``(height, width)`` of every picture, each at least 8 (e.g. ``(1680, 2100)``
+            for camera-sized photos) instead of drawn sizes.
+
+    Returns:
+        ``Path(out)``.
+
+    Raises:
+        TypeError: a count, side, seed or quality that is not an integer.
+        ValueError: a value below its minimum, ``quality`` above 100, or ``size`` not a
+            pair.
     """
     workers, size = check_tree_arguments(train, val, classes, seed, quality, workers, size)
     _check_int("min_side", min_side, 8)

@@ -21,8 +21,31 @@ __all__ = ["is_url", "locate", "open_any"]
 
 def open_any(path: str | os.PathLike, *, storage_options: dict | None = None,
              cache_dir: str | os.PathLike | None = None, cache_bytes: int | None = None):
-    """A reader for ``path``: a set or LMDB at a URL (through the shard cache at
-    ``cache_dir``, bounded to ``cache_bytes``), else a local set or LMDB directory."""
+    """A reader for ``path``: a set or LMDB at a URL, else a local set or LMDB directory.
+
+    The entry point of :class:`~fastload.LMDBDataset`, the loader and verify. A URL's shards
+    are fetched into the local shard cache on first read and checked against its manifest.
+
+    Args:
+        path: a sharded set (its folder or manifest) or an LMDB directory, local or at a
+            URL (``s3://bucket/train.set``, any scheme fsspec has a backend for; ``file://``
+            is local).
+        storage_options: fsspec's options for a URL (credentials, ``endpoint_url``).
+        cache_dir: for a URL, the shard cache's folder (default ``$FASTLOAD_CACHE`` or
+            ``~/.cache/fastload``).
+        cache_bytes: for a URL, the shard cache's bound in bytes (default
+            ``$FASTLOAD_CACHE_BYTES`` or half the free disk).
+
+    Returns:
+        An :class:`~fastload.data.LMDBReader` or :class:`~fastload.data.ShardedReader` (their
+        remote kinds for a URL).
+
+    Raises:
+        ValueError: ``storage_options``, ``cache_dir`` or ``cache_bytes`` with a local path,
+            an unknown or chained URL scheme, or a damaged or unfinished set.
+        ImportError: a URL whose fsspec backend is not installed (the ``remote`` extra).
+        FileNotFoundError: nothing readable is at ``path``.
+    """
     where = locate(path, storage_options, "dataset path")
     if isinstance(where, str):
         if cache_dir is not None or cache_bytes is not None:

@@ -41,7 +41,17 @@ def url_scheme(path: object) -> str | None:
 
 
 def is_url(path: object) -> bool:
-    """True when ``path`` is a ``scheme://`` URL other than ``file://`` (a local path)."""
+    """Whether ``path`` is a URL fastload reads through fsspec.
+
+    A string ``scheme://...`` with two or more scheme characters (``C:/`` is a drive);
+    ``file://`` URLs are local paths. Whether the scheme is supported is not checked here.
+
+    Args:
+        path: anything; a str, bytes or ``os.PathLike`` may be a URL, nothing else is.
+
+    Returns:
+        True when ``path`` is a ``scheme://`` URL other than ``file://`` (a local path).
+    """
     return url_scheme(path) not in (None, "file")
 
 

@@ -84,7 +84,14 @@ def manifest_path(path: str | os.PathLike) -> Path:
 
 
 def is_sharded_set(path: str | os.PathLike) -> bool:
-    """True when ``path`` is a set's manifest, or a directory holding one or shard folders."""
+    """Whether ``path`` is a sharded set.
+
+    Args:
+        path: a local path (a URL is never a local set).
+
+    Returns:
+        True when ``path`` is a set's manifest, or a directory holding one or shard folders.
+    """
     path = Path(path)
     if path.name == MANIFEST_FILE:
         return path.is_file()
@@ -113,8 +120,21 @@ def existing_shard_counts(root: Path) -> set[int]:
 
 
 def load_manifest(path: str | os.PathLike) -> dict:
-    """The parsed manifest of the set at ``path``, its schema, paths and ranges checked (see
-    :mod:`fastload.data.sets.schema`); one clear sentence when it is unusable."""
+    """The parsed manifest of the set at ``path``, its schema, paths and ranges checked.
+
+    See :mod:`fastload.data.sets.schema` for the checks.
+
+    Args:
+        path: the set's folder or its manifest file (a local path).
+
+    Returns:
+        The manifest as a dict (format, count, classes, options, shard entries).
+
+    Raises:
+        FileNotFoundError: there is no manifest at ``path``.
+        ValueError: the manifest is unusable (one clear sentence), missing while shards are
+            unfinished, or ``path`` is a URL.
+    """
     return open_manifest(path)[0]
 
 

@@ -54,7 +54,33 @@ __all__ = ["ShardedReader", "open_reader"]
 
 
 class ShardedReader:
-    """Read-only view of a sharded set as one data set with global indices."""
+    """Read-only view of a sharded set as one data set with global indices.
+
+    :class:`~fastload.data.LMDBReader`'s interface over global indices. Opening reads the
+    manifest and the set's labels file only; each shard is opened and checked against the
+    manifest at its first read in a process, and a shard that fails is refused (its error
+    raised again at once) until :meth:`forget_refusals` or :meth:`release_shard` (see the
+    module docstring for every check).
+
+    Args:
+        path: the set's folder or its manifest file (a local path; see
+            :func:`~fastload.data.open_any` for URLs).
+
+    Attributes:
+        path (Path): the set's folder.
+        meta (dict): the parsed, checked manifest.
+        classes (list[str]): the class names, index = label.
+        class_to_idx (dict[str, int]): class name -> label.
+        targets (Labels): every record's label, the set's labels file memory-mapped.
+        streaming (bool): True for a set read from object storage (the loader's default
+            order is then by shards); False here.
+
+    Raises:
+        FileNotFoundError: there is no manifest (and no shard folder) at ``path``.
+        ValueError: the manifest is missing while shards are unfinished, or it or the
+            labels file is unusable (schema, paths, ranges, labels; the message says how to
+            repair it), or ``path`` is a URL.
+    """
 
     _shards_present = True  # a remote set's shards arrive in its cache folder on first use
     streaming = False  # read from object storage: the loader's default order is by shards
@@ -77,6 +103,7 @@ class ShardedReader:
 
     @property
     def num_shards(self) -> int:
+        """The number of shards the manifest lists."""
         return len(self._entries)
 
     @property
@@ -108,8 +135,13 @@ class ShardedReader:
             reader.close()
 
     def release_shard(self, shard: int) -> None:
-        """Close shard ``shard``'s handle in this process (it reopens on its next read), so
-        that a reader done with a shard holds nothing of it."""
+        """Close shard ``shard``'s handle in this process; it reopens on its next read.
+
+        A reader done with a shard so holds nothing of it (a refusal of it is forgotten too).
+
+        Args:
+            shard: the shard's index, in ``[0, num_shards)``.
+        """
         self._refusals.pop(shard, None)
         reader = self._readers.pop(shard, None)
         if reader is not None:
@@ -121,9 +153,18 @@ class ShardedReader:
         self._refusals.clear()
 
     def prefetch(self, shards) -> list:
-        """Ask for ``shards`` to be ready before they are read: a remote set fetches them
-        into its cache in the background (:meth:`RemoteShardedReader.prefetch`); a local
-        set's shards are always ready, so each ``Future`` is already done with True."""
+        """Ask for ``shards`` to be ready before they are read.
+
+        A remote set fetches them into its cache in the background
+        (:meth:`RemoteShardedReader.prefetch`); a local set's shards are always ready.
+
+        Args:
+            shards: the shard indices wanted, an iterable of ints.
+
+        Returns:
+            One ``concurrent.futures.Future`` per shard, in order; here each is already done
+            with True.
+        """
         from concurrent.futures import Future
 
         done = []
@@ -134,19 +175,50 @@ class ShardedReader:
         return done
 
     def is_cached(self, shard: int) -> bool:
-        """Whether shard ``shard`` can be opened without a download (a local set: always)."""
+        """Whether shard ``shard`` can be opened without a download.
+
+        Args:
+            shard: the shard's index, in ``[0, num_shards)``.
+
+        Returns:
+            True when no download is needed (a local set: always).
+        """
         return True
 
     def locate(self, index: int) -> tuple[int, int]:
-        """``(shard, record within it)`` of global ``index`` (negative counts from the end)."""
+        """The shard holding global record ``index``, and the record's number within it.
+
+        Args:
+            index: the global record number, an integer in ``[-len, len)`` (negative counts
+                from the end).
+
+        Returns:
+            ``(shard, record within it)``.
+
+        Raises:
+            TypeError: ``index`` is not an integer.
+            IndexError: ``index`` is out of range.
+        """
         index = record_index(index, self._count, self.path)
         shard = bisect.bisect_right(self._starts, index) - 1
         return shard, index - self._starts[shard]
 
     def shard_reader(self, shard: int) -> LMDBReader:
         """The reader of shard ``shard``, opened on first use here and checked against the
-        manifest (module docstring); ValueError/OSError naming the shard otherwise, raised
-        again (a copy of the first error) without opening it at each later read."""
+        manifest (module docstring).
+
+        Args:
+            shard: the shard's index, in ``[0, num_shards)``.
+
+        Returns:
+            The shard's reader, kept open for later reads in this process.
+
+        Raises:
+            ValueError: the shard does not match the manifest (or its files are damaged),
+                naming the shard; raised again (a copy of the first error) without opening
+                it at each later read, until :meth:`forget_refusals`.
+            OSError: the shard's files cannot be opened, likewise raised again.
+        """
         reader = self._readers.get(shard)
         if reader is not None:
             return reader
@@ -177,8 +249,16 @@ class ShardedReader:
         return reader
 
     def shard_problem(self, reader: LMDBReader, entry: ShardEntry) -> str | None:
-        """How the opened shard ``reader`` differs from the manifest's ``entry`` (identity,
-        record count, CRC-32 of its checksum file, labels), one phrase; None when it matches."""
+        """How the opened shard ``reader`` differs from the manifest's ``entry``.
+
+        Args:
+            reader: the opened shard.
+            entry: the manifest's entry for that shard (one of :attr:`entries`).
+
+        Returns:
+            One phrase naming the first difference (identity, record count, CRC-32 of its
+            checksum file, labels); None when it matches.
+        """
         differs = identity_differences(reader.meta, {
             "format_version": self.meta["shard_format_version"],
             **{key: self.meta[key] for key in ("source", "source_kind", "source_fingerprint",
@@ -198,17 +278,53 @@ class ShardedReader:
         return None
 
     def key(self, index: int) -> bytes:
-        """``b"<shard folder>/<record key>"`` of global ``index``, from the manifest alone
-        (never opens the shard: error messages name records with it)."""
+        """The name of global record ``index``, from the manifest alone.
+
+        Never opens the shard, so error messages name records with it.
+
+        Args:
+            index: the global record number (as :meth:`locate` takes it).
+
+        Returns:
+            ``b"<shard folder>/<record key>"``.
+
+        Raises:
+            TypeError: ``index`` is not an integer.
+            IndexError: ``index`` is out of range.
+        """
         shard, local = self.locate(index)
         return self._entries[shard].path.encode() + b"/" + record_key(local)
 
     def record(self, index: int) -> bytes:
+        """The raw Datum value of global record ``index``, its CRC-32 checked.
+
+        Args:
+            index: the global record number (as :meth:`locate` takes it).
+
+        Returns:
+            The serialized Datum.
+
+        Raises:
+            ValueError: its shard is refused (see :meth:`shard_reader`).
+            CorruptRecord: its bytes do not match their CRC-32.
+            KeyError: the record is missing from its shard.
+        """
         shard, local = self.locate(index)
         return self.shard_reader(shard).record(local)
 
     def image_bytes(self, index: int) -> tuple[memoryview, int, tuple[int, int]]:
-        """``(encoded JPEG bytes, label, (height, width))`` of global record ``index``."""
+        """The encoded image, label and size of global record ``index``.
+
+        Args:
+            index: the global record number (as :meth:`locate` takes it).
+
+        Returns:
+            ``(encoded JPEG bytes, label, (height, width))``, the bytes a zero-copy view.
+
+        Raises:
+            ValueError: its shard is refused (see :meth:`shard_reader`).
+            CorruptRecord: the record fails its CRC-32, its Datum framing or its label.
+        """
         shard, local = self.locate(index)
         return self.shard_reader(shard).image_bytes(local)
 
@@ -224,8 +340,20 @@ def _again(err: Exception) -> Exception:
 
 
 def open_reader(path: str | os.PathLike) -> LMDBReader | ShardedReader:
-    """A :class:`ShardedReader` for a sharded set (its folder or manifest), else an
-    :class:`~fastload.data.format.reader.LMDBReader` for one LMDB directory."""
+    """A reader for a local sharded set or LMDB directory.
+
+    Args:
+        path: a sharded set's folder or manifest, or an LMDB directory.
+
+    Returns:
+        A :class:`ShardedReader` for a sharded set, else an
+        :class:`~fastload.data.format.reader.LMDBReader` for one LMDB directory.
+
+    Raises:
+        FileNotFoundError: nothing readable is at ``path``.
+        ValueError: what is there is damaged or unfinished (the message says how to fix
+            it).
+    """
     if is_sharded_set(path):
         return ShardedReader(path)
     return LMDBReader(path)

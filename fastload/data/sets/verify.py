@@ -11,11 +11,13 @@ rebuilt from the set's shard folders, once every shard verifies clean.
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from fastload.data.format.untrusted import refuse_url
-from fastload.data.format.verify import VerifyReport, verify_lmdb
+from fastload.data.format.verify import VerifyReport, progress_for, verify_lmdb
 from fastload.data.remote.url import locate
 from fastload.data.sets.manifest import (
     complete_manifest,
@@ -52,14 +54,40 @@ class SetVerifyReport(VerifyReport):
 
 def verify_set(path: str | os.PathLike, full: bool = False, sample: int = 64,
                seed: int = 0, *, repair: bool = False,
-               storage_options: dict | None = None) -> SetVerifyReport:
-    """Verify a sharded set (module docstring): complete its manifest if every shard is
-    finished and none is written yet, or (``repair``) rebuild a manifest that does not pass
-    the open checks; ``sample`` decodes are spread over the shards by size. ``path`` may be
-    a URL (``storage_options`` for fsspec): each shard is fetched into the shard cache,
-    checked against the manifest, verified, and let go before the next."""
+               storage_options: dict | None = None, progress: Any = False) -> SetVerifyReport:
+    """Verify a sharded set (module docstring): the open checks, then every shard.
+
+    Completes the set's manifest if every shard is finished and none is written yet, or
+    (``repair``) rebuilds a manifest that does not pass the open checks. A shard that fails
+    its checks is a finding in the report, as are bad records. ``path`` may be a URL: each
+    shard is fetched into the shard cache, checked against the manifest, verified, and let
+    go before the next.
+
+    Args:
+        path: the set's folder or manifest, or its URL.
+        full: decode every record of every shard instead of a sample.
+        sample: records to decode without ``full``, at least 0, spread over the shards by
+            size.
+        seed: seed of the decode sample (shard ``k`` uses ``seed + k``).
+        repair: a local set only: if its manifest or labels file fails the open checks,
+            rebuild both from the shard folders (only when every shard verifies clean).
+        storage_options: fsspec's options when ``path`` is a URL (credentials,
+            ``endpoint_url``).
+
+    Returns:
+        :func:`~fastload.data.verify_lmdb`'s report summed over the shards, with the shard
+        count, whether the manifest was completed or rebuilt, and what was checked.
+
+    Raises:
+        ValueError: ``sample`` is negative or not an int, ``repair`` with a URL, a URL
+            holding one LMDB, an unfinished set, or a manifest or labels file that fails the
+            open checks (without ``repair``).
+        FileNotFoundError: there is no set at ``path``.
+        ImportError: a URL whose fsspec backend is not installed (the ``remote`` extra).
+    """
     if isinstance(sample, bool) or not isinstance(sample, int) or sample < 0:
         raise ValueError(f"sample should be a non-negative integer, but got sample={sample!r}")
+    start = time.monotonic()
     where = locate(path, storage_options, "sharded set")
     written = repaired = False
     if not isinstance(where, str):  # a URL: its shards are fetched into the cache one by one
@@ -88,21 +116,30 @@ def verify_set(path: str | os.PathLike, full: bool = False, sample: int = 64,
                              manifest_written=written, repaired=repaired)
     total = max(1, report.expected)
     matched = 0
-    for k, entry in enumerate(reader.entries):
-        try:
-            shard = reader.shard_reader(k)  # the checks of a shard's first read
-        except (OSError, ValueError) as exc:
-            report.bad.append((entry.path, str(exc)))
-            continue
-        matched += 1
-        share = sample if full else -(-sample * entry.count // total)
-        sub = verify_lmdb(shard.path, full=full, sample=min(share, entry.count), seed=seed + k)
-        report.found += sub.found
-        report.checksums_checked += sub.checksums_checked
-        report.decoded += sub.decoded
-        report.bad += [(f"{entry.path}/{key}", why) for key, why in sub.bad]
-        reader.release_shard(k)  # a remote set's cache may evict it now
+    bar, owned = progress_for(progress, report.expected)  # one bar over every shard's records
+    try:
+        for k, entry in enumerate(reader.entries):
+            try:
+                shard = reader.shard_reader(k)  # the checks of a shard's first read
+            except (OSError, ValueError) as exc:
+                report.bad.append((entry.path, str(exc)))
+                if bar is not None:
+                    bar.update(entry.count)  # dealt with: its records are not read
+                continue
+            matched += 1
+            share = sample if full else -(-sample * entry.count // total)
+            sub = verify_lmdb(shard.path, full=full, sample=min(share, entry.count),
+                              seed=seed + k, progress=bar)
+            report.found += sub.found
+            report.checksums_checked += sub.checksums_checked
+            report.decoded += sub.decoded
+            report.bad += [(f"{entry.path}/{key}", why) for key, why in sub.bad]
+            reader.release_shard(k)  # a remote set's cache may evict it now
+    finally:
+        if owned:
+            bar.close()
     reader.close()
+    report.seconds = time.monotonic() - start
     report.checked = [
         "the manifest (fields, paths inside the set, contiguous ranges)",
         f"the set's labels ({len(reader)} in [0, {len(reader.classes)}))",
