@@ -105,6 +105,30 @@ def report_error(command: str, error: BaseException, flags: Mapping[str, str] | 
     return code
 
 
+JSON_REPORT_FORMAT = 1  # the version of convert's and verify's --json reports
+
+
+def write_json_report(command: str, values: Mapping[str, object], target: str) -> str | None:
+    """``--json TARGET`` of ``command``: ``{"format", "command", **values}`` as indented
+    JSON on stdout when TARGET is ``-`` (returns None), else written to the file TARGET
+    (returns its path, for the ``wrote ...`` line)."""
+    import json
+    import os
+
+    text = json.dumps({"format": JSON_REPORT_FORMAT, "command": command, **values},
+                      indent=2, default=str) + "\n"
+    if target == "-":
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return None
+    folder = os.path.dirname(target)
+    if folder:
+        os.makedirs(folder, exist_ok=True)
+    with open(target, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    return target
+
+
 def missing_extra(error: ModuleNotFoundError) -> str | None:
     """One sentence naming the extra that provides the missing module, or None."""
     top = (error.name or "").split(".")[0]

@@ -71,6 +71,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         help="WebDataset: read each sample's label from this field of its "
                              ".json member (default: its .cls member)")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    parser.add_argument("--json", default=None, metavar="FILE",
+                        help="write the report as JSON: path, stored, skipped, seen, errors "
+                             "(count), skipped_files (path and reason of each), kept, "
+                             "reencoded, seconds, resumed, resumed_from, classes, and a "
+                             "sharded set's shards, manifest, finished_shards; '-': on "
+                             "stdout, the text on stderr")
     parser.set_defaults(run=run)
     return parser
 
@@ -95,7 +101,13 @@ def run(args: argparse.Namespace) -> int:
     )
     from fastload.data.format.untrusted import refuse_url
     from fastload.data.remote import locate
-    from fastload.tools.cli import EXIT_FAILURE, EXIT_USAGE, printable, report_error
+    from fastload.tools.cli import (
+        EXIT_FAILURE,
+        EXIT_USAGE,
+        printable,
+        report_error,
+        write_json_report,
+    )
 
     if args.commit_every is not None and args.commit_every <= 0:
         print(f"fastload convert: error: --commit-every should be a positive number of files, "
@@ -134,25 +146,47 @@ def run(args: argparse.Namespace) -> int:
         print(f"fastload convert: interrupted; rerun the same command to resume into "
               f"{printable(args.dst)}", file=sys.stderr)
         return 130
+    text = sys.stderr if args.json == "-" else sys.stdout  # stdout is the JSON's
     resumed = (f" (resumed a partial conversion at file {report.resumed_from})"
                if report.resumed else "")
     print(f"{report.summary()} in {report.seconds:.1f} s{resumed}; "
           f"{report.kept} kept as they were, {report.reencoded} re-encoded -> "
-          f"{printable(report.path)}")
-    if args.shards is not None or args.shard_size is not None:
+          f"{printable(report.path)}", file=text)
+    sharded = args.shards is not None or args.shard_size is not None
+    if sharded:
         if report.finished_shards:
             print(f"finished shard(s) {', '.join(map(str, report.finished_shards))} found "
-                  "from an earlier run: checked and kept")
+                  "from an earlier run: checked and kept", file=text)
         print(f"sharded set {printable(report.path)}: " + (
             f"manifest written ({report.manifest['count']} records in "
             f"{report.manifest['num_shards']} shards)"
-            if report.manifest else "manifest pending until every shard is converted"))
+            if report.manifest else "manifest pending until every shard is converted"),
+            file=text)
     if report.skipped:
         where = ("errors.json in each shard" if args.shards or args.shard_size
                  else printable(report.path / "errors.json"))
-        print(f"skipped files and reasons: {where}")
+        print(f"skipped files and reasons: {where}", file=text)
         for error in report.errors[:5]:
-            print(f"  {printable(error['path'])}: {printable(error['reason'])}")
+            print(f"  {printable(error['path'])}: {printable(error['reason'])}", file=text)
         if report.skipped > 5:
-            print(f"  ... and {report.skipped - 5} more")
+            print(f"  ... and {report.skipped - 5} more", file=text)
+    if args.json is not None:
+        wrote = write_json_report("convert", _json_values(report, sharded), args.json)
+        if wrote is not None:
+            print(f"wrote {printable(wrote)}")
     return 0
+
+
+def _json_values(report, sharded: bool) -> dict:
+    """convert's ``--json`` fields: the report's, ``errors`` as a count and each skipped
+    file under ``skipped_files``; a set's ``shards`` from its manifest (None while pending)."""
+    import dataclasses
+
+    values = dataclasses.asdict(report)
+    skipped_files = values.pop("errors")
+    values = {"ok": True, "path": str(report.path), "sharded": sharded,
+              "errors": len(skipped_files), **{k: v for k, v in values.items() if k != "path"},
+              "skipped_files": skipped_files}
+    if sharded:
+        values["shards"] = (report.manifest or {}).get("num_shards")
+    return values

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -21,7 +22,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     )
     parser.add_argument("dst", metavar="DST",
                         help="LMDB directory or sharded set written by fastload convert")
-    parser.add_argument("--full", action="store_true", help="decode every record")
+    parser.add_argument("--full", action="store_true",
+                        help="decode every record (progress on stderr: a bar on a terminal, "
+                             "a line every 30 s otherwise)")
     parser.add_argument("--sample", type=int, default=64, metavar="N",
                         help="records to decode without --full (default: 64)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the decode sample")
@@ -29,6 +32,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         help="sharded set only: if its manifest or labels file fails the open "
                              "checks, rebuild both from the shard folders (only when every "
                              "shard verifies clean), then verify")
+    parser.add_argument("--json", default=None, metavar="FILE",
+                        help="write the report as JSON: ok, errors, expected, found, "
+                             "checksums_checked, decoded, bad, seconds, path (and a set's "
+                             "shards, manifest_written, repaired, checked); '-': on stdout, "
+                             "the text on stderr")
     parser.set_defaults(run=run)
     return parser
 
@@ -38,7 +46,13 @@ def run(args: argparse.Namespace) -> int:
     from fastload.data.remote import is_url, locate
     from fastload.data.sets.manifest import is_sharded_set
     from fastload.data.sets.verify import verify_set
-    from fastload.tools.cli import EXIT_FAILURE, EXIT_USAGE, printable, report_error
+    from fastload.tools.cli import (
+        EXIT_FAILURE,
+        EXIT_USAGE,
+        printable,
+        report_error,
+        write_json_report,
+    )
 
     flags = {"overwrite": "`fastload convert --overwrite`", "repair": "--repair"}
     try:
@@ -62,14 +76,20 @@ def run(args: argparse.Namespace) -> int:
                 "(`fastload convert SRC DST --overwrite`)"), flags, EXIT_USAGE)
         if sharded:
             report = verify_set(args.dst, full=args.full, sample=args.sample, seed=args.seed,
-                                repair=args.repair)
+                                repair=args.repair, progress=args.full)
         else:
-            report = verify_lmdb(args.dst, full=args.full, sample=args.sample, seed=args.seed)
+            report = verify_lmdb(args.dst, full=args.full, sample=args.sample, seed=args.seed,
+                                 progress=args.full)
     except (OSError, ValueError) as exc:
         return report_error("verify", exc, flags, EXIT_FAILURE)
-    print(f"{printable(report.path)}: {report.summary()}")
+    text = sys.stderr if args.json == "-" else sys.stdout  # stdout is the JSON's
+    print(f"{printable(report.path)}: {report.summary()}", file=text)
     for key, reason in report.bad[:50]:
-        print(f"  bad {printable(key)}: {printable(reason)}")
+        print(f"  bad {printable(key)}: {printable(reason)}", file=text)
     if len(report.bad) > 50:
-        print(f"  ... and {len(report.bad) - 50} more")
+        print(f"  ... and {len(report.bad) - 50} more", file=text)
+    if args.json is not None:
+        wrote = write_json_report("verify", {"sharded": sharded, **report.as_dict()}, args.json)
+        if wrote is not None:
+            print(f"wrote {printable(wrote)}")
     return 0 if report.ok else 1

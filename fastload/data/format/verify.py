@@ -11,11 +11,14 @@ the Datum states, without damaged JPEG data (libjpeg-turbo's strict decode,
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
 import random
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from fastload.data.format.constants import (
     CHECKSUM_DTYPE,
@@ -40,10 +43,19 @@ class VerifyReport:
     checksums_checked: int = 0
     decoded: int = 0
     bad: list[tuple[str, str]] = field(default_factory=list)  # (key or file, reason)
+    seconds: float = 0.0  # how long the verification took
 
     @property
     def ok(self) -> bool:
         return not self.bad
+
+    def as_dict(self) -> dict[str, Any]:
+        """The report as JSON-ready values: ``ok``, ``errors`` (how many problems), then its
+        fields, ``path`` as text and each of ``bad`` as ``{"key", "reason"}``."""
+        values = dataclasses.asdict(self)
+        values["path"] = str(self.path)
+        values["bad"] = [{"key": key, "reason": reason} for key, reason in self.bad]
+        return {"ok": self.ok, "errors": len(self.bad), **values}
 
     def summary(self) -> str:
         verdict = "OK" if self.ok else f"FAILED: {len(self.bad)} problem(s)"
@@ -70,8 +82,23 @@ def _decode_problem(data: memoryview, height: int, width: int, channels: int) ->
     return None
 
 
+def progress_for(progress: Any, total: int) -> tuple[Any, bool]:
+    """``(bar, owned)`` for a verification's ``progress`` argument: True -> a new bar over
+    ``total`` records on stderr (tqdm on a terminal, plain lines in a log: owned, closed by
+    its maker); False/None -> ``(None, False)``; else the caller's bar (``update(n)``)."""
+    if progress is True:
+        from fastload.utils.progress import progress as progress_bar
+
+        return progress_bar(total=total, desc="verify", unit="records"), True
+    return (progress or None), False
+
+
+_PROGRESS_EVERY = 1024  # records between progress updates (cheap when it only counts)
+
+
 def verify_lmdb(path: str | os.PathLike, full: bool = False, sample: int = 64,
-                seed: int = 0, *, storage_options: dict | None = None) -> VerifyReport:
+                seed: int = 0, *, storage_options: dict | None = None,
+                progress: Any = False) -> VerifyReport:
     """Verify the database at ``path``; see the module docstring for what is checked.
 
     Problems with the records and sidecars are findings in the report, not exceptions.
@@ -99,8 +126,6 @@ def verify_lmdb(path: str | os.PathLike, full: bool = False, sample: int = 64,
         FileNotFoundError: there is no database at ``path``.
         ImportError: a URL whose fsspec backend is not installed (the ``remote`` extra).
     """
-    import numpy as np
-
     if isinstance(sample, bool) or not isinstance(sample, int) or sample < 0:
         raise ValueError(f"sample should be a non-negative integer, but got sample={sample!r}")
     from fastload.data.remote.url import locate
@@ -111,17 +136,33 @@ def verify_lmdb(path: str | os.PathLike, full: bool = False, sample: int = 64,
 
         reader = RemoteLMDBReader(where)
         try:
-            report = verify_lmdb(reader.path, full=full, sample=sample, seed=seed)
+            report = verify_lmdb(reader.path, full=full, sample=sample, seed=seed,
+                                 progress=progress)
         finally:
             reader.close()
         report.path = where.url  # type: ignore[assignment]
         return report
     path = where
     refuse_url(path, "LMDB directory")
+    start = time.monotonic()
     root = Path(os.path.abspath(path))
     meta = load_meta(root)
     expected = int(meta["count"])
     report = VerifyReport(path=root, expected=expected, found=0)
+    bar, owned = progress_for(progress, expected)
+    try:
+        _verify_records(root, meta, expected, full, sample, seed, report, bar)
+    finally:
+        if owned:
+            bar.close()
+    report.seconds = time.monotonic() - start
+    return report
+
+
+def _verify_records(root: Path, meta: dict, expected: int, full: bool, sample: int, seed: int,
+                    report: VerifyReport, bar: Any) -> None:
+    import numpy as np
+
     checksum_path = root / meta.get("checksum_file", CHECKSUM_FILE)
     try:
         checksums = np.fromfile(checksum_path, dtype=meta.get("checksum_dtype", CHECKSUM_DTYPE))
@@ -145,11 +186,15 @@ def verify_lmdb(path: str | os.PathLike, full: bool = False, sample: int = 64,
         env = acquire_env(root)
     except OSError as exc:  # truncated or not LMDB: never map it (see lmdb_meta)
         report.bad.append((DATA_FILE, str(exc)))
-        return report
+        return
+    counted = 0  # records handed to the progress bar
     try:
         with env.begin(buffers=True) as txn:
             index = 0
             for key, value in txn.cursor().iternext(keys=True, values=True):
+                if bar is not None and index - counted >= _PROGRESS_EVERY:
+                    bar.update(index - counted)
+                    counted = index
                 key = bytes(key)
                 name = key.decode(errors="replace")
                 if index >= expected or key != record_key(index):
@@ -163,9 +208,10 @@ def verify_lmdb(path: str | os.PathLike, full: bool = False, sample: int = 64,
             report.found = index
     finally:
         release_env(root)
+        if bar is not None and report.found > counted:
+            bar.update(report.found - counted)
     if report.found < expected:
         report.bad.append(("count", f"database holds {report.found} records; metadata says {expected}"))
-    return report
 
 
 def _check_record(value, index, checksums, labels, to_decode, report) -> str | None:

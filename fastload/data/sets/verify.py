@@ -73,6 +73,9 @@ def verify_set(path: str | os.PathLike, full: bool = False, sample: int = 64,
             rebuild both from the shard folders (only when every shard verifies clean).
         storage_options: fsspec's options when ``path`` is a URL (credentials,
             ``endpoint_url``).
+        progress: True shows the records checked, over all shards, on stderr (a tqdm bar
+            on a terminal, a plain line every 30 s otherwise); a tqdm-like object is
+            advanced instead.
 
     Returns:
         :func:`~fastload.data.verify_lmdb`'s report summed over the shards, with the shard
