@@ -262,6 +262,7 @@ class ShardCache:
                 log.debug("cache: waited %.2f s for the lock of %s (another process fetching "
                           "or reading it)", waited, folder.name)
 
+        fetched = False  # by this call: the next valid check is no cache hit
         fd = open_lock(shard.lock)
         try:
             for _ in range(4):  # a lock conversion is not atomic: an evictor may slip in
@@ -269,7 +270,8 @@ class ShardCache:
                     lock(fcntl.LOCK_SH)
                     if layout.valid(folder, fingerprint):
                         layout.touch(folder / MARKER)  # its last use, for the LRU order
-                        log.debug("cache hit: %s in %s", folder.name, self.root)
+                        log.debug("cache: %s fetched and installed in %s" if fetched else
+                                  "cache hit: %s in %s", folder.name, self.root)
                         if not keep:
                             return True
                         with shard.cond:
@@ -283,9 +285,11 @@ class ShardCache:
                         log.debug("cache: %s failed its reader's check: fetching it again",
                                   folder.name)
                         layout.discard(folder)
-                if not layout.valid(folder, fingerprint) and not self._install(
-                        folder, fingerprint, listing, fill, make_room, overflow):
-                    return False
+                if not layout.valid(folder, fingerprint):
+                    if not self._install(folder, fingerprint, listing, fill, make_room,
+                                         overflow):
+                        return False
+                    fetched = True
             raise OSError(f"the cached shard {str(folder)!r} was evicted four times while it "
                           "was being opened; raise cache_bytes")
         finally:
