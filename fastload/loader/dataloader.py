@@ -465,8 +465,8 @@ class DataLoader:
 
         Returns:
             The epoch, the batches yielded, the seed (and, for a user's sampler or
-            batch_sampler, the remaining batches' indices): tensors and plain values only,
-            so ``torch.save`` keeps it with a checkpoint.
+                batch_sampler, the remaining batches' indices): tensors and plain values only,
+                so ``torch.save`` keeps it with a checkpoint.
 
         Raises:
             ValueError: the loader runs torch's DataLoader (the fallback).

@@ -112,7 +112,7 @@ def list_source(src: str | os.PathLike, *, image_column: str | None = None,
 
     Returns:
         The source's root, kind, class names and ordered ``(path, label)`` samples (a
-        record table for containers and file lists).
+            record table for containers and file lists).
 
     Raises:
         FileNotFoundError: ``src`` does not exist, matches no file, or (an ImageFolder)

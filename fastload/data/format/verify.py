@@ -118,7 +118,7 @@ def verify_lmdb(path: str | os.PathLike, full: bool = False, sample: int = 64,
 
     Returns:
         The report: record counts, checksums checked, images decoded, and the bad keys or
-        files with their reasons (``ok`` when none; ``summary()`` in one line).
+            files with their reasons (``ok`` when none; ``summary()`` in one line).
 
     Raises:
         ValueError: ``sample`` is negative or not an int, ``storage_options`` with a local

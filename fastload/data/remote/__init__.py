@@ -37,8 +37,8 @@ def open_any(path: str | os.PathLike, *, storage_options: dict | None = None,
             ``$FASTLOAD_CACHE_BYTES`` or half the free disk).
 
     Returns:
-        An :class:`~fastload.data.LMDBReader` or :class:`~fastload.data.ShardedReader` (their
-        remote kinds for a URL).
+        (LMDBReader | ShardedReader): The reader of one LMDB directory or of a sharded
+            set (their remote kinds for a URL).
 
     Raises:
         ValueError: ``storage_options``, ``cache_dir`` or ``cache_bytes`` with a local path,

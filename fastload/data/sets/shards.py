@@ -159,11 +159,11 @@ class ShardedReader:
         (:meth:`RemoteShardedReader.prefetch`); a local set's shards are always ready.
 
         Args:
-            shards: the shard indices wanted, an iterable of ints.
+            shards (Iterable[int]): the shard indices wanted.
 
         Returns:
             One ``concurrent.futures.Future`` per shard, in order; here each is already done
-            with True.
+                with True.
         """
         from concurrent.futures import Future
 
@@ -257,7 +257,7 @@ class ShardedReader:
 
         Returns:
             One phrase naming the first difference (identity, record count, CRC-32 of its
-            checksum file, labels); None when it matches.
+                checksum file, labels); None when it matches.
         """
         differs = identity_differences(reader.meta, {
             "format_version": self.meta["shard_format_version"],
@@ -347,7 +347,7 @@ def open_reader(path: str | os.PathLike) -> LMDBReader | ShardedReader:
 
     Returns:
         A :class:`ShardedReader` for a sharded set, else an
-        :class:`~fastload.data.format.reader.LMDBReader` for one LMDB directory.
+            :class:`~fastload.data.format.reader.LMDBReader` for one LMDB directory.
 
     Raises:
         FileNotFoundError: nothing readable is at ``path``.

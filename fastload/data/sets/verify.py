@@ -79,7 +79,7 @@ def verify_set(path: str | os.PathLike, full: bool = False, sample: int = 64,
 
     Returns:
         :func:`~fastload.data.verify_lmdb`'s report summed over the shards, with the shard
-        count, whether the manifest was completed or rebuilt, and what was checked.
+            count, whether the manifest was completed or rebuilt, and what was checked.
 
     Raises:
         ValueError: ``sample`` is negative or not an int, ``repair`` with a URL, a URL
