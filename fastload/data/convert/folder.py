@@ -97,13 +97,25 @@ def convert_folder(
 ) -> ConvertReport:
     """Convert ``src`` into the LMDB directory ``dst``.
 
-    ``src``: an ImageFolder directory, a ``.csv`` or ``.jsonl`` list, WebDataset ``.tar``
-    shards, ``.parquet`` files or a ``datasets`` ``save_to_disk`` folder (a file, a folder
-    or a glob; see :mod:`fastload.data.convert.source_list`). A record of a container that has
-    no usable image or label (a tar cut short, a null image, a label outside the class
-    list) is skipped and reported as an unreadable file is.
+    A record of a container that has no usable image or label (a tar cut short, a null
+    image, a label outside the class list) is skipped and reported as an unreadable file
+    is. Unreadable files are listed in ``dst/errors.json``.
+
+    ``dst`` may be a URL (``s3://bucket/train.set``, any scheme fsspec has a backend for)
+    with ``shards`` or ``shard_size_mb``: each shard is written in ``staging``, uploaded
+    once finished and removed there; the manifest goes up last (see
+    :mod:`fastload.data.remote.upload`). A rerun skips the shards already uploaded intact.
+
+    An interrupted conversion (even SIGKILL) is resumed by calling again with the same
+    source and options; the result equals an uninterrupted run.
 
     Args:
+        src: an ImageFolder directory, a ``.csv`` or ``.jsonl`` list, WebDataset ``.tar``
+            shards, ``.parquet`` files or a ``datasets`` ``save_to_disk`` folder (a file, a
+            folder or a glob; see :mod:`fastload.data.convert.source_list`).
+        dst: the LMDB directory to write (or, with ``shards``/``shard_size_mb``, the
+            set's folder), new or holding a partial conversion of the same source and
+            options; or a URL (see above).
         workers: processes that re-encode files, and threads that check kept JPEGs
             strictly (default: all CPU cores; 1 = everything in the calling thread).
         max_side: re-encode images whose long side exceeds this, resized to it.
@@ -138,14 +150,21 @@ def convert_folder(
         staging: when ``dst`` is a URL, the local folder shards are written in before they
             are uploaded (default: ``staging/`` of the shard cache, ``$FASTLOAD_CACHE``).
 
-    ``dst`` may be a URL (``s3://bucket/train.set``, any scheme fsspec has a backend for)
-    with ``shards`` or ``shard_size_mb``: each shard is written in ``staging``, uploaded
-    once finished and removed there; the manifest goes up last (see
-    :mod:`fastload.data.remote.upload`). A rerun skips the shards already uploaded intact.
+    Returns:
+        What the conversion did, in figures (``stored + skipped == seen``), with
+            the unreadable files and why, JPEGs kept and
+            re-encoded, whether it resumed an interrupted run, the classes, and a sharded
+            set's manifest once every shard is complete.
 
-    An interrupted conversion (even SIGKILL) is resumed by calling again with the same
-    source and options; the result equals an uninterrupted run. Unreadable files are
-    listed in ``dst/errors.json``.
+    Raises:
+        ConvertError: ``strict=True`` and an unreadable file, or a worker that stopped
+            answering.
+        ValueError: an option out of range or that does not apply (to the source's kind,
+            to a local or URL ``dst``), or a partial conversion at ``dst`` made
+            from another source or with other options (without ``overwrite``).
+        FileNotFoundError: ``src`` does not exist or holds no images.
+        FileExistsError: ``dst`` is a file, holds a finished database (without
+            ``overwrite``) or something else, or another conversion is writing it.
     """
     from fastload.data.remote.url import locate
 
