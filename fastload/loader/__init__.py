@@ -1,10 +1,44 @@
 """``fastload.DataLoader``: torch's DataLoader contract, batches made by a DALI graph.
 
-dataloader (the drop-in class, the fallback), epoch (one epoch's iterator; maker: its maker
-thread), plan (what runs where), datasets (which datasets it reads, what a dataset= path
-names), sources (each kind's reads and labels; image_headers: sizes from headers, Pillow's
-pixel limit), sampling (the one seed rule, epoch order, sharding), shard_order (the
-shard-aware order of sharded sets), state_fields (the checks of a loaded state_dict),
-presets (ImageNet transforms), stall (data-wait meter), damage (the damaged-JPEG check).
-Imports ``fastload.data`` and ``fastload.pipelines`` (the graphs and the torch suffix).
+dataloader (the drop-in class, the fallback to torch's), epoch (one epoch: ``EpochIterator``,
+the caller's side, composing a ``Maker`` that owns the maker thread and the hand-off),
+in_flight (a batch from its indices to a typed outcome), recovery (a plain ``Recovery`` of
+damaged samples), context (what an epoch receives from its loader), stage (the torch suffix
+and custom collate), plan (what runs where), datasets (what a ``dataset=`` path names),
+sample_sources (each kind's reads and labels; image_headers: sizes from headers), sampling
+(the one seed rule, epoch order, sharding), shard_order (sharded sets), state_fields (a loaded
+``state_dict``'s checks), presets (ImageNet transforms), stall (the data-wait meter), damage
+(the damaged-JPEG check), read_buffers, devices, iter_draws.
+
+This module is the package's face (names load lazily). Imports ``fastload.data`` and
+``fastload.pipelines`` (through its face).
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_EXPORTS = {
+    "DataLoader": (".dataloader", "DataLoader"),
+    "FallbackWarning": (".dataloader", "FallbackWarning"),
+    "SampleError": (".sample_sources", "SampleError"),
+    "StallMeter": (".stall", "StallMeter"),
+}
+
+__all__ = ["DataLoader", "FallbackWarning", "SampleError", "StallMeter"]
+
+if TYPE_CHECKING:
+    from .dataloader import DataLoader, FallbackWarning
+    from .sample_sources import SampleError
+    from .stall import StallMeter
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        module, attr = _EXPORTS[name]
+    except KeyError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    value = getattr(importlib.import_module(module, __name__), attr)
+    globals()[name] = value
+    return value

@@ -385,9 +385,10 @@ def test_a_full_map_grows_and_the_batch_is_redone(mixed_tree, mixed_reference, t
     import fastload.data.convert.database
     import fastload.data.format.writer
 
-    monkeypatch.setattr(fastload.data.writer, "RECORDS_PER_TXN", records_per_txn)
-    monkeypatch.setattr(fastload.data.writer, "MIN_MAP_SIZE", 0)
-    monkeypatch.setattr(fastload.data.convert_database, "_initial_map_size", lambda total, count: 256 << 10)
+    monkeypatch.setattr(fastload.data.format.writer, "RECORDS_PER_TXN", records_per_txn)
+    monkeypatch.setattr(fastload.data.format.writer, "MIN_MAP_SIZE", 0)
+    monkeypatch.setattr(fastload.data.convert.database, "_initial_map_size",
+                        lambda total, count: 256 << 10)
     convert_folder(mixed_tree, tmp_path / "db", workers=1, commit_every=20, progress=False)
     assert (tmp_path / "db" / "data.mdb").stat().st_size > 256 << 10  # the map had to grow
     assert _dump(tmp_path / "db") == mixed_reference
