@@ -21,8 +21,9 @@ Layout, by job:
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from fastload.utils.lazy import lazy_exports
 
 # exported name -> (module relative to this package, name in it); no exported name is also
 # a sub-module's name, which the import system would set on the package first
@@ -62,11 +63,4 @@ if TYPE_CHECKING:
     from .suffix.run import process_pool
 
 
-def __getattr__(name: str) -> Any:
-    try:
-        module, attr = _EXPORTS[name]
-    except KeyError:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
-    value = getattr(importlib.import_module(module, __name__), attr)
-    globals()[name] = value  # later lookups skip this function
-    return value
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -25,8 +25,9 @@ Imports only ``fastload.utils`` (and fsspec, lazily, for URLs).
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from fastload.utils.lazy import lazy_exports
 
 # exported name -> (module relative to this package, name in it); no exported name is also
 # a sub-module's name, which the import system would set on the package first
@@ -82,15 +83,5 @@ if TYPE_CHECKING:
     from .sets.verify import verify_set
 
 
-def __getattr__(name: str) -> Any:
-    try:
-        module, attr = _EXPORTS[name]
-    except KeyError:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
-    value = getattr(importlib.import_module(module, __name__), attr)
-    globals()[name] = value  # later lookups skip this function
-    return value
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})

@@ -16,8 +16,9 @@ This module is the package's face (names load lazily). Imports ``fastload.data``
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from fastload.utils.lazy import lazy_exports
 
 _EXPORTS = {
     "DataLoader": (".dataloader", "DataLoader"),
@@ -34,11 +35,4 @@ if TYPE_CHECKING:
     from .stall import StallMeter
 
 
-def __getattr__(name: str) -> Any:
-    try:
-        module, attr = _EXPORTS[name]
-    except KeyError:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
-    value = getattr(importlib.import_module(module, __name__), attr)
-    globals()[name] = value
-    return value
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

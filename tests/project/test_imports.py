@@ -38,22 +38,31 @@ def _type_checking_only(tree: ast.AST) -> set[ast.AST]:
     return skipped
 
 
-def _imports(name: str, path: pathlib.Path, modules: dict) -> set[str]:
+def _statements(name: str, path: pathlib.Path) -> list[tuple[str, list[str]]]:
+    """Each import statement of ``path`` (module ``name``) as (the absolute module it names,
+    the names it imports from it); relative imports resolved, ``TYPE_CHECKING`` ones left out."""
     tree = ast.parse(path.read_text())
     skipped = _type_checking_only(tree)
     package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
-    found = set()
+    found = []
     for node in ast.walk(tree):
         if node in skipped:
             continue
         if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
+            found += [(alias.name, []) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
                 base = ".".join(package[:len(package) - node.level + 1] + ([base] if base else []))
-            found.add(base)
-            found.update(f"{base}.{alias.name}" for alias in node.names)  # submodules
+            found.append((base, [alias.name for alias in node.names]))
+    return found
+
+
+def _imports(name: str, path: pathlib.Path, modules: dict) -> set[str]:
+    found = set()
+    for base, names in _statements(name, path):
+        found.add(base)
+        found.update(f"{base}.{n}" for n in names)  # submodules
     return {m for m in found if m in modules and m != name}
 
 
@@ -135,26 +144,14 @@ def test_each_layer_imports_only_the_layers_below_it():
                     assert dep == "fastload.pipelines.seams.torch_private", f"{name} imports {dep}"
 
 
-def _direct_imports(path: pathlib.Path) -> set[str]:
-    """The modules ``path`` names in its import statements (not the names it imports)."""
-    tree = ast.parse(path.read_text())
-    skipped = _type_checking_only(tree)
-    found = set()
-    for node in ast.walk(tree):
-        if node in skipped:
-            continue
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and not node.level:
-            found.add(node.module or "")
-    return found
-
-
 def test_fastload_reaches_pipelines_only_through_its_face():
     """``fastload/`` imports ``fastload.pipelines`` itself, never one of its modules; train/
     alone reads the torch seam (private torch names it needs for AMP and export)."""
-    for path in (ROOT / "fastload").rglob("*.py"):
-        for module in _direct_imports(path):
+    for name, path in _modules().items():
+        if not name.startswith("fastload.") or name.startswith(("fastload.pipelines",
+                                                                  "fastload.tools")):
+            continue
+        for module, _ in _statements(name, path):
             if not module.startswith("fastload.pipelines."):
                 continue
             in_train = path.parent.name == "train"
