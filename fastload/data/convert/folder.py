@@ -13,64 +13,44 @@ import time
 from pathlib import Path
 
 from fastload.data.convert.database import ConvertError, ConvertReport, convert_one, is_complete
-from fastload.data.convert.image_check import CHECKS
-from fastload.data.convert.source_list import list_source
-from fastload.data.format.constants import FORMAT_VERSION, JPEG_CHECK_STRICT, META_JPEG_CHECK
-from fastload.data.format.untrusted import refuse_url
-from fastload.utils.checks import check_positive_int
+from fastload.data.convert.plan import (
+    DEFAULT_COMMIT_EVERY,
+    check_convert_options,
+    plan_conversion,
+    shards_for_size,
+)
 
-__all__ = ["ConvertError", "ConvertReport", "check_convert_options", "convert_folder",
-           "is_complete", "shards_for_size"]
+__all__ = ["DEFAULT_COMMIT_EVERY", "ENGINES", "ConvertError", "ConvertReport",
+           "check_convert_options", "check_engine_options", "convert_folder", "is_complete",
+           "shards_for_size"]
 
-DEFAULT_COMMIT_EVERY = 256  # source files per LMDB write transaction
-
-
-def _check_positive(name: str, value, allow_none: bool = True) -> None:
-    check_positive_int(name, value, allow_none=allow_none)
+ENGINES = ("ray", "dask", "spark")  # engine= values: see fastload.data.convert.engine
 
 
-def check_convert_options(*, workers: int | None = None, max_side: int | None = None,
-                          quality: int = 90, commit_every: int = DEFAULT_COMMIT_EVERY,
-                          check: str = "decode", shards: int | None = None,
-                          shard_index: int | None = None,
-                          shard_size_mb: float | None = None) -> None:
-    """Raise ``ValueError`` naming the first of :func:`convert_folder`'s options that is out of
-    range (the checks it runs before touching any file)."""
-    _check_positive("workers", workers)
-    _check_positive("max_side", max_side)
-    _check_positive("commit_every", commit_every, allow_none=False)
-    if isinstance(quality, bool) or not isinstance(quality, int) or not 1 <= quality <= 100:
-        raise ValueError(f"quality should be an integer in [1, 100], but got quality={quality!r}")
-    if check not in CHECKS:
-        raise ValueError(f"check should be one of {CHECKS}, but got check={check!r}")
-    _check_positive("shards", shards)
-    if shard_size_mb is not None:
-        if isinstance(shard_size_mb, bool) or not isinstance(shard_size_mb, int | float) \
-                or not shard_size_mb > 0:
-            raise ValueError(f"shard_size_mb should be a positive number of megabytes, but got "
-                             f"shard_size_mb={shard_size_mb!r}")
-        if shards is not None:
-            raise ValueError("shards and shard_size_mb are mutually exclusive: pass the number "
-                             "of shards or their target size, not both")
+def check_engine_options(engine: str | None, engine_address: str | None, dst, *,
+                         shards: int | None, shard_index: int | None,
+                         shard_size_mb: float | None) -> None:
+    """Raise ``ValueError`` naming the first ``engine`` option that does not fit the others
+    (checked before the source is listed)."""
+    from fastload.data.remote.url import is_url
+
+    if engine is None:
+        if engine_address is not None:
+            raise ValueError("engine_address applies with engine=; pass engine='ray', 'dask' "
+                             "or 'spark' too, or drop it")
+        return
+    if engine not in ENGINES:
+        raise ValueError(f"engine should be one of {ENGINES} or None, but got engine={engine!r}")
+    if shards is None and shard_size_mb is None:
+        raise ValueError(f"engine={engine!r} converts a sharded set, one task per shard: pass "
+                         "shards=N or shard_size_mb=MB too")
     if shard_index is not None:
-        if shards is None and shard_size_mb is None:
-            raise ValueError(f"shard_index={shard_index!r} needs shards=N (the number of shards)")
-        limit = shards if shards is not None else 1 << 62  # checked against the count later
-        if isinstance(shard_index, bool) or not isinstance(shard_index, int) \
-                or not 0 <= shard_index < limit:
-            what = f"in [0, {shards})" if shards is not None else ">= 0"
-            raise ValueError(f"shard_index should be an integer {what}, but got "
-                             f"shard_index={shard_index!r}")
-
-
-MEGABYTE = 10**6  # shard_size_mb's unit
-
-
-def shards_for_size(total_bytes: int, files: int, shard_size_mb: float) -> int:
-    """The shard count whose shards hold about ``shard_size_mb`` of the source's
-    ``total_bytes`` each (at least 1, at most one per file); the same in every process."""
-    target = max(1, int(shard_size_mb * MEGABYTE))
-    return max(1, min(max(1, files), -(-total_bytes // target)))
+        raise ValueError(f"engine={engine!r} converts every shard of the set; drop "
+                         f"shard_index={shard_index!r}")
+    if is_url(dst):
+        raise ValueError(f"engine={engine!r} writes to a local or shared folder only, not to "
+                         f"the URL {os.fsdecode(dst)!r}: convert to a shared folder, or "
+                         "without an engine (that uploads as it converts)")
 
 
 def convert_folder(
@@ -94,6 +74,8 @@ def convert_folder(
     shard_size_mb: float | None = None,
     storage_options: dict | None = None,
     staging: str | os.PathLike | None = None,
+    engine: str | None = None,
+    engine_address: str | None = None,
 ) -> ConvertReport:
     """Convert ``src`` into the LMDB directory ``dst``.
 
@@ -149,6 +131,14 @@ def convert_folder(
         storage_options: fsspec's options when ``dst`` is a URL (credentials, endpoint).
         staging: when ``dst`` is a URL, the local folder shards are written in before they
             are uploaded (default: ``staging/`` of the shard cache, ``$FASTLOAD_CACHE``).
+        engine: run the shards as tasks of an engine, ``"ray"``, ``"dask"`` or
+            ``"spark"`` (with ``shards`` or ``shard_size_mb``, a local ``dst``; see
+            :mod:`fastload.data.convert.engine`): one task per shard, retried by the
+            engine after a lost worker, the manifest written here once every shard is
+            checked. The set equals the one converted without an engine.
+        engine_address: the cluster to join: a Ray address (else ``RAY_ADDRESS``, else
+            a local Ray started and stopped here), a Dask scheduler address (else a
+            ``LocalCluster``); Spark uses the active ``SparkSession`` (else a local one).
 
     Returns:
         What the conversion did, in figures (``stored + skipped == seen``), with
@@ -157,62 +147,34 @@ def convert_folder(
             set's manifest once every shard is complete.
 
     Raises:
-        ConvertError: ``strict=True`` and an unreadable file, or a worker that stopped
-            answering.
+        ConvertError: ``strict=True`` and an unreadable file, a worker that stopped
+            answering, or (``engine``) shards that did not finish.
         ValueError: an option out of range or that does not apply (to the source's kind,
-            to a local or URL ``dst``), or a partial conversion at ``dst`` made
-            from another source or with other options (without ``overwrite``).
+            to a local or URL ``dst``, to ``engine``), or a partial conversion at ``dst``
+            made from another source or with other options (without ``overwrite``).
         FileNotFoundError: ``src`` does not exist or holds no images.
         FileExistsError: ``dst`` is a file, holds a finished database (without
             ``overwrite``) or something else, or another conversion is writing it.
     """
-    from fastload.data.remote.url import locate
-
-    check_convert_options(workers=workers, max_side=max_side, quality=quality,
-                          commit_every=commit_every, check=check, shards=shards,
-                          shard_index=shard_index, shard_size_mb=shard_size_mb)
-    refuse_url(src, "source")
-    where = locate(dst, storage_options, "destination")
-    remote = not isinstance(where, str)
-    if remote and shards is None and shard_size_mb is None:
-        raise ValueError(f"destination {os.fsdecode(dst)!r} is a URL, where fastload writes "
-                         "sharded sets only: pass shards=N or shard_size_mb=MB (streaming "
-                         "shards of 64-256 MB suit object storage)")
-    if staging is not None and not remote:
-        raise ValueError("staging applies when dst is a URL; drop it for a local destination")
+    check_engine_options(engine, engine_address, dst, shards=shards, shard_index=shard_index,
+                         shard_size_mb=shard_size_mb)
     start = time.perf_counter()
-    src_path = Path(os.path.abspath(src))
-    dst_path = Path(os.path.abspath(where)) if not remote else None
-    if dst_path is not None and src_path.is_dir() and (
-            dst_path == src_path or src_path in dst_path.parents):
-        raise ValueError(
-            f"destination {str(dst_path)!r} is inside the source folder {str(src_path)!r}; "
-            "write the database outside the source tree"
-        )
-    source = list_source(src, image_column=image_column, label_column=label_column,
-                         label_field=label_field, workers=workers or os.cpu_count() or 1)
-    digest, total_bytes = source.fingerprint()
-    identity = {
-        "format_version": FORMAT_VERSION,
-        "source": str(source.root if source.kind == "folder" else src_path),
-        "source_kind": source.kind,
-        "source_fingerprint": digest,
-        "classes": source.classes,
-        "options": {"max_side": max_side, "quality": quality, "check": check,
-                    **({"composite": True} if composite else {}), **source.options},
-        # the check every JPEG passed, which the loader trusts; part of the identity, so a
-        # partial made by a fastload whose "decode" was Pillow's is never resumed as strict
-        **({META_JPEG_CHECK: JPEG_CHECK_STRICT} if check == "decode" else {}),
-    }
-    run = (workers or os.cpu_count() or 1, max_side, quality, check, composite, strict,
-           progress, commit_every)
-    if shard_size_mb is not None:
-        shards = shards_for_size(total_bytes, len(source.samples), shard_size_mb)
-        if shard_index is not None and shard_index >= shards:
-            raise ValueError(f"shard_index should be an integer in [0, {shards}) (the "
-                             f"{shards} shards of shard_size_mb={shard_size_mb}), but got "
-                             f"shard_index={shard_index!r}")
-    if remote:
+    plan = plan_conversion(
+        src, dst, workers=workers, max_side=max_side, quality=quality, strict=strict,
+        progress=progress, commit_every=commit_every, check=check, composite=composite,
+        shards=shards, shard_index=shard_index, image_column=image_column,
+        label_column=label_column, label_field=label_field, shard_size_mb=shard_size_mb,
+        storage_options=storage_options, staging=staging)
+    source, identity, total_bytes = plan.source, plan.identity, plan.total_bytes
+    dst_path, where, remote, shards, run = (plan.dst_path, plan.location, plan.remote,
+                                            plan.shards, plan.run)
+    if engine is not None:
+        from fastload.data.convert.engine import convert_on_engine
+        from fastload.data.convert.engines import runner
+
+        report = convert_on_engine(plan, runner(engine), engine_address, overwrite=overwrite,
+                                   workers=workers)
+    elif remote:
         from fastload.data.remote.upload import convert_to_url
 
         report = convert_to_url(source.samples, where, identity, total_bytes, overwrite, run,

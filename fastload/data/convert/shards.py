@@ -30,7 +30,8 @@ from fastload.data.sets.manifest import (
     shard_name,
 )
 
-__all__ = ["convert_shards", "finished_shard", "identity_of_shard", "shard_differences"]
+__all__ = ["check_set_folder", "claim_shard_count", "convert_shards", "finished_shard",
+           "identity_of_shard", "remove_shard", "shard_differences"]
 
 log = logging.getLogger(__name__)  # which shards are kept: debug records
 
@@ -47,27 +48,14 @@ def convert_shards(samples, dst_path: Path, identity: dict, total_bytes: int, ov
     (it opens and was made from this source with these options) and kept, a partial one
     resumes, a missing one starts. Which shards this process converts is decided under the
     set's lock, so processes giving another ``shards`` for the same folder are refused."""
-    if shards > max(1, len(samples)):
-        raise ValueError(f"shards={shards} exceeds the {len(samples)} source files; pass at "
-                         "most one shard per file")
-    if (dst_path / META_FILE).exists():
-        raise FileExistsError(f"destination {str(dst_path)!r} is an unsharded fastload "
-                              "database; write the sharded set to a new folder")
-    if dst_path.is_dir():
-        foreign = sorted(e.name for e in os.scandir(dst_path) if not e.name.startswith(
-            (".", "shard-")) and e.name not in (MANIFEST_FILE, SET_LABELS_FILE))
-        if foreign:
-            raise FileExistsError(
-                f"destination {str(dst_path)!r} holds files that are not part of a sharded "
-                f"fastload set ({', '.join(foreign[:3])}); choose a new or empty folder")
-    dst_path.mkdir(parents=True, exist_ok=True)
+    check_set_folder(dst_path, len(samples), shards)
     bounds = shard_bounds(len(samples), shards)
     todo = range(shards) if shard_index is None else [shard_index]
     total = ConvertReport(path=dst_path, stored=0, skipped=0, seen=0)
     claimed: list[tuple[int, Path, dict, dict]] = []  # (index, folder, identity, progress)
     try:
         with set_lock(dst_path, LOCK_FILE):
-            _claim_shard_count(dst_path, shards, shard_index, overwrite)
+            claim_shard_count(dst_path, shards, shard_index, overwrite)
             for k in todo:
                 begin, stop = bounds[k]
                 folder = dst_path / shard_name(k, shards)
@@ -92,8 +80,27 @@ def convert_shards(samples, dst_path: Path, identity: dict, total_bytes: int, ov
     return total
 
 
-def _claim_shard_count(dst_path: Path, shards: int, shard_index: int | None,
-                       overwrite: bool) -> None:
+def check_set_folder(dst_path: Path, files: int, shards: int) -> None:
+    """Refuse more shards than source files, and a destination holding an unsharded
+    database or files that are not a sharded set's; then make the folder."""
+    if shards > max(1, files):
+        raise ValueError(f"shards={shards} exceeds the {files} source files; pass at "
+                         "most one shard per file")
+    if (dst_path / META_FILE).exists():
+        raise FileExistsError(f"destination {str(dst_path)!r} is an unsharded fastload "
+                              "database; write the sharded set to a new folder")
+    if dst_path.is_dir():
+        foreign = sorted(e.name for e in os.scandir(dst_path) if not e.name.startswith(
+            (".", "shard-")) and e.name not in (MANIFEST_FILE, SET_LABELS_FILE))
+        if foreign:
+            raise FileExistsError(
+                f"destination {str(dst_path)!r} holds files that are not part of a sharded "
+                f"fastload set ({', '.join(foreign[:3])}); choose a new or empty folder")
+    dst_path.mkdir(parents=True, exist_ok=True)
+
+
+def claim_shard_count(dst_path: Path, shards: int, shard_index: int | None,
+                      overwrite: bool) -> None:
     """Under the set's lock: refuse a folder holding a set of another shard count (or, with
     ``overwrite``, remove that set), and a finished set unless ``overwrite``."""
     present = shard_folders(dst_path)
@@ -106,7 +113,7 @@ def _claim_shard_count(dst_path: Path, shards: int, shard_index: int | None,
                 "overwrite=True to replace it")
         for name, count in present.items():
             if count != shards:  # a set of another shard count is replaced, not mixed in
-                _remove_shard(dst_path / name)
+                remove_shard(dst_path / name)
     manifest = dst_path / MANIFEST_FILE
     if overwrite:
         manifest.unlink(missing_ok=True)  # the set is no longer complete
@@ -180,7 +187,7 @@ def _add_shard(total: ConvertReport, report: ConvertReport, begin: int) -> None:
         total.resumed, total.resumed_from = True, begin + report.resumed_from
 
 
-def _remove_shard(folder: Path) -> None:
+def remove_shard(folder: Path) -> None:
     """Delete a shard folder of fastload files; one holding anything else is refused."""
     from fastload.data.format.constants import OWNED_FILES
 

@@ -1,0 +1,61 @@
+"""Shard jobs on Spark: ``sc.parallelize(jobs, len(jobs)).map(run_shard).collect()``, one
+partition (so one task) per shard.
+
+Runs on the active ``SparkSession`` and sets nothing in it but a job tag on this thread
+(``addJobTag``, removed after) so that Ctrl-C cancels our jobs only; retries are the
+session's own (``spark.task.maxFailures``; ``local[n]`` never retries, ``local[n,r]``
+does). With no active session a local one is made (``address`` as its master, default
+``local[<cores>,<retries + 1>]``, on 127.0.0.1, no UI, this Python on the workers) and
+stopped at the end. Results arrive together when the job ends (Spark's UI shows its
+tasks); a failed job is reported as a failure of every shard it did not finish.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+
+from fastload.data.convert.engine import failed_result, require_engine, run_shard
+
+__all__ = ["run_jobs"]
+
+PYTHON_ENV = "PYSPARK_PYTHON"
+
+
+def run_jobs(jobs, on_result, *, address: str | None, retries: int, cpus: int) -> None:
+    sql = require_engine("pyspark.sql", "spark")
+    session = sql.SparkSession.getActiveSession()
+    created = session is None
+    if created:
+        master = address or f"local[{max(1, (os.cpu_count() or 1) // cpus)},{retries + 1}]"
+        # pyspark reads the workers' Python from PYSPARK_PYTHON when the context starts:
+        # this interpreter, for that moment only (the environment is restored after)
+        saved = os.environ.get(PYTHON_ENV)
+        os.environ.setdefault(PYTHON_ENV, sys.executable)
+        try:
+            session = (sql.SparkSession.builder.master(master).appName("fastload convert")
+                       .config("spark.ui.enabled", "false")
+                       .config("spark.driver.host", "127.0.0.1")
+                       .config("spark.driver.bindAddress", "127.0.0.1")
+                       .getOrCreate())
+        finally:
+            if saved is None:
+                os.environ.pop(PYTHON_ENV, None)
+    sc = session.sparkContext
+    tag = f"fastload-convert-{uuid.uuid4().hex[:8]}"
+    sc.addJobTag(tag)
+    try:
+        try:
+            results = sc.parallelize(jobs, len(jobs)).map(run_shard).collect()
+        except KeyboardInterrupt:
+            sc.cancelJobsWithTag(tag)
+            raise
+        except Exception as exc:  # the job failed (a task's retries spent)
+            results = [failed_result(job.index, exc) for job in jobs]
+        for result in results:
+            on_result(result)
+    finally:
+        sc.removeJobTag(tag)
+        if created:
+            session.stop()
