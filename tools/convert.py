@@ -70,6 +70,15 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--label-field", default=None, metavar="NAME",
                         help="WebDataset: read each sample's label from this field of its "
                              ".json member (default: its .cls member)")
+    parser.add_argument("--engine", choices=("ray", "dask", "spark"), default=None,
+                        help="with --shards/--shard-size: convert each shard as a task of this "
+                             "engine (retried after a lost worker; the manifest is written "
+                             "here once every shard is checked); DST a folder every worker "
+                             "sees. Default: this machine's processes")
+    parser.add_argument("--engine-address", default=None, metavar="ADDR",
+                        help="with --engine: the cluster to join (a Ray address, default "
+                             "$RAY_ADDRESS; a Dask scheduler address; a Spark master URL when "
+                             "no SparkSession is active); default: a local one for this run")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     parser.add_argument("--json", default=None, metavar="FILE",
                         help="write the report as JSON: path, stored, skipped, seen, errors "
@@ -87,7 +96,8 @@ _FLAGS = {"workers": "--workers", "max_side": "--max-side", "quality": "--qualit
           "commit_every": "--commit-every", "shards": "--shards", "shard_index": "--shard-index",
           "shard_size_mb": "--shard-size", "staging": "--staging",
           "image_column": "--image-column", "label_column": "--label-column",
-          "label_field": "--label-field"}
+          "label_field": "--label-field", "engine": "--engine",
+          "engine_address": "--engine-address"}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -97,6 +107,7 @@ def run(args: argparse.Namespace) -> int:
         DEFAULT_COMMIT_EVERY,
         ConvertError,
         check_convert_options,
+        check_engine_options,
         convert_folder,
     )
     from fastload.data.format.untrusted import refuse_url
@@ -126,6 +137,8 @@ def run(args: argparse.Namespace) -> int:
             workers=args.workers, max_side=args.max_side, quality=args.quality,
             check=args.check, shards=args.shards, shard_index=args.shard_index,
             shard_size_mb=args.shard_size)
+        check_engine_options(args.engine, args.engine_address, args.dst, shards=args.shards,
+                             shard_index=args.shard_index, shard_size_mb=args.shard_size)
     except (ImportError, ValueError) as exc:  # an option value: nothing was done
         return report_error("convert", exc, _FLAGS, EXIT_USAGE)
     try:
@@ -136,7 +149,8 @@ def run(args: argparse.Namespace) -> int:
             commit_every=DEFAULT_COMMIT_EVERY if args.commit_every is None else args.commit_every,
             shards=args.shards, shard_index=args.shard_index, image_column=args.image_column,
             label_column=args.label_column, label_field=args.label_field,
-            shard_size_mb=args.shard_size, staging=args.staging,
+            shard_size_mb=args.shard_size, staging=args.staging, engine=args.engine,
+            engine_address=args.engine_address,
         )
     except ImportError as exc:  # a source kind whose optional extra is not installed
         return report_error("convert", exc, _FLAGS, EXIT_USAGE)
