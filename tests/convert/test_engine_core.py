@@ -1,0 +1,129 @@
+"""The engine core without an engine: shard jobs run in a loop, in any order, any number of
+times, with results lost or duplicated, give the set the serial conversion gives."""
+
+from __future__ import annotations
+
+import fcntl
+import multiprocessing
+import os
+import random
+
+import pytest
+
+from fastload.data.convert.engine import (
+    ShardBusy,
+    finish_shards,
+    plan_shard_jobs,
+    run_shard,
+)
+from fastload.data.convert.folder import ConvertError, convert_folder
+from fastload.data.convert.plan import plan_conversion
+from fastload.data.sets.manifest import MANIFEST_FILE, shard_name
+
+
+def plan_of(src, dst, **options):
+    options = {"shards": 4, "workers": 1, "progress": False, **options}
+    return plan_shard_jobs(plan_conversion(src, dst, **options))
+
+
+def test_jobs_run_twice_shuffled_with_a_lost_and_a_duplicated_result_equal_the_serial_set(
+        engine_source, serial_engine_set, same_set, tmp_path):
+    dst = tmp_path / "set"
+    plan = plan_of(engine_source, dst)
+    assert [job.index for job in plan.jobs] == [0, 1, 2, 3]
+    jobs = list(plan.jobs)
+    random.Random(0).shuffle(jobs)
+    first = [run_shard(job) for job in jobs]
+    random.Random(1).shuffle(jobs)
+    second = [run_shard(job) for job in jobs]
+    assert {r.state for r in first} == {"converted"}
+    assert {r.state for r in second} == {"done"}  # a finished shard is done, never an error
+    results = first[1:] + [first[2]]  # shard first[0]'s result lost, one duplicated
+    report = finish_shards(plan, results)
+    assert report.manifest["count"] == 24 and report.summary() == "stored 24 + skipped 0 = seen 24"
+    same_set(dst, serial_engine_set)
+
+
+def test_a_job_resubmitted_after_the_end_rewrites_nothing(engine_source, tmp_path):
+    dst = tmp_path / "set"
+    plan = plan_of(engine_source, dst)
+    finish_shards(plan, [run_shard(job) for job in plan.jobs])
+    before = {p: p.stat().st_mtime_ns for p in dst.rglob("*")}
+    assert run_shard(plan.jobs[1]).state == "done"
+    assert {p: p.stat().st_mtime_ns for p in dst.rglob("*")} == before
+
+
+def test_a_shard_held_by_a_live_writer_raises_the_retryable_error(engine_source, tmp_path):
+    dst = tmp_path / "set"
+    plan = plan_of(engine_source, dst)
+    job = plan.jobs[2]
+    held = dst / f".attempt-{job.name}-other"
+    held.mkdir()
+    fd = os.open(held, os.O_RDONLY)  # another attempt's lock (a separate open file)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        with pytest.raises(ShardBusy, match="another attempt is writing"):
+            run_shard(job)
+    finally:
+        os.close(fd)
+    # the holder died: its folder is taken over, and the driver leaves no attempt folder
+    finish_shards(plan, [run_shard(j) for j in plan.jobs])
+    assert not [p for p in dst.iterdir() if p.name.startswith(".attempt-")]
+
+
+def _run(job, start):
+    start.wait()
+    try:
+        return run_shard(job).state
+    except ShardBusy:
+        return "busy"
+
+
+def test_two_attempts_of_one_shard_at_once_leave_one_valid_shard(
+        engine_source, serial_engine_set, same_set, tmp_path):
+    dst = tmp_path / "set"
+    plan = plan_of(engine_source, dst)
+    context = multiprocessing.get_context("spawn")
+    with context.Manager() as manager:
+        start = manager.Event()
+        with context.Pool(2) as pool:
+            both = [pool.apply_async(_run, (plan.jobs[0], start)) for _ in range(2)]
+            start.set()
+            states = sorted(r.get(timeout=120) for r in both)
+    assert "converted" in states and set(states) <= {"converted", "done", "busy"}
+    report = finish_shards(plan, [run_shard(job) for job in plan.jobs])
+    assert report.manifest is not None
+    same_set(dst, serial_engine_set)
+
+
+def test_a_strict_error_is_reported_not_retried_and_the_set_stays_resumable(
+        engine_source, tmp_path):
+    src = tmp_path / "src"
+    for path in engine_source.rglob("*.jpg"):
+        (src / path.parent.name).mkdir(parents=True, exist_ok=True)
+        (src / path.parent.name / path.name).write_bytes(path.read_bytes())
+    broken = sorted(src.rglob("*.jpg"))[-1]  # the last file: shard 3
+    broken.write_bytes(b"not a jpeg")
+    dst = tmp_path / "set"
+    plan = plan_of(src, dst, strict=True)
+    results = [run_shard(job) for job in plan.jobs]
+    assert [r.state for r in results] == ["converted"] * 3 + ["failed"]
+    with pytest.raises(ConvertError, match="unreadable image .* shards unfinished: "
+                       + shard_name(3, 4)):
+        finish_shards(plan, results)
+    assert not (dst / MANIFEST_FILE).exists()
+    broken.unlink()  # a changed source: its finished shards are refused, as without engine
+    with pytest.raises(FileExistsError, match="converted from another source"):
+        convert_folder(src, dst, shards=4, workers=1, progress=False, engine="ray")
+
+
+def test_engine_options_are_checked_before_the_source_is_read(tmp_path):
+    with pytest.raises(ValueError, match="needs|pass shards=N"):
+        convert_folder(tmp_path / "nothing", tmp_path / "dst", engine="ray")
+    with pytest.raises(ValueError, match="drop shard_index=1"):
+        convert_folder(tmp_path / "nothing", tmp_path / "dst", shards=2, shard_index=1,
+                       engine="dask")
+    with pytest.raises(ValueError, match="not to the URL"):
+        convert_folder(tmp_path / "nothing", "s3://bucket/set", shards=2, engine="spark")
+    with pytest.raises(ValueError, match="engine should be one of"):
+        convert_folder(tmp_path / "nothing", tmp_path / "dst", shards=2, engine="flink")
