@@ -78,5 +78,17 @@ setup(
             extra_link_args=_LINK,
             optional=not _SANITIZE,  # a sanitizer build that fails says so
         ),
+        # The data layer's strict JPEG check (fastload/data/format/jpeg_damage.py): the same
+        # Huffman decoder as _jpegroi, compiled in again (fastload.data never imports
+        # fastload.pipelines), markers and entropy decoding only.
+        Extension(
+            "fastload.data.format._jpegcheck",
+            sources=["pipelines/csrc/jpegcheck/check.c", "pipelines/csrc/jpegroi/huffman.c"],
+            depends=["pipelines/csrc/jpegroi/jpegroi.h"],
+            libraries=["jpeg"],
+            extra_compile_args=_flags("-O3"),
+            extra_link_args=_LINK,
+            optional=not _SANITIZE,  # a sanitizer build that fails says so
+        ),
     ]
 )

@@ -8,7 +8,9 @@ the C extensions (``mods``: name -> module, the sanitizer build in the harness):
   canvas libjpeg reads from the header: whole, a corner pixel, random, an edge strip, or
   outside / negative / near INT_MAX), once per mode. Where every mode returns, their pixels
   must be equal byte for byte (fastload's Huffman decoder, mode 2, is libjpeg-turbo's, mode
-  1, and mode 0 is libjpeg-turbo's own crop); where one returns, all must.
+  1, and mode 0 is libjpeg-turbo's own crop); where one returns, all must. The same bytes go
+  to ``_jpegcheck.check`` (the data layer's entropy-only check): None or a str, and where it
+  finds the file intact libjpeg's decoder (mode 1, every row) decodes it.
 * ``{"kind": "kernel", "fn", "args"}``: one call of a kernel of ``_augment``, ``_affine``
   or ``_normalize`` with arrays described by ``{"array": dtype, "shape", "seed", ...}``
   and numbers that may be NaN, inf, huge or negative.
@@ -273,9 +275,39 @@ def _region(spec, seed: int, height: int, width: int) -> tuple[int, int, int, in
     return top, left, rng.randint(1, height - top), rng.randint(1, width - left)
 
 
+def _check(mods: dict, data: bytes):
+    """``_jpegcheck.check`` of the bytes: None (intact) or a reason."""
+    try:
+        verdict = mods["_jpegcheck"].check(data)
+    except Exception as e:  # noqa: BLE001 - the finding is the type
+        raise Finding(f"check: {type(e).__name__}: {e}") from None
+    if verdict is not None and not isinstance(verdict, str):
+        raise Finding(f"check returned {verdict!r}")
+    return verdict
+
+
+def _intact_decodes(mods: dict, data: bytes, verdict) -> None:
+    """Where the check found the file intact, libjpeg's own decoder decodes every row."""
+    if verdict is not None:
+        return
+    canvas = _canvas(mods["_jpegroi"], data, 1)
+    if canvas is None:
+        raise Finding("check: intact, but libjpeg refuses the header")
+    height, width = canvas
+    if height * width * 64 > MAX_PIXELS:
+        return
+    try:
+        mods["_jpegroi"].decode_region(data, 1, 0, 0, height, width,
+                                       np.zeros((height, width, 3), np.uint8), 1)
+    except ALLOWED as e:
+        raise Finding(f"check: intact, but libjpeg's decoder says {e}") from None
+
+
 def run_jpeg(mods: dict, case: dict) -> str:
     mod = mods["_jpegroi"]
     data, m = case["data"], case["m"]
+    if "_jpegcheck" in mods:
+        _intact_decodes(mods, data, _check(mods, data))
     if not 1 <= m <= 8:
         try:
             mod.decode_region(data, m, 0, 0, 1, 1, bytearray(3))

@@ -32,7 +32,9 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-MODULES = ("_jpegroi", "_augment", "_affine", "_normalize")
+# extension -> its folder under fastload/ in the build (_jpegcheck is the data layer's)
+MODULES = {"_jpegroi": "pipelines", "_augment": "pipelines", "_affine": "pipelines",
+           "_normalize": "pipelines", "_jpegcheck": "data/format"}
 
 sys.path.insert(0, str(HERE))
 import cases  # noqa: E402
@@ -46,8 +48,8 @@ def _load(build: Path) -> dict:
 
     suffix = sysconfig.get_config_var("EXT_SUFFIX")
     mods = {}
-    for name in MODULES:
-        path = build / "fastload" / "pipelines" / f"{name}{suffix}"
+    for name, folder in MODULES.items():
+        path = build / "fastload" / folder / f"{name}{suffix}"
         loader = importlib.machinery.ExtensionFileLoader(name, str(path))
         spec = importlib.util.spec_from_file_location(name, path, loader=loader)
         module = importlib.util.module_from_spec(spec)
@@ -396,8 +398,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--replay", type=Path, nargs="+",
                         help="replay saved case folders (or folders of them) instead")
     args = parser.parse_args(argv)
-    missing = [m for m in MODULES if not list((args.build / "fastload" / "pipelines").glob(
-        f"{m}.*.so"))]
+    missing = [m for m, folder in MODULES.items()
+               if not list((args.build / "fastload" / folder).glob(f"{m}.*.so"))]
     if missing:
         print(f"{args.build} holds no sanitizer build of {', '.join(missing)}: run make fuzz "
               "(FASTLOAD_SANITIZE=1 python setup.py build_ext --build-lib build/fuzz)",

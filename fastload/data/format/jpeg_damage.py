@@ -10,13 +10,27 @@ coefficient (damage anywhere in the scan is seen) but runs 1/64 of the inverse D
 colour conversion: about 0.75 ms for an 80 KB 450x380 photo against 1.0 ms at full size
 (``benchmarks/test_read_checks_cost.py`` measures it in the loader).
 
+The same verdict, cheaper: where the ``_jpegcheck`` extension was built
+(``pipelines/csrc/jpegcheck/check.c``), libjpeg-turbo reads the markers and fastload's own
+Huffman decoder entropy-decodes the scan, no pixels made (about 3-4x cheaper on photos,
+``benchmarks/strict_check_cost.py``). Its "intact" is final; anything else (damage, a kind it
+does not decode: progressive, CMYK, 12-bit, ...) is decided by the strict decode above, whose
+message is the one given, so the verdicts are the strict decode's
+(``tests/convert/test_strict_check_parity.py``).
+
 One owner of this policy: the loader (``fastload.loader.damage``), ``fastload convert``'s
 ``check="decode"`` (``fastload.data.convert.image_check``) and ``fastload verify`` use these.
 """
 
 from __future__ import annotations
 
-__all__ = ["CORRUPT_PREFIXES", "damage_reason", "jpeg_damage", "strict_decode_error"]
+__all__ = ["CORRUPT_PREFIXES", "damage_reason", "decoded_error", "jpeg_damage",
+           "strict_decode_error"]
+
+try:  # the C entropy-only check (optional: without a compiler, the strict decode alone)
+    from fastload.data.format import _jpegcheck
+except ImportError:  # pragma: no cover - a build without the extension
+    _jpegcheck = None
 
 # libjpeg's warnings (JWRN_* of jerror.h) that mean damaged data; the others (an unknown
 # JFIF revision, an Adobe transform code) are harmless notes.
@@ -35,7 +49,18 @@ def _is_jpeg(data) -> bool:
 def strict_decode_error(data) -> str | None:
     """The strict decoder's message when ``data`` (a JPEG) fails libjpeg-turbo's strict
     1/8-scale decode for any reason (damage, a harmless warning made an error, a format it
-    cannot decode); None when it decodes, or is not a JPEG."""
+    cannot decode); None when it decodes, or is not a JPEG. Files the entropy-only check
+    finds intact are not decoded (see the module docstring)."""
+    if not _is_jpeg(data):
+        return None
+    if _jpegcheck is not None and _jpegcheck.check(data) is None:
+        return None
+    return decoded_error(data)
+
+
+def decoded_error(data) -> str | None:
+    """:func:`strict_decode_error` by the strict decode itself, for every file (the check
+    before the entropy-only one; its reference in the tests and benchmarks)."""
     if not _is_jpeg(data):
         return None
     import simplejpeg

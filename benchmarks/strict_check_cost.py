@@ -1,0 +1,76 @@
+"""CPU milliseconds per image of the strict JPEG check: today's and before (issue 41).
+
+    python benchmarks/strict_check_cost.py FOLDER [--rounds 5] [--limit 2000]
+
+Reads every ``*.jpg`` under FOLDER (e.g. ``fastload synth --photos --train 2000 --val 0
+FOLDER``: crops of real photographs) into memory, then times, one thread, rounds
+alternating so that load on a shared machine falls on both alike:
+
+* ``strict decode``: ``decoded_error``, libjpeg-turbo's strict 1/8-scale grey decode
+  (simplejpeg), the check before issue 41;
+* ``entropy check``: ``strict_decode_error`` as it runs now: the C entropy-only check
+  (``_jpegcheck``), the strict decode only where it does not find a file intact;
+* ``markers``: ``parse_jpeg``, what ``check="markers"`` reads of every file.
+
+Prints, for each, the median CPU-ms per image (``time.process_time``) with the range over
+rounds, the ratio strict decode / entropy check, and how many files the entropy check left
+to the strict decode. Nothing is asserted: see benchmarks/NOTES.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from pathlib import Path
+
+from fastload.data.format import jpeg_damage
+from fastload.data.format.jpeg import parse_jpeg
+
+
+def _cpu_ms_per_image(fn, files: list[bytes]) -> float:
+    start = time.process_time()
+    for data in files:
+        fn(data)
+    return (time.process_time() - start) * 1000 / len(files)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("folder", type=Path)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--limit", type=int, default=2000)
+    args = parser.parse_args()
+    files = [p.read_bytes() for p in sorted(args.folder.rglob("*.jpg"))[:args.limit]]
+    if not files:
+        raise SystemExit(f"no *.jpg under {args.folder}")
+    if jpeg_damage._jpegcheck is None:
+        raise SystemExit("the _jpegcheck extension is not built: "
+                         "python setup.py build_ext --inplace")
+    check = jpeg_damage._jpegcheck.check
+    left = sum(check(d) is not None for d in files)
+    differ = sum(jpeg_damage.strict_decode_error(d) != jpeg_damage.decoded_error(d)
+                 for d in files)
+    candidates = {
+        "strict decode": jpeg_damage.decoded_error,
+        "entropy check": jpeg_damage.strict_decode_error,
+        "markers": parse_jpeg,
+    }
+    times: dict[str, list[float]] = {name: [] for name in candidates}
+    for _ in range(args.rounds):
+        for name, fn in candidates.items():
+            times[name].append(_cpu_ms_per_image(fn, files))
+    mean_kb = sum(map(len, files)) / len(files) / 1024
+    print(f"{len(files)} files, mean {mean_kb:.1f} KB, {args.rounds} rounds, "
+          f"load average {os.getloadavg()[0]:.1f} at the end")
+    for name, values in times.items():
+        print(f"  {name:14s} {statistics.median(values):7.3f} CPU-ms/image "
+              f"(range {min(values):.3f}-{max(values):.3f})")
+    ratio = statistics.median(times["strict decode"]) / statistics.median(times["entropy check"])
+    print(f"  strict decode / entropy check: {ratio:.2f}x; files left to the strict decode: "
+          f"{left}; verdicts that differ: {differ}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,221 @@
+/* fastload.data.format._jpegcheck: is a JPEG's entropy-coded data intact? Without pixels.
+ *
+ * check(data) -> None | str. None: libjpeg-turbo decodes ``data`` without a warning or an
+ * error (what fastload's strict check, a strict 1/8-scale grey decode, accepts). Otherwise
+ * a reason: libjpeg's warning or error text ("Corrupt JPEG data: ...", "Premature end of
+ * JPEG file", "Bogus marker length", ...), or "libjpeg decides: ..." where this check does
+ * not answer for the file (a kind its decoder does not handle, or a case where libjpeg-turbo
+ * may answer otherwise). A caller that needs the strict decode's own verdict (its exact
+ * message) asks it whenever the answer is not None: None is the only answer that is final
+ * (fastload/data/format/jpeg_damage.py).
+ *
+ * How: libjpeg-turbo reads the markers up to the scan (its own marker reader: its warnings
+ * and errors are the strict decode's) and sets the scan up, as for a 1/8-scale grey decode;
+ * then fastload's Huffman decoder (pipelines/csrc/jpegroi/huffman.c, the one the region
+ * decoder uses) entropy-decodes every MCU, discarding the coefficients: no inverse DCT,
+ * no upsampling, no colour conversion, no output rows. Its warnings are libjpeg's (a bad
+ * code, data that ends or hits a marker early, restart markers missing or out of order,
+ * bytes before a restart marker), and it reports some damage libjpeg's fast path lets pass:
+ * every warning is "not None", never a false "None". After the last MCU libjpeg's marker
+ * reader reads on to the end of the image from where the scan ended (bytes before the
+ * next marker, a missing end of image: its warnings again).
+ *
+ * Where the two decoders' bit readers may stop at different places, this check does not
+ * answer (libjpeg reads up to 8 bytes ahead and does not count what it read ahead as
+ * extraneous; this decoder reads ahead by another amount): data left over after the last
+ * MCU beyond the padding of its last byte, fill bytes before a stuffed zero, data that ends
+ * without a marker. Kinds it does not decode: progressive, arithmetic-coded, 12-bit (or any
+ * precision but 8), more than one scan, components other than grey or YCbCr, chroma
+ * sampling other than 4:4:4, 4:2:2, 4:4:0, 4:2:0 and 4:1:1 (TurboJPEG's own list), grey not
+ * 1x1.
+ *
+ * Sizes: the data's length is a size_t checked against libjpeg's unsigned long; the MCU
+ * count is a 64-bit product of two JDIMENSIONs. The GIL is released while it runs; nothing
+ * is written to stderr.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <limits.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jpeglib.h>
+#include <jpegint.h> /* the entropy decoder's and input controller's structs */
+
+#include "../jpegroi/jpegroi.h"
+
+typedef struct {
+    struct jpeg_error_mgr pub;
+    jmp_buf jump;
+    char message[JMSG_LENGTH_MAX];
+} ErrorManager;
+
+static void
+on_error(j_common_ptr cinfo)
+{
+    ErrorManager *err = (ErrorManager *)cinfo->err;
+    (*cinfo->err->format_message)(cinfo, err->message);
+    longjmp(err->jump, 1);
+}
+
+static void
+on_message(j_common_ptr cinfo, int level)
+{
+    if (level < 0) /* a warning: the strict decode stops on it */
+        on_error(cinfo);
+    /* trace messages are dropped: nothing goes to stderr */
+}
+
+enum { CLEAN = 0, NOT_CLEAN = 1 };
+
+/* Whether TurboJPEG's strict grey decode takes this layout (see the top comment). */
+static const char *
+unsupported(j_decompress_ptr cinfo)
+{
+    if (cinfo->progressive_mode)
+        return "progressive";
+    if (cinfo->arith_code)
+        return "arithmetic-coded";
+    if (cinfo->data_precision != 8)
+        return "not 8-bit";
+    if (cinfo->comps_in_scan != cinfo->num_components)
+        return "more than one scan";
+    if (cinfo->num_components == 1) {
+        if (cinfo->jpeg_color_space != JCS_GRAYSCALE)
+            return "one component, not grey";
+        if (cinfo->comp_info[0].h_samp_factor != 1 || cinfo->comp_info[0].v_samp_factor != 1)
+            return "grey sampled other than 1x1";
+        return NULL;
+    }
+    if (cinfo->num_components != 3 || cinfo->jpeg_color_space != JCS_YCbCr)
+        return "components other than grey or YCbCr";
+    for (int ci = 1; ci < 3; ci++)
+        if (cinfo->comp_info[ci].h_samp_factor != 1 || cinfo->comp_info[ci].v_samp_factor != 1)
+            return "chroma sampled other than 1x1";
+    int h = cinfo->comp_info[0].h_samp_factor, v = cinfo->comp_info[0].v_samp_factor;
+    if (!((h == 1 && v == 1) || (h == 2 && v == 1) || (h == 1 && v == 2) || (h == 2 && v == 2) ||
+          (h == 4 && v == 1)))
+        return "a chroma subsampling other than 4:4:4, 4:2:2, 4:4:0, 4:2:0 or 4:1:1";
+    return NULL;
+}
+
+/* Runs without the GIL. Returns CLEAN, or NOT_CLEAN with message set. */
+static int
+check_with(const unsigned char *data, size_t size, HuffScan *scan, char *message)
+{
+    struct jpeg_decompress_struct cinfo;
+    ErrorManager err;
+    volatile int created = 0; /* read after a longjmp */
+
+    if (size > ULONG_MAX) { /* jpeg_mem_src's length is an unsigned long */
+        snprintf(message, JMSG_LENGTH_MAX, "libjpeg decides: %zu bytes", size);
+        return NOT_CLEAN;
+    }
+    cinfo.err = jpeg_std_error(&err.pub);
+    err.pub.error_exit = on_error;
+    err.pub.emit_message = on_message;
+    err.message[0] = '\0';
+    if (setjmp(err.jump)) {
+        snprintf(message, JMSG_LENGTH_MAX, "%s", err.message);
+        if (created)
+            jpeg_destroy_decompress(&cinfo);
+        return NOT_CLEAN;
+    }
+    jpeg_create_decompress(&cinfo);
+    created = 1;
+    jpeg_mem_src(&cinfo, data, (unsigned long)size);
+    jpeg_read_header(&cinfo, TRUE);
+    const char *kind = unsupported(&cinfo);
+    if (kind != NULL) {
+        snprintf(message, JMSG_LENGTH_MAX, "libjpeg decides: %s", kind);
+        jpeg_destroy_decompress(&cinfo);
+        return NOT_CLEAN;
+    }
+    /* the strict decode's settings: its errors here are the same (a scale, a conversion) */
+    cinfo.out_color_space = JCS_GRAYSCALE;
+    cinfo.scale_num = 1;
+    cinfo.scale_denom = 8;
+    cinfo.dct_method = JDCT_ISLOW;
+    jpeg_start_decompress(&cinfo);
+    if (huff_scan_start(&cinfo, scan) != 0) {
+        snprintf(message, JMSG_LENGTH_MAX, "libjpeg decides: a scan fastload's decoder does "
+                 "not take");
+        jpeg_destroy_decompress(&cinfo);
+        return NOT_CLEAN;
+    }
+    uint64_t mcus = (uint64_t)cinfo.MCUs_per_row * (uint64_t)cinfo.MCU_rows_in_scan;
+    for (uint64_t i = 0; i < mcus; i++)
+        huff_decode_mcu(&cinfo, scan, NULL); /* a warning longjmps */
+    /* The scan's end: only the padding of its last byte may be left unread (see the top) */
+    const uint8_t *q = scan->p;
+    while (q < scan->end && *q == 0xFF)
+        q++;
+    int at_marker = q > scan->p && q < scan->end && *q != 0;
+    if (scan->truncated || scan->fill_stuffed || scan->count - scan->zeros >= 8 || !at_marker) {
+        snprintf(message, JMSG_LENGTH_MAX, "libjpeg decides: what follows the scan's data");
+        jpeg_destroy_decompress(&cinfo);
+        return NOT_CLEAN;
+    }
+    /* libjpeg's marker reader on from the marker after the scan, to the end of the image */
+    cinfo.src->next_input_byte = scan->p;
+    cinfo.src->bytes_in_buffer = (size_t)(scan->end - scan->p);
+    (*cinfo.inputctl->finish_input_pass)(&cinfo);
+    cinfo.output_scanline = cinfo.output_height; /* no rows are wanted */
+    jpeg_finish_decompress(&cinfo);
+    jpeg_destroy_decompress(&cinfo);
+    return CLEAN;
+}
+
+static int
+run(const unsigned char *data, size_t size, char *message)
+{
+    HuffScan *scan = malloc(sizeof(HuffScan)); /* ~50 KB of tables: not on the stack */
+    if (scan == NULL) {
+        snprintf(message, JMSG_LENGTH_MAX, "libjpeg decides: out of memory");
+        return NOT_CLEAN;
+    }
+    int status = check_with(data, size, scan, message);
+    free(scan);
+    return status;
+}
+
+static PyObject *
+check(PyObject *Py_UNUSED(self), PyObject *arg)
+{
+    Py_buffer data;
+    if (PyObject_GetBuffer(arg, &data, PyBUF_SIMPLE) != 0)
+        return NULL;
+    char message[JMSG_LENGTH_MAX];
+    message[0] = '\0';
+    int status;
+    size_t size = data.len > 0 ? (size_t)data.len : 0;
+    Py_BEGIN_ALLOW_THREADS
+    status = run((const unsigned char *)data.buf, size, message);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&data);
+    if (status == CLEAN)
+        Py_RETURN_NONE;
+    return PyUnicode_DecodeLatin1(message, (Py_ssize_t)strlen(message), "replace");
+}
+
+static PyMethodDef methods[] = {
+    {"check", check, METH_O,
+     "check(data) -> None | str: None where libjpeg-turbo decodes the JPEG data without a "
+     "warning, else a reason (its message, or 'libjpeg decides: ...')."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_jpegcheck",
+    "A JPEG's markers and entropy-coded data checked without decoding pixels.", -1, methods,
+    NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC
+PyInit__jpegcheck(void)
+{
+    return PyModule_Create(&module);
+}

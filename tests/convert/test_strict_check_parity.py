@@ -1,0 +1,150 @@
+"""The entropy-only JPEG check gives the strict decode's verdicts (issue 41).
+
+``strict_decode_error`` (convert's ``check="decode"``, the loader's first-read check,
+``verify``) asks the C check (``fastload.data.format._jpegcheck``) first and the strict
+1/8-scale decode (``decoded_error``, simplejpeg) only where the C check does not find the
+file intact. Over every damaged JPEG the tests and the fuzz corpus make (scrambled scans,
+truncations, bit flips, fuzz mutations of markers, tables, restart markers and fill bytes,
+the fuzz regressions) and the valid corpus, the verdicts of both are compared, message for
+message, and the C check's "intact" must be the strict decode's: none let through.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from fastload.data.format import jpeg_damage
+from fastload.data.format.jpeg_damage import decoded_error, strict_decode_error
+from fastload.data.format.jpeg_damage import jpeg_damage as damage
+
+_jpegcheck = pytest.importorskip("fastload.data.format._jpegcheck")
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "fuzz"))
+sys.path.insert(0, str(HERE.parent))
+import cases  # noqa: E402
+import corpus  # noqa: E402
+from damage import scramble_scan  # noqa: E402
+
+# the layouts the C check decodes itself: every valid file of them must be found intact
+# there (a fallback to the strict decode would cost its time, not a wrong verdict)
+_OWN = ("baseline", "optimised", "restart", "grey-1", "grey-8", "grey-13", "grey-16",
+        "grey-48", "grey-75", "grey-130", "grey-240", "grey-500", "grey-restart", "quality",
+        "sj-411", "sj-440", "sj-444", "sj-grey", "dc-overflow", "no-end-of-block")
+
+
+@pytest.fixture(scope="module")
+def valid(tmp_path_factory) -> dict[str, bytes]:
+    folder = tmp_path_factory.mktemp("strict_check_corpus")
+    files = {p.name: p.read_bytes() for p in corpus.build(folder)}
+    try:
+        from fastload.data.pictures.photos import photo_tree
+
+        root = photo_tree(folder / "photos", train=7, val=0, workers=1,
+                          megapixels=(0.05, 0.1))
+        files.update({f"photo-{p.name}": p.read_bytes() for p in sorted(root.rglob("*.jpg"))})
+    except ImportError:  # scikit-image's photos not installed: the generated corpus alone
+        pass
+    return files
+
+
+def _compare(files: dict[str, bytes]) -> Counter:
+    """Verdicts of both checks; raises on any difference. Counts, by what the C check said:
+    intact (both), damaged (both), and fallbacks to the strict decode on a file that
+    decodes (the C check's false alarms, resolved by the strict decode)."""
+    counts: Counter = Counter()
+    let_through, differ = [], []
+    for name, data in files.items():
+        old = decoded_error(data)
+        quick = _jpegcheck.check(data) if jpeg_damage._is_jpeg(data) else None
+        if quick is None and old is not None:
+            let_through.append((name, old))
+        new = strict_decode_error(data)
+        if new != old or damage(data) != (old if old and old.startswith(
+                jpeg_damage.CORRUPT_PREFIXES) else None):
+            differ.append((name, old, new))
+        counts["intact" if old is None and quick is None else "refused" if old is not None
+               else "false alarm"] += 1
+    assert not let_through, let_through[:10]
+    assert not differ, differ[:10]
+    return counts
+
+
+def test_valid_files_get_the_same_verdict_and_own_layouts_are_never_left_to_the_decode(valid):
+    counts = _compare(valid)
+    assert counts["refused"] == 0
+    own = {n: d for n, d in valid.items() if n.startswith(_OWN) or n.startswith("photo-")}
+    assert len(own) > 40
+    assert [n for n, d in own.items() if _jpegcheck.check(d) is not None] == []
+
+
+def test_scrambled_scans_truncations_and_bit_flips_get_the_strict_decodes_verdicts(valid):
+    rng = random.Random(41)
+    damaged: dict[str, bytes] = {}
+    for name, data in valid.items():
+        if len(data) > 400:
+            try:
+                damaged[f"{name} scrambled"] = scramble_scan(data, count=min(40, len(data) // 20))
+            except (AssertionError, ValueError):
+                pass
+        sos = data.find(b"\xff\xda")
+        for cut in sorted({2, 3, sos, sos + 5, len(data) - 1, len(data) - 2, len(data) - 3,
+                           *(rng.randrange(2, len(data)) for _ in range(6))}):
+            if 2 <= cut < len(data):
+                damaged[f"{name} cut at {cut}"] = data[:cut]
+        for i in range(8):
+            flipped = bytearray(data)
+            at = rng.randrange(max(2, sos), len(data)) if i < 6 else rng.randrange(2, len(data))
+            flipped[at] ^= 1 << rng.randrange(8)
+            damaged[f"{name} flip {i}"] = bytes(flipped)
+        # bytes after the scan, a missing end of image, fill bytes before it
+        body = data[:-2] if data.endswith(b"\xff\xd9") else data
+        damaged[f"{name} extra byte"] = body + b"\x00\xff\xd9"
+        damaged[f"{name} extra bytes"] = body + bytes(range(1, 20)) + b"\xff\xd9"
+        damaged[f"{name} no EOI"] = body
+        damaged[f"{name} fill before EOI"] = body + b"\xff\xff\xff\xd9"
+        damaged[f"{name} data after EOI"] = data + b"garbage"
+    counts = _compare(damaged)
+    assert counts["refused"] > len(valid) * 8
+
+
+def test_fuzz_mutations_get_the_strict_decodes_verdicts(valid):
+    rng = random.Random(35)
+    names = sorted(valid)
+    mutated = {}
+    for i in range(4000):
+        name = rng.choice(names)
+        data, mutations = cases.mutate(rng, valid[name])
+        mutated[f"{i} {name} {mutations}"] = data
+    counts = _compare(mutated)
+    assert counts["refused"] > 2000 and counts["intact"] > 100
+
+
+def test_the_fuzz_regressions_and_hand_made_scans_get_the_strict_decodes_verdicts():
+    files = {"dc overflow": corpus.dc_overflow_jpeg(), "no end of block":
+             corpus.no_end_of_block_jpeg(), "small": corpus.small_jpeg()}
+    for folder in sorted((HERE.parent / "fuzz" / "regressions").iterdir()):
+        if (folder / "data.jpg").exists():
+            files[folder.name] = (folder / "data.jpg").read_bytes()
+    _compare(files)
+
+
+def test_a_damaged_file_is_refused_with_the_strict_decoders_own_message(valid):
+    data = max((d for n, d in valid.items() if n.startswith("baseline-420")), key=len)
+    bad = scramble_scan(data)
+    assert _jpegcheck.check(bad) is not None  # the C check's reason ...
+    message = strict_decode_error(bad)  # ... and the strict decode's words for it
+    assert message == decoded_error(bad) and message.startswith("Corrupt JPEG data")
+
+
+def test_not_a_jpeg_and_odd_buffers_are_answered_without_a_crash():
+    for data in (b"", b"\xff", b"\xff\xd8", b"\xff\xd8\xff\xd9", b"\x00" * 100,
+                 bytearray(b"\xff\xd8\xff"), memoryview(b"\xff\xd8\xff\xc0\x00")):
+        assert _jpegcheck.check(data) is not None
+    with pytest.raises(TypeError):
+        _jpegcheck.check("not bytes")
