@@ -49,6 +49,7 @@ from fastload.loader.context import EpochContext
 from fastload.loader.in_flight import Empty, Failed, InFlight, Made, NothingYet, Outcome, Pulled
 from fastload.loader.sample_sources import call_set_hook
 from fastload.loader.sampling import mix_seed
+from fastload.utils.threads import at_interpreter_exit
 
 __all__ = ["End", "EpochIterator", "EpochRecord", "Maker", "makes_ahead"]
 
@@ -243,6 +244,24 @@ class EpochIterator:
             self._order.finish_epoch()
 
 
+# Makers whose thread may still run. At interpreter exit (a KeyboardInterrupt in the user's
+# loop, say) each is stopped before DALI's atexit hook shuts the pipelines down under it: a
+# maker still fetching would otherwise see its pipeline shut down, rebuild it, and leave
+# DALI's hook a pipeline it did not know (its AssertionError, or a C++ abort).
+_RUNNING: weakref.WeakSet = weakref.WeakSet()
+_EXIT_JOIN_S = 5.0  # bound on each maker's last fetch at exit
+
+
+def _stop_running_makers() -> None:
+    for maker in list(_RUNNING):
+        with maker._cond:
+            maker._closed = True
+            maker._cond.notify_all()
+        thread = maker._thread
+        if thread is not None and thread.is_alive() and thread is not threading.current_thread():
+            thread.join(_EXIT_JOIN_S)
+
+
 class Maker:
     """Makes one epoch's batches into their outcomes, in order, with ``work`` (the batches
     in flight), and hands them out.
@@ -287,6 +306,8 @@ class Maker:
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="fastload-maker",
                                             daemon=True)
+            _RUNNING.add(self)
+            at_interpreter_exit(_stop_running_makers)
             self._thread.start()
 
     def next_outcome(self) -> Outcome | End:
