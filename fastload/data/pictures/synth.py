@@ -26,6 +26,8 @@ from concurrent.futures import ProcessPoolExecutor
 import numpy as np
 from PIL import Image, ImageDraw, ImageFilter
 
+from fastload.utils.process import owned_child
+
 __all__ = ["synthesize", "synth_image", "class_names", "image_size", "tree_stats",
            "check_tree_arguments", "write_tree"]
 
@@ -339,7 +341,10 @@ def write_tree(out: str | os.PathLike, train: int, val: int, classes: int, seed:
                 if bar is not None:
                     bar.update(len(done))
         else:
-            with ProcessPoolExecutor(max_workers=min(workers, len(jobs))) as pool:
+            # owned_child: a Ctrl-C reaches this process, which stops the pool, and no worker
+            # prints a traceback of its own
+            with ProcessPoolExecutor(max_workers=min(workers, len(jobs)),
+                                     initializer=owned_child) as pool:
                 for done in pool.map(_write_chunk, jobs):
                     if bar is not None:
                         bar.update(len(done))
