@@ -22,6 +22,7 @@
  * inside the data): in both cases the region decoder asks libjpeg's own decoder, whose
  * answer is the one given.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "jpegroi.h"
@@ -413,4 +414,118 @@ huff_libjpeg_decides(const HuffScan *s)
         q++, data_bytes++; /* a stuffed 0xFF */
     }
     return data_bytes < 16;
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Decoding without coefficients: the data layer's check (pipelines/csrc/jpegcheck/check.c).
+ *
+ * Only where each block ends matters there, not its values: one look-up of the next
+ * HUFF_SKIP_BITS bits gives every whole AC symbol (code and value bits) they hold, up to an
+ * end of block, as 16 bits: the bits they take (4), the zig-zag positions they advance (6)
+ * and the positions advanced before the last of them (6), both at most 63. 63 ends any
+ * block (its index starts at 1): an end of block (a symbol of size 0 but sixteen zeros)
+ * advances 63, and a larger sum is 63 as well. Where the symbols before the last one would
+ * reach the block's end (what follows is the next block's), or none fits, the block goes on
+ * one symbol at a time as ac_block does. The bit reader, the restart markers and the
+ * warnings are huff_decode_mcu's.
+ */
+
+#define SKIP_MAX 63
+
+static inline uint32_t
+skip_entry(uint32_t bits, uint32_t adv, uint32_t pre)
+{
+    return bits | (adv < SKIP_MAX ? adv : SKIP_MAX) << 4 | (pre < SKIP_MAX ? pre : SKIP_MAX) << 10;
+}
+
+/* The entry of the ``avail`` bits ``v``, from the entry of the bits left after v's first
+ * symbol: every (avail, v) once, shortest first, in ``level`` at (1 << avail) + v. */
+void
+huff_skip_table(const HuffTable *t, HuffSkip *out)
+{
+    static const int full = HUFF_SKIP_BITS;
+    uint16_t *level = malloc(sizeof(uint16_t) << (full + 1));
+    if (level == NULL) { /* no table: every symbol the slow way */
+        memset(out->e, 0, sizeof out->e);
+        return;
+    }
+    level[1] = 0; /* no bits: no symbol */
+    for (int avail = 1; avail <= full; avail++) {
+        for (uint32_t v = 0; v < (1u << avail); v++) {
+            uint32_t index = avail >= HUFF_FAST_BITS ? v >> (avail - HUFF_FAST_BITS)
+                                                     : v << (HUFF_FAST_BITS - avail);
+            unsigned f = t->fast[index];
+            int len = (int)(f >> 8), sym = (int)(f & 0xFF);
+            int run = sym >> 4, size = sym & 15, used = len + size;
+            uint32_t e = 0;
+            if (f && used <= avail) {
+                uint32_t step = size ? (uint32_t)run + 1 : run == 15 ? 16 : SKIP_MAX;
+                uint32_t rest = step == SKIP_MAX ? 0 : level[(1u << (avail - used)) +
+                                                            (v & ((1u << (avail - used)) - 1))];
+                e = rest ? skip_entry((uint32_t)used + (rest & 15), step + ((rest >> 4) & 63),
+                                      step + (rest >> 10))
+                         : skip_entry((uint32_t)used, step, 0);
+            }
+            level[(1u << avail) + v] = (uint16_t)e;
+        }
+    }
+    memcpy(out->e, level + (1u << full), sizeof out->e);
+    free(level);
+}
+
+static inline void
+skip_ac(j_decompress_ptr cinfo, HuffScan *s, Bits *b, const HuffTable *t, const HuffSkip *sk)
+{
+    for (int k = 1; k < 64;) {
+        refill(s, b);
+        uint32_t e = sk->e[b->buf >> (64 - HUFF_SKIP_BITS)];
+        if (e && k + (int)(e >> 10) <= 63) {
+            drop(b, (int)(e & 15));
+            k += (int)(e >> 4) & 63;
+            continue;
+        }
+        int sym = symbol(cinfo, b, t);
+        int run = sym >> 4, size = sym & 15;
+        if (size) {
+            drop(b, size);
+            k += run + 1;
+        } else if (run == 15) {
+            k += 16;
+        } else {
+            break; /* end of block */
+        }
+    }
+}
+
+void
+huff_skip_mcus(j_decompress_ptr cinfo, HuffScan *s, const HuffSkip *const *ac_skip,
+               uint64_t mcus)
+{
+    for (uint64_t mcu = 0; mcu < mcus; mcu++) {
+        if (cinfo->restart_interval) {
+            if (s->restarts_to_go == 0)
+                restart(cinfo, s);
+            s->restarts_to_go--;
+        }
+        Bits b = {s->buf, s->count};
+        for (int blkn = 0; blkn < s->blocks; blkn++) {
+            refill(s, &b);
+            const HuffTable *dc = s->dc[blkn];
+            int32_t f = dc->fast_ac[b.buf >> (64 - HUFF_FAST_BITS)];
+            if (f) {
+                drop(&b, f & 0xFF);
+            } else {
+                int size = symbol(cinfo, &b, dc);
+                if (size)
+                    drop(&b, size);
+            }
+            skip_ac(cinfo, s, &b, s->ac[blkn], ac_skip[blkn]);
+        }
+        s->buf = b.buf;
+        s->count = b.count;
+        if (s->at_marker && s->zeros > s->count) /* bits past the data's end were used */
+            WARNMS(cinfo, s->truncated ? JWRN_JPEG_EOF : JWRN_HIT_MARKER);
+    }
+    cinfo->src->next_input_byte = s->p;
+    cinfo->src->bytes_in_buffer = (size_t)(s->end - s->p);
 }
