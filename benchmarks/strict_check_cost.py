@@ -15,6 +15,14 @@ alternating so that load on a shared machine falls on both alike:
 Prints, for each, the median CPU-ms per image (``time.process_time``) with the range over
 rounds, the ratio strict decode / entropy check, and how many files the entropy check left
 to the strict decode. Nothing is asserted: see benchmarks/NOTES.md.
+
+    python benchmarks/strict_check_cost.py FOLDER --convert [--rounds 5]
+
+instead times whole conversions of FOLDER (an ImageFolder tree, e.g. FOLDER/train), each
+in a fresh process (``fastload convert SRC DST --no-progress``), rounds alternating:
+``--check markers``, the strict check as it is now, and the strict check with the entropy
+check switched off (the strict decode for every file, as before issue 41). Wall seconds and
+CPU seconds (the process and its children), medians and ranges, and strict / markers.
 """
 
 from __future__ import annotations
@@ -36,12 +44,63 @@ def _cpu_ms_per_image(fn, files: list[bytes]) -> float:
     return (time.process_time() - start) * 1000 / len(files)
 
 
+_CONVERT = """
+import sys
+from fastload.data.format import jpeg_damage
+if sys.argv[1] == "before":
+    jpeg_damage._jpegcheck = None  # the strict decode for every file
+from fastload.tools.cli import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+def _convert_rounds(src: Path, rounds: int) -> None:
+    import resource
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+
+    runs = {"markers": ["--check", "markers"], "strict": [], "strict, before": []}
+    wall: dict[str, list[float]] = {name: [] for name in runs}
+    cpu: dict[str, list[float]] = {name: [] for name in runs}
+    with tempfile.TemporaryDirectory() as tmp:
+        for _ in range(rounds):
+            for name, extra in runs.items():
+                dst = Path(tmp) / "out"
+                shutil.rmtree(dst, ignore_errors=True)
+                before = resource.getrusage(resource.RUSAGE_CHILDREN)
+                start = time.perf_counter()
+                subprocess.run([sys.executable, "-c", _CONVERT,
+                                "before" if "before" in name else "now", "convert", str(src),
+                                str(dst), "--no-progress", *extra], check=True,
+                               stdout=subprocess.DEVNULL)
+                wall[name].append(time.perf_counter() - start)
+                after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                cpu[name].append(after.ru_utime - before.ru_utime + after.ru_stime -
+                                 before.ru_stime)
+    print(f"{rounds} rounds, load average {os.getloadavg()[0]:.1f} at the end")
+    for name in runs:
+        print(f"  {name:15s} wall {statistics.median(wall[name]):6.2f} s "
+              f"(range {min(wall[name]):.2f}-{max(wall[name]):.2f}), "
+              f"CPU {statistics.median(cpu[name]):6.2f} s "
+              f"(range {min(cpu[name]):.2f}-{max(cpu[name]):.2f})")
+    for name in ("strict", "strict, before"):
+        print(f"  {name} / markers: wall {statistics.median(wall[name]) / statistics.median(wall['markers']):.2f}x, "
+              f"CPU {statistics.median(cpu[name]) / statistics.median(cpu['markers']):.2f}x")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("folder", type=Path)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--limit", type=int, default=2000)
+    parser.add_argument("--convert", action="store_true",
+                        help="time whole conversions of FOLDER instead")
     args = parser.parse_args()
+    if args.convert:
+        _convert_rounds(args.folder, args.rounds)
+        return
     files = [p.read_bytes() for p in sorted(args.folder.rglob("*.jpg"))[:args.limit]]
     if not files:
         raise SystemExit(f"no *.jpg under {args.folder}")

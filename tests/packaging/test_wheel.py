@@ -120,6 +120,8 @@ def test_wheel_is_manylinux_vendors_libjpeg_and_ships_the_license_and_py_typed(d
     kernels = {n.split("/")[-1].split(".")[0] for n in names if n.endswith(".so")
                and n.startswith("fastload/pipelines/")}
     assert kernels == {"_normalize", "_augment", "_affine", "_jpegroi"}
+    assert any(n.startswith("fastload/data/format/_jpegcheck.") and n.endswith(".so")
+               for n in names)  # the data layer's strict check (issue 41)
     assert not [n for n in names if n.endswith((".c", ".h"))]
     text = metadata.decode()
     assert "Name: fastload-dali" in text and "License-Expression: Apache-2.0" in text

@@ -9,10 +9,11 @@ components, a plausible size, no more pixels than Pillow's ``MAX_IMAGE_PIXELS``,
 end-of-image marker after the scan data, and (with ``max_side``) no side longer than
 ``max_side``. That is decided from the markers (about 5 us per file). ``check="decode"``
 (the default) also decodes every JPEG strictly at 1/8 scale
-(:func:`fastload.data.format.jpeg_damage.strict_decode_error`, about 0.75 ms for an 80 KB photo:
-the entropy decoding dominates): a JPEG whose entropy-coded data is damaged, which libjpeg,
-Pillow and DALI decode with only a warning, is refused with the decoder's report, kept or
-re-encoded alike. A kept JPEG that the strict decode refuses for another reason (a harmless
+(:func:`fastload.data.format.jpeg_damage.strict_decode_error`: its entropy-only check, about
+0.36 ms for an 85 KB photo, the entropy decoding being the work): a JPEG whose
+entropy-coded data is damaged, which libjpeg, Pillow and DALI decode with only a warning,
+is refused with the decoder's report, kept or re-encoded alike. A kept JPEG that the
+strict decode refuses for another reason (a harmless
 warning made an error) is decoded by Pillow at reduced scale instead, as before.
 ``check="markers"`` skips that decode (the loader then checks such records at their first
 read, see ``fastload.loader.damage``).
