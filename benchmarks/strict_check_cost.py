@@ -86,8 +86,9 @@ def _convert_rounds(src: Path, rounds: int) -> None:
               f"CPU {statistics.median(cpu[name]):6.2f} s "
               f"(range {min(cpu[name]):.2f}-{max(cpu[name]):.2f})")
     for name in ("strict", "strict, before"):
-        print(f"  {name} / markers: wall {statistics.median(wall[name]) / statistics.median(wall['markers']):.2f}x, "
-              f"CPU {statistics.median(cpu[name]) / statistics.median(cpu['markers']):.2f}x")
+        w = statistics.median(wall[name]) / statistics.median(wall["markers"])
+        c = statistics.median(cpu[name]) / statistics.median(cpu["markers"])
+        print(f"  {name} / markers: wall {w:.2f}x, CPU {c:.2f}x")
 
 
 def main() -> None:

@@ -114,6 +114,16 @@ def test_scrambled_scans_truncations_and_bit_flips_get_the_strict_decodes_verdic
         damaged[f"{name} no EOI"] = body
         damaged[f"{name} fill before EOI"] = body + b"\xff\xff\xff\xd9"
         damaged[f"{name} data after EOI"] = data + b"garbage"
+        # markers between the scan and the end of image (libjpeg's marker reader reads them)
+        sos_end = sos + 2 + int.from_bytes(data[sos + 2:sos + 4], "big")
+        for what, segment in (("COM", b"\xff\xfe\x00\x05abc"), ("APP1", b"\xff\xe1\x00\x02"),
+                              ("SOS again", data[sos:sos_end] + bytes(10)),
+                              ("RST", b"\xff\xd0"), ("SOI", b"\xff\xd8"),
+                              ("bogus length", b"\xff\xfe\x00\x01"),
+                              ("DNL", b"\xff\xdc\x00\x04\x00\x10"),
+                              ("marker 01", b"\xff\x01"),
+                              ("SOF", b"\xff\xc0\x00\x0b\x08\x00\x10\x00\x10\x01\x01\x11\x00")):
+            damaged[f"{name} {what} before EOI"] = body + segment + b"\xff\xd9"
     counts = _compare(damaged)
     assert counts["refused"] > len(valid) * 8
 
