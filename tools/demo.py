@@ -278,12 +278,12 @@ def _bench_record(workdir: Path, name: str, title: str, settings: dict,
 def _amp_step(training: DemoTraining, device: str, amp: str):
     """``(AmpChoice, line)``: whether the A/B runs its AMP row on this machine."""
     from fastload.train.amp import AmpChoice, choose_amp
-    from fastload.train.compare import _amp_mode, measure_bf16_ratio
+    from fastload.train.compare import amp_mode, measure_bf16_ratio
 
     if amp == "off":
         choice = AmpChoice(None, False, None, "AMP row left out (--amp off)")
     elif amp == "on":
-        choice = AmpChoice(_amp_mode(), True, None, "AMP row run as asked (--amp on)")
+        choice = AmpChoice(amp_mode(), True, None, "AMP row run as asked (--amp on)")
     else:
         start = time.perf_counter()
         choice = choose_amp("cuda" if device == "gpu" else "cpu", measure=lambda: (

@@ -37,7 +37,7 @@ from fastload.utils.memory import TreeMemory
 from fastload.utils.process import call_in_fresh_process
 from fastload.utils.progress import format_duration
 
-__all__ = ["ROWS", "check_rows", "format_table", "measure_bf16_ratio", "row_configs",
+__all__ = ["ROWS", "amp_mode", "check_rows", "format_table", "measure_bf16_ratio", "row_configs",
            "run_compare"]
 
 ROWS = {
@@ -50,7 +50,8 @@ ROWS = {
 }
 
 
-def _amp_mode() -> str:
+def amp_mode() -> str:
+    """The AMP dtype an "AMP" row trains in: ``"fp16"`` on a GPU without bf16, else ``"bf16"``."""
     import torch
 
     if torch.cuda.is_available() and not torch.cuda.is_bf16_supported():
@@ -107,7 +108,7 @@ def row_configs(base: FinetuneConfig, rows: list[str]) -> list[tuple[str, Finetu
         if row == "fastload":
             config = dataclasses.replace(config, loader="fastload", data_format="lmdb")
         elif row == "amp":
-            config = dataclasses.replace(config, amp=_amp_mode())
+            config = dataclasses.replace(config, amp=amp_mode())
         elif row == "gc":
             config = dataclasses.replace(config, grad_checkpointing=True)
         elif row == "accum":
