@@ -352,9 +352,8 @@ def run_point(kind: str, size: int, args, jpegs, work: Path) -> dict:
         point["verify"] = fresh(measure_verify, str(path), kind == "shards", args.verify_sample)
     point["disk_bytes"] = int(subprocess.run(["du", "-sb", str(path)], capture_output=True,
                                              text=True).stdout.split()[0] or 0)
-    shutil.rmtree(path)
     print(f"[{kind} {size}] done", flush=True)
-    return point
+    return point  # the caller saves it, then deletes the set
 
 
 def summarise(points: list[dict]) -> dict:
@@ -506,6 +505,9 @@ def main(argv: list[str] | None = None) -> int:
                         "folder by default; always deleted)")
     parser.add_argument("--out", default="scale-curve.json", help="JSON out (and .png beside)")
     parser.add_argument("--no-chart", action="store_true")
+    parser.add_argument("--keep-from", default=None, metavar="JSON",
+                        help="reuse the points of an earlier run's JSON (same kinds and "
+                             "sizes) instead of measuring them again")
     parser.add_argument("--in-process", action="store_true",
                         help="measure in this process (a smoke test: RSS is not per set)")
     args = parser.parse_args(argv)
@@ -521,13 +523,30 @@ def main(argv: list[str] | None = None) -> int:
               **library_tree(),
               "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "batch_size": BATCH,
               "per_shard": args.per_shard, "points": []}
+    kept = {}
+    if args.keep_from:
+        earlier = json.loads(Path(args.keep_from).read_text())
+        kept = {(p["kind"], p["size"]): p for p in earlier["points"]}
+        result["kept_from"] = {"file": args.keep_from, "date": earlier.get("date"),
+                               "points": sorted(f"{k}/{s}" for k, s in kept)}
     try:
         jpegs = small_jpegs(args.jpegs)
         result["jpeg_bytes_mean"] = sum(len(j[0]) for j in jpegs) / len(jpegs)
-        for size in args.records:
-            result["points"].append(run_point("records", size, args, jpegs, work))
-        for size in args.shards:
-            result["points"].append(run_point("shards", size, args, jpegs, work))
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        for kind, sizes in (("records", args.records), ("shards", args.shards)):
+            for size in sizes:
+                if (kind, size) in kept:
+                    result["points"].append(kept[(kind, size)])
+                    continue
+                try:
+                    result["points"].append(run_point(kind, size, args, jpegs, work))
+                except Exception as exc:  # noqa: BLE001 - recorded; the other points go on
+                    result.setdefault("failed", []).append(
+                        {"kind": kind, "size": size, "error": f"{type(exc).__name__}: {exc}"})
+                    print(f"[{kind} {size}] FAILED: {exc}", flush=True)
+                out.write_text(json.dumps(result, indent=1, default=str) + "\n")  # so far
+                shutil.rmtree(work / f"{kind}-{size}", ignore_errors=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     result["machine"]["load_after"] = os.getloadavg()

@@ -7,8 +7,8 @@ fastload's own writer (never kept in the repo: callers write them under a temp f
   ``prepare_destination`` + ``LMDBWriter`` as ``fastload convert`` writes one (same
   sidecars, the strict-check claim and its attestation under ``$FASTLOAD_KEY_DIR``).
 * :func:`write_sharded_set`: a sharded set of ``num_shards`` shards of ``per_shard`` records.
-  One shard is written by the writer; the others are copies of its ``data.mdb`` and hard
-  links to its ``checksums.crc32``, ``labels.i32`` and ``errors.json`` (every shard holds the same
+  One shard is written by the writer; the others are copies of its ``data.mdb``,
+  ``checksums.crc32``, ``labels.i32`` and ``errors.json`` (every shard holds the same
   records, so the same bytes) with their own ``fastload.json`` naming their index and
   source range, so every check a shard's first read makes (identity, count, checksum-file
   CRC-32, labels) passes as it would on a converted set. The manifest is then written by
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import shutil
 from pathlib import Path
 
@@ -119,10 +118,10 @@ def write_sharded_set(root: Path, num_shards: int, per_shard: int,
     for k in range(1, num_shards):
         folder = root / shard_name(k, num_shards)
         folder.mkdir()
-        # data.mdb copied: py-lmdb refuses a second environment on one inode in a process
-        shutil.copyfile(first / DATA_FILE, folder / DATA_FILE)
-        for name in (CHECKSUM_FILE, LABELS_FILE, ERRORS_FILE):
-            os.link(first / name, folder / name)
+        # copies: py-lmdb refuses a second environment on one inode in a process, and a
+        # file system bounds the hard links to one file (ext4: 65,000)
+        for name in (DATA_FILE, CHECKSUM_FILE, LABELS_FILE, ERRORS_FILE):
+            shutil.copyfile(first / name, folder / name)
         shard_meta = {**meta, "shard": {"index": k, "count": num_shards,
                                         "source_start": k * per_shard,
                                         "source_stop": (k + 1) * per_shard}}
