@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DEMO   := runs/demo
 
-.PHONY: install test lint docs demo bench clean fuzz fuzz-short fuzz-build dist
+.PHONY: install test check lint docs demo bench clean fuzz fuzz-short fuzz-build dist dist-check
 
 $(STAMP): pyproject.toml constraints.txt setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -25,8 +25,16 @@ lint: $(STAMP)
 docs: $(STAMP)
 	$(BIN)/mkdocs build --strict --site-dir site
 
+# Everything CI runs; `make check` is the fast tier for development (no `slow` tests).
 test: lint docs fuzz-short
-	$(BIN)/python -m pytest -q tests benchmarks --benchmark-disable
+	$(BIN)/python -m pytest -q tests benchmarks --benchmark-disable -m "not release"
+
+check: lint
+	$(BIN)/python -m pytest -q tests benchmarks --benchmark-disable -m "not slow and not release"
+
+# The wheel installed from the package index into an empty venv, and used from outside the tree.
+dist-check: $(STAMP)
+	$(BIN)/python -m pytest -q tests/packaging -m release
 
 # The C extensions under AddressSanitizer + UndefinedBehaviorSanitizer, into build/fuzz (the
 # in-place build stays as it is); the saved regressions, then FUZZ_SECONDS of mutated cases

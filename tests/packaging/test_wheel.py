@@ -3,9 +3,12 @@ a wheel that auditwheel repairs into a manylinux one; twine accepts both; the wh
 the pinned torch, from constraints.txt) installs into a fresh venv where, from a folder outside
 the repository, `fastload doctor`, `convert`, `verify` and one epoch of the DataLoader run.
 
-Slow (a fresh venv holds about 6 GB: torch's CUDA libraries and DALI): marked ``slow``. It
-skips, saying why, where the build tools cannot be installed or the package index is out of
-reach; pip's own configuration (a local index or find-links, its cache) keeps reruns quick.
+Marked ``slow``. The install from the package index into an empty venv (about 6 GB: torch's
+CUDA libraries and DALI; about 5 minutes) is marked ``release`` too and runs in
+``make dist-check``; ``make test`` installs the same wheel with ``--no-deps`` into a fresh
+venv that sees the pinned dependencies of the test environment, and runs the same smoke check
+from outside the repository. Both skip, saying why, where the build tools cannot be installed
+or the package index is out of reach.
 """
 
 from __future__ import annotations
@@ -136,6 +139,53 @@ def test_twine_check_passes(dist):
     assert done.stdout.count("PASSED") == 2
 
 
+def _outside(tmp_path: pathlib.Path) -> tuple[pathlib.Path, dict]:
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    env["FASTLOAD_CACHE"] = str(tmp_path / "cache")
+    return work, env
+
+
+def _smoke(python: pathlib.Path, venv: pathlib.Path, work: pathlib.Path, env: dict,
+           tmp_path: pathlib.Path) -> None:
+    script = tmp_path / "smoke.py"
+    script.write_text(_SMOKE)
+    done = _run([str(python), str(script), str(work)], work, env=env)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["file"].startswith(str(venv)), result  # the installed copy, not the tree
+    assert result["labels"] == [0] * 5 + [1] * 5
+
+
+def test_the_wheel_installs_beside_the_pinned_dependencies_and_runs_outside_the_tree(
+        dist, tmp_path):
+    """The wheel's own files (kernels, vendored libjpeg, entry point, package data) in a fresh
+    venv whose dependencies are the test environment's pinned ones (a .pth line after the
+    venv's own site-packages), used from a folder outside the repository."""
+    import sysconfig
+
+    (wheel,) = dist.glob("*.whl")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    python = venv / "bin" / "python"
+    done = _run([str(python), "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
+                 str(wheel)], tmp_path, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (site,) = (venv / "lib").glob("python3.*/site-packages")
+    (site / "pinned-dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    work, env = _outside(tmp_path)
+    done = _run([str(venv / "bin" / "fastload"), "--version"], work, env=env)
+    assert done.returncode == 0 and "(fastload-dali)" in done.stdout, done.stderr
+    done = _run([str(python), "-m", "fastload", "doctor", "--json"], work, env=env)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert all(k["loaded"] for k in report["kernels"]), report["kernels"]
+    assert "fastload_dali.libs" in report["libjpeg"] and report["libjpeg_turbo"]
+    _smoke(python, venv, work, env, tmp_path)
+
+
+@pytest.mark.release
 def test_the_wheel_alone_installs_and_runs_from_outside_the_repository(dist, tmp_path):
     (wheel,) = dist.glob("*.whl")
     venv = tmp_path / "venv"
@@ -146,10 +196,7 @@ def test_the_wheel_alone_installs_and_runs_from_outside_the_repository(dist, tmp
     if done.returncode != 0 and _index_unreachable(done.stdout + done.stderr):
         pytest.skip("the wheel's dependencies cannot be fetched: package index unreachable")
     assert done.returncode == 0, done.stderr[-3000:]
-    work = tmp_path / "elsewhere"
-    work.mkdir()
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
-    env["FASTLOAD_CACHE"] = str(tmp_path / "cache")
+    work, env = _outside(tmp_path)
 
     done = _run([str(venv / "bin" / "fastload"), "--version"], work, env=env)
     assert done.returncode == 0 and "(fastload-dali)" in done.stdout, done.stderr
@@ -160,11 +207,4 @@ def test_the_wheel_alone_installs_and_runs_from_outside_the_repository(dist, tmp
     assert "fastload_dali.libs" in report["libjpeg"] and report["libjpeg_turbo"]
     assert report["dali_distributions"] == ["nvidia-dali-cuda130"]
     assert report["fastload"] and report["versions"]["nvidia-dali"]
-
-    script = tmp_path / "smoke.py"
-    script.write_text(_SMOKE)
-    done = _run([str(python), str(script), str(work)], work, env=env)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
-    assert result["file"].startswith(str(venv)), result  # the installed copy, not the tree
-    assert result["labels"] == [0] * 5 + [1] * 5
+    _smoke(python, venv, work, env, tmp_path)
