@@ -250,6 +250,7 @@ class RemoteShardedReader(ShardedReader):
         lease = self._leases.get(shard)
         if reader is not None and lease is not None and lease.held:
             self._recent.move_to_end(shard)
+            self._readers.move_to_end(shard)  # ShardedReader's bound on the open shards
             return reader
         refused = self._refused.get(shard)
         if refused is not None:

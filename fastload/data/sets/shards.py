@@ -20,6 +20,13 @@ as it is checked:
   :meth:`ShardedReader.release_shard`. Naming a record (:meth:`ShardedReader.key`) never
   opens its shard, so an error message about a refused shard cannot fail itself.
 
+A process keeps at most ``max_open_shards`` shards open (1 file handle and 1 memory map
+each): opening one more closes the least recently read one (through
+:meth:`ShardedReader.release_shard`), so an epoch in global order over 100,000 shards stays
+under the open-file limit. A shard that passed its first read's checks is remembered: when it
+is opened again only its ``fastload.json``'s identity and record count are compared with the
+manifest (its records' CRC-32s and labels are still checked as each is read).
+
 What only ``fastload verify`` checks: every record of every shard (its CRC-32, its Datum,
 its label) and a decode of a sample (see :mod:`fastload.data.sets.verify`).
 """
@@ -27,8 +34,12 @@ its label) and a decode of a sample (see :mod:`fastload.data.sets.verify`).
 from __future__ import annotations
 
 import bisect
+import collections
 import copy
 import os
+import resource
+
+import numpy as np
 
 from fastload.data.format.constants import (
     CHECKSUM_FILE,
@@ -50,7 +61,20 @@ from fastload.data.sets.manifest import (
 )
 from fastload.data.sets.schema import ShardEntry, repair_advice
 
-__all__ = ["ShardedReader", "open_reader"]
+__all__ = ["MAX_OPEN_SHARDS", "ShardedReader", "open_reader"]
+
+#: the most shards a :class:`ShardedReader` keeps open in a process unless told otherwise
+#: (and at most an eighth of the soft ``RLIMIT_NOFILE``): each holds up to 2 file handles
+#: (data.mdb, the mapped checksums) and their maps
+MAX_OPEN_SHARDS = 256
+
+
+def _default_open_bound() -> int:
+    """``MAX_OPEN_SHARDS``, lowered to an eighth of the soft open-file limit (at least 8)."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft <= 0:
+        return MAX_OPEN_SHARDS
+    return max(8, min(MAX_OPEN_SHARDS, soft // 8))
 
 
 class ShardedReader:
@@ -65,9 +89,13 @@ class ShardedReader:
     Args:
         path: the set's folder or its manifest file (a local path; see
             :func:`~fastload.data.open_any` for URLs).
+        max_open_shards: the most shards kept open at once in a process (the least
+            recently read one is closed to open another; it reopens on its next read);
+            None: :data:`MAX_OPEN_SHARDS`, or an eighth of the soft open-file limit if lower.
 
     Attributes:
         path (Path): the set's folder.
+        max_open_shards (int): the bound on the shards open at once (may be changed).
         meta (dict): the parsed, checked manifest.
         classes (list[str]): the class names, index = label.
         class_to_idx (dict[str, int]): class name -> label.
@@ -85,7 +113,13 @@ class ShardedReader:
     _shards_present = True  # a remote set's shards arrive in its cache folder on first use
     streaming = False  # read from object storage: the loader's default order is by shards
 
-    def __init__(self, path: str | os.PathLike) -> None:
+    def __init__(self, path: str | os.PathLike, *, max_open_shards: int | None = None) -> None:
+        if max_open_shards is not None and (isinstance(max_open_shards, bool)
+                                            or not isinstance(max_open_shards, int)
+                                            or max_open_shards < 1):
+            raise ValueError(f"max_open_shards must be a positive int, not {max_open_shards!r}")
+        self.max_open_shards = (_default_open_bound() if max_open_shards is None
+                                else max_open_shards)
         file = manifest_path(path)
         self.path = file.parent
         self.meta, self._entries = open_manifest(file, shards_present=self._shards_present)
@@ -97,9 +131,12 @@ class ShardedReader:
         # memory-mapped: a rank holds no copy of 100 M labels (fastload.data.format.targets)
         self.targets: Labels = map_labels(self.path, self.meta, SET_LABELS_FILE,
                                           len(self.classes), fix)
-        self._readers: dict[int, LMDBReader] = {}
+        # the open shards, least recently read first (at most max_open_shards)
+        self._readers: collections.OrderedDict[int, LMDBReader] = collections.OrderedDict()
         # shard -> the error its first read raised (see the module docstring)
         self._refusals: dict[int, Exception] = {}
+        # shard -> passed its first read's checks in this process (a reopen skips them)
+        self._checked = np.zeros(len(self._entries), dtype=bool)
 
     @property
     def num_shards(self) -> int:
@@ -125,14 +162,16 @@ class ShardedReader:
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
-        state["_readers"] = {}  # reopened lazily where the copy reads
+        state["_readers"] = collections.OrderedDict()  # reopened lazily where the copy reads
         state["_refusals"] = {}  # and checked again there
+        state["_checked"] = np.zeros(len(self._entries), dtype=bool)
         return state
 
     def close(self) -> None:
         """Drop this process's LMDB handles (shards reopen on the next read)."""
         for reader in self._readers.values():
             reader.close()
+        self._readers.clear()
 
     def release_shard(self, shard: int) -> None:
         """Close shard ``shard``'s handle in this process; it reopens on its next read.
@@ -221,10 +260,12 @@ class ShardedReader:
         """
         reader = self._readers.get(shard)
         if reader is not None:
+            self._readers.move_to_end(shard)
             return reader
         refused = self._refusals.get(shard)
         if refused is not None:
             raise _again(refused)
+        self._make_room(shard)
         try:
             reader = self._open_shard(self._entries[shard])
         except Exception as err:
@@ -233,19 +274,36 @@ class ShardedReader:
         self._readers[shard] = reader
         return reader
 
+    def _make_room(self, keep: int) -> None:
+        """Close the least recently read shards (other than ``keep``) until one more may
+        open within :attr:`max_open_shards`."""
+        while len(self._readers) >= max(1, self.max_open_shards):
+            victim = next((k for k in self._readers if k != keep), None)
+            if victim is None:
+                return
+            self.release_shard(victim)
+
     def _open_shard(self, entry: ShardEntry) -> LMDBReader:
         where = f"shard {entry.index} ({entry.path!r}) of the set {str(self.path)!r}"
-        for name in (META_FILE, DATA_FILE, CHECKSUM_FILE, LABELS_FILE):  # no symlink out
-            confined_path(entry.folder, name, f"{where}: its {name}")
+        checked = bool(self._checked[entry.index])
+        if not checked:
+            for name in (META_FILE, DATA_FILE, CHECKSUM_FILE, LABELS_FILE):  # no symlink out
+                confined_path(entry.folder, name, f"{where}: its {name}")
         reader = LMDBReader(entry.folder)
         fix = (f"run `fastload verify {self.path}` to check every record; copy the set again, "
                "or, if its shards are the ones you want, rebuild the manifest from them with "
                f"`fastload verify {self.path} --repair`")
-        problem = self.shard_problem(reader, entry)
+        # reopened after a close to stay within max_open_shards: its identity and count only
+        problem = (self._identity_problem(reader, entry) if checked
+                   else self.shard_problem(reader, entry))
         if problem:
             reader.close()
             raise ValueError(f"{where} does not match the manifest: {problem}; {fix}")
-        reader.share_labels(self.targets.view(entry.start, entry.stop))
+        if checked:
+            reader.targets = self.targets.view(entry.start, entry.stop)  # equal when checked
+        else:
+            reader.share_labels(self.targets.view(entry.start, entry.stop))
+            self._checked[entry.index] = True
         return reader
 
     def shard_problem(self, reader: LMDBReader, entry: ShardEntry) -> str | None:
@@ -259,6 +317,19 @@ class ShardedReader:
             One phrase naming the first difference (identity, record count, CRC-32 of its
                 checksum file, labels); None when it matches.
         """
+        problem = self._identity_problem(reader, entry)
+        if problem:
+            return problem
+        if crc32(reader.checksums.astype("<u4").tobytes()) != entry.checksum_crc32:
+            return (f"its {CHECKSUM_FILE} differs from the one the manifest was written "
+                    "for (CRC-32 mismatch)")
+        if reader.targets != self.targets.view(entry.start, entry.stop):
+            return (f"its {LABELS_FILE} differs from the set's {SET_LABELS_FILE} over "
+                    f"[{entry.start}, {entry.stop})")
+        return None
+
+    def _identity_problem(self, reader: LMDBReader, entry: ShardEntry) -> str | None:
+        """:meth:`shard_problem`'s cheap part: the sidecar's identity and record count."""
         differs = identity_differences(reader.meta, {
             "format_version": self.meta["shard_format_version"],
             **{key: self.meta[key] for key in ("source", "source_kind", "source_fingerprint",
@@ -269,12 +340,6 @@ class ShardedReader:
                     "(a shard of another set, or shards swapped)")
         if len(reader) != entry.count:
             return f"holds {len(reader)} records but the manifest says {entry.count}"
-        if crc32(reader.checksums.astype("<u4").tobytes()) != entry.checksum_crc32:
-            return (f"its {CHECKSUM_FILE} differs from the one the manifest was written "
-                    "for (CRC-32 mismatch)")
-        if reader.targets != self.targets.view(entry.start, entry.stop):
-            return (f"its {LABELS_FILE} differs from the set's {SET_LABELS_FILE} over "
-                    f"[{entry.start}, {entry.stop})")
         return None
 
     def key(self, index: int) -> bytes:
