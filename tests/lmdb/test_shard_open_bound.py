@@ -19,7 +19,7 @@ from fastload.data.format.dataset import LMDBDataset
 from fastload.data.sets.manifest import shard_name
 from fastload.data.sets.shards import ShardedReader
 
-SHARDS = 20
+SHARDS = 40
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +98,7 @@ def test_an_epoch_over_more_shards_than_open_files_allowed_reads_every_record(se
         import numpy as np
         from fastload.data.format.dataset import LMDBDataset
         base = len(os.listdir("/proc/self/fd"))
-        limit = base + 12  # fewer than the set's {SHARDS} shards
+        limit = base + 30  # fewer than the set's {SHARDS} shards
         resource.setrlimit(resource.RLIMIT_NOFILE, (limit, resource.getrlimit(
             resource.RLIMIT_NOFILE)[1]))
         ds = LMDBDataset({str(folder)!r})

@@ -263,12 +263,42 @@ def load_labels(path: Path, meta: dict) -> Labels:
 
 
 def load_checksums(path: Path, meta: dict):
-    """Per-record CRC-32s (a uint32 numpy array) from the checksum sidecar."""
-    import numpy as np
+    """Per-record CRC-32s from ``path``'s checksum sidecar, memory-mapped read-only.
 
-    checksums = load_sidecar_array(path, meta, "checksum", CHECKSUM_FILE, CHECKSUM_DTYPE,
-                                    "restore it or reconvert it with overwrite=True")
-    return checksums.astype(np.uint32)
+    Mapped as ``labels.i32`` is (:class:`~fastload.data.format.targets.Labels`): a process
+    holds no copy of 4 bytes per record; the pages are shared with the page cache. The
+    file's size is checked against the record count before it is mapped, so a missing or
+    short file is a Python error naming it, never a SIGBUS.
+
+    Args:
+        path: the database directory.
+        meta: its parsed ``fastload.json`` (``count`` is used).
+
+    Returns:
+        A read-only uint32 array of ``meta["count"]`` CRC-32s (a ``numpy.memmap``; an empty
+            array for an empty database).
+
+    Raises:
+        FileNotFoundError: the checksum file is missing.
+        ValueError: its size differs from ``count`` checksums.
+        OSError: it cannot be mapped (the message names it).
+    """
+    fix = "restore it or reconvert it with overwrite=True"
+    sidecar = _checked_sidecar(path, meta, "checksum", CHECKSUM_FILE, CHECKSUM_DTYPE, fix)
+    count = int(meta["count"])
+    if count == 0:
+        return np.zeros(0, dtype=np.uint32)
+    try:  # "<u4" is uint32 on the little-endian machines DALI runs on: no copy
+        mapped = np.memmap(sidecar, dtype=np.dtype(CHECKSUM_DTYPE), mode="r", shape=(count,))
+    except ValueError as exc:  # shortened since its size check
+        raise ValueError(f"{str(sidecar)!r} cannot be mapped as {count} checksums ({exc}); "
+                         f"{fix}") from None
+    except OSError as exc:  # e.g. too many open files: name the file
+        raise OSError(exc.errno, exc.strerror, str(sidecar)) from None
+    return mapped.astype(np.uint32, copy=False)
+
+
+_MAPPED = "mapped checksums"  # a pickled LMDBReader's checksums: map the file again
 
 
 class CorruptRecord(OSError, ValueError):
@@ -334,7 +364,14 @@ class LMDBReader:
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
         state.update(_env=None, _txn=None, _pid=None)
+        if isinstance(self.checksums, np.memmap):  # mapped again where the copy reads
+            state["checksums"] = _MAPPED
         return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        if isinstance(self.checksums, str) and self.checksums == _MAPPED:
+            self.checksums = load_checksums(self.path, self.meta)
 
     def __del__(self) -> None:
         try:
