@@ -16,6 +16,7 @@ import io
 import os
 import random
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -98,7 +99,7 @@ _PROGRESS_EVERY = 1024  # records between progress updates (cheap when it only c
 
 def verify_lmdb(path: str | os.PathLike, full: bool = False, sample: int = 64,
                 seed: int = 0, *, storage_options: dict | None = None,
-                progress: Any = False) -> VerifyReport:
+                progress: Any = False, decode: Collection[int] | None = None) -> VerifyReport:
     """Verify the database at ``path``; see the module docstring for what is checked.
 
     Problems with the records and sidecars are findings in the report, not exceptions.
@@ -115,6 +116,10 @@ def verify_lmdb(path: str | os.PathLike, full: bool = False, sample: int = 64,
             ``endpoint_url``).
         progress: True shows the records checked on stderr (a tqdm bar on a terminal, a
             plain line every 30 s otherwise); a tqdm-like object is advanced instead.
+        decode: the record numbers to decode, instead of ``sample`` records drawn with
+            ``seed`` (:func:`~fastload.data.verify_set` draws one sample over a whole set
+            and gives each shard its own); ignored with ``full``; numbers outside
+            ``[0, count)`` are ignored.
 
     Returns:
         The report: record counts, checksums checked, images decoded, and the bad keys or
@@ -137,7 +142,7 @@ def verify_lmdb(path: str | os.PathLike, full: bool = False, sample: int = 64,
         reader = RemoteLMDBReader(where)
         try:
             report = verify_lmdb(reader.path, full=full, sample=sample, seed=seed,
-                                 progress=progress)
+                                 progress=progress, decode=decode)
         finally:
             reader.close()
         report.path = where.url  # type: ignore[assignment]
@@ -151,7 +156,7 @@ def verify_lmdb(path: str | os.PathLike, full: bool = False, sample: int = 64,
     report = VerifyReport(path=root, expected=expected, found=0)
     bar, owned = progress_for(progress, expected)
     try:
-        _verify_records(root, meta, expected, full, sample, seed, report, bar)
+        _verify_records(root, meta, expected, full, sample, seed, report, bar, decode)
     finally:
         if owned:
             bar.close()
@@ -160,7 +165,8 @@ def verify_lmdb(path: str | os.PathLike, full: bool = False, sample: int = 64,
 
 
 def _verify_records(root: Path, meta: dict, expected: int, full: bool, sample: int, seed: int,
-                    report: VerifyReport, bar: Any) -> None:
+                    report: VerifyReport, bar: Any,
+                    decode: Collection[int] | None = None) -> None:
     import numpy as np
 
     checksum_path = root / meta.get("checksum_file", CHECKSUM_FILE)
@@ -179,6 +185,8 @@ def _verify_records(root: Path, meta: dict, expected: int, full: bool, sample: i
         report.bad.append((meta.get("labels_file", "labels"), str(exc)))
     if full:
         to_decode = set(range(expected))
+    elif decode is not None:
+        to_decode = {int(i) for i in decode if 0 <= int(i) < expected}
     else:
         to_decode = set(random.Random(seed).sample(range(expected), min(sample, expected)))
 

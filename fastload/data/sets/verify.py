@@ -10,7 +10,9 @@ rebuilt from the set's shard folders, once every shard verifies clean.
 
 from __future__ import annotations
 
+import bisect
 import os
+import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,9 +68,10 @@ def verify_set(path: str | os.PathLike, full: bool = False, sample: int = 64,
     Args:
         path: the set's folder or manifest, or its URL.
         full: decode every record of every shard instead of a sample.
-        sample: records to decode without ``full``, at least 0, spread over the shards by
-            size.
-        seed: seed of the decode sample (shard ``k`` uses ``seed + k``).
+        sample: records to decode without ``full``, at least 0: drawn once over the whole
+            set (each shard decodes the ones it holds, none for most shards of a set with
+            more shards than ``sample``).
+        seed: seed of the decode sample (the same seed, the same records).
         repair: a local set only: if its manifest or labels file fails the open checks,
             rebuild both from the shard folders (only when every shard verifies clean).
         storage_options: fsspec's options when ``path`` is a URL (credentials,
@@ -117,7 +120,7 @@ def verify_set(path: str | os.PathLike, full: bool = False, sample: int = 64,
         reader = ShardedReader(root)  # the open checks: one clear error when they fail
     report = SetVerifyReport(path=root, expected=len(reader), shards=reader.num_shards,
                              manifest_written=written, repaired=repaired)
-    total = max(1, report.expected)
+    picked = _decode_sample(reader.entries, report.expected, sample, seed, full)
     matched = 0
     bar, owned = progress_for(progress, report.expected)  # one bar over every shard's records
     try:
@@ -130,9 +133,7 @@ def verify_set(path: str | os.PathLike, full: bool = False, sample: int = 64,
                     bar.update(entry.count)  # dealt with: its records are not read
                 continue
             matched += 1
-            share = sample if full else -(-sample * entry.count // total)
-            sub = verify_lmdb(shard.path, full=full, sample=min(share, entry.count),
-                              seed=seed + k, progress=bar)
+            sub = verify_lmdb(shard.path, full=full, decode=picked[k], progress=bar)
             report.found += sub.found
             report.checksums_checked += sub.checksums_checked
             report.decoded += sub.decoded
@@ -151,6 +152,20 @@ def verify_set(path: str | os.PathLike, full: bool = False, sample: int = 64,
         "every record's key, CRC-32, Datum and label",
     ]
     return report
+
+
+def _decode_sample(entries: list, total: int, sample: int, seed: int,
+                   full: bool) -> list[list[int]]:
+    """Per shard, the record numbers (within it) of ``sample`` records drawn once over the
+    set's ``total`` with ``seed``: ``[]`` for each shard with ``full`` (it decodes all)."""
+    if full:
+        return [[] for _ in entries]
+    starts = [entry.start for entry in entries]
+    picked: list[list[int]] = [[] for _ in entries]
+    for i in sorted(random.Random(seed).sample(range(total), min(sample, total))):
+        k = bisect.bisect_right(starts, i) - 1
+        picked[k].append(i - starts[k])
+    return picked
 
 
 def _refuse_unfinished(root: Path, count: int) -> None:
