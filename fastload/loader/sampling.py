@@ -99,7 +99,15 @@ class EpochSampler(Sampler[int]):
         self.epoch = epoch
 
     def epoch_order(self) -> np.ndarray:
-        """The current epoch's global order of all ``num_items`` indices (int64), unsharded."""
+        """The current epoch's global order of all ``num_items`` indices, unsharded.
+
+        Returns:
+            The order as int32 when ``num_items < 2**31`` (int64 otherwise): 4 bytes per
+                record. torch draws the same permutation for either dtype from one seed
+                (``randperm``'s swaps do not depend on it), so the order is the int64
+                draw's, as saved states expect.
+        """
+        dtype = _order_dtype(self.num_items)
         if self.shuffle:
             seed = self.seed
             if seed is None:  # iterated before the loader's first iter() drew the base seed:
@@ -107,22 +115,35 @@ class EpochSampler(Sampler[int]):
                 seed = int(torch.empty((), dtype=torch.int64).random_().item())
             gen = torch.Generator()
             gen.manual_seed(mix_seed(seed, self.epoch))
-            return torch.randperm(self.num_items, generator=gen).numpy()
-        return np.arange(self.num_items, dtype=np.int64)
+            torch_dtype = torch.int32 if dtype == np.int32 else torch.int64
+            return torch.randperm(self.num_items, generator=gen, dtype=torch_dtype).numpy()
+        return np.arange(self.num_items, dtype=dtype)
 
     def indices(self, offset: int = 0) -> np.ndarray:
-        """This rank's indices for the current epoch (int64); with ``offset``, of the suffix
-        ``epoch_order()[offset:]`` only, padded or cut and sharded by the same rule."""
+        """This rank's indices for the current epoch.
+
+        Args:
+            offset: the position in :meth:`epoch_order` to start from: the suffix
+                ``epoch_order()[offset:]`` only, padded or cut and sharded by the same rule.
+
+        Returns:
+            A contiguous array of this rank's indices (``epoch_order``'s dtype): the whole
+                order is not kept, so a rank holds ``num_items / num_replicas`` indices
+                between epochs (the padding, at most ``num_replicas - 1`` indices, wraps
+                round to the order's start as DistributedSampler's does).
+        """
         order = self.epoch_order()[offset:]
         total_size = samples_per_rank(len(order), self.num_replicas, self.drop_last) * self.num_replicas
         if total_size > len(order):
             if len(order) == 0:
                 return order
-            reps = math.ceil((total_size - len(order)) / len(order))
-            order = np.concatenate([order, *[order] * reps])[:total_size]
+            pad = total_size - len(order)
+            reps, rest = divmod(pad, len(order))  # rest: a prefix; reps: whole copies, only
+            # when the padding is longer than the order (fewer items than ranks)
+            order = np.concatenate([order, *[order] * reps, order[:rest]])
         else:
             order = order[:total_size]
-        return order[self.rank :: self.num_replicas]
+        return np.ascontiguousarray(order[self.rank :: self.num_replicas])
 
     def __iter__(self) -> Iterator[int]:
         return iter(self.indices().tolist())
@@ -141,6 +162,11 @@ class EpochSampler(Sampler[int]):
         if saved != self.order_name:
             raise ValueError(f"state was saved with order={saved!r}, but this loader has "
                              f"order={self.order_name!r}; resume with the same setting")
+
+
+def _order_dtype(num_items: int) -> type:
+    """int32 when every index of ``num_items`` fits it, int64 otherwise."""
+    return np.int32 if num_items < 2**31 else np.int64
 
 
 def samples_per_rank(num_items: int, num_replicas: int, drop_last: bool) -> int:
