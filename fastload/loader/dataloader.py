@@ -24,7 +24,6 @@ from fastload.loader.devices import resolve_device
 from fastload.loader.epoch import EpochIterator, EpochRecord
 from fastload.loader.kernel_check import missing_kernel_messages
 from fastload.loader.plan import make_plan
-from fastload.loader.prebuild import Prebuild
 from fastload.loader.read_buffers import DEFAULT_READ_BUFFER_BYTES
 from fastload.loader.sample_sources import SampleError, call_set_hook
 from fastload.loader.sampling import BatchOrder, EpochSampler, distributed_settings
@@ -277,7 +276,6 @@ class DataLoader:
         self._last_maker: weakref.WeakMethod | None = None  # see __iter__
         self._iterators: weakref.WeakSet = weakref.WeakSet()  # close() ends them all
         self._pid = os.getpid()  # a forked child starts afresh: see _after_fork
-        self._prebuild: Prebuild | None = None  # the first graph, built in the background
         reason, self._source, split = self._fast_path(dataset, worker_init_fn,
                                                       multiprocessing_context)
         self.fallback_reason = reason
@@ -308,22 +306,7 @@ class DataLoader:
         else:
             self._torch = None
             self._fast_init(shuffle, sampler, batch_sampler, generator, seed)
-            self._start_prebuild()
         self._initialized = True
-
-    def _start_prebuild(self) -> None:
-        """Start building the graph the first ``iter()`` needs, in a daemon thread
-        (:mod:`fastload.loader.prebuild`): on the CPU, when the batch size is known."""
-        if self.device.type != "cpu" or self.batch_size is None:
-            return  # a CUDA graph is built at iter(), on the device current there
-        plan, kwargs = self._plan, self._decoder_args(max(1, self.batch_size))
-
-        def make() -> Any:  # no reference to the loader: it may be collected meanwhile
-            from fastload.pipelines import BatchDecoder
-
-            return BatchDecoder(plan, **kwargs)
-
-        self._prebuild = Prebuild(make, (plan, sorted(kwargs.items())))
 
     def _fast_path(self, dataset: Any, worker_init_fn: Any,
                    mp_context: Any) -> tuple[str | None, Any, Any]:
@@ -525,9 +508,6 @@ class DataLoader:
             self._after_fork()  # the parent's iterators and graph are not this process's
         for old in list(self._iterators):
             old.close("loader.close()")
-        prebuild, self._prebuild = self._prebuild, None
-        if prebuild is not None:
-            prebuild.abandon()  # a graph still being built is closed by its thread
         decoder, self._decoder, self._decoder_size = self._decoder, None, 0
         if decoder is not None:
             decoder.close()
@@ -537,7 +517,6 @@ class DataLoader:
         """In a forked child: the parent's decoder, threads and iterator are not usable here
         (their threads did not come along), so the next iterator builds its own."""
         self._pid = os.getpid()
-        self._prebuild = None  # the parent's graph: kept alive, untouched (see prebuild)
         decoder, self._decoder, self._decoder_size = self._decoder, None, 0
         if decoder is not None:
             decoder.close()  # in a child this only keeps DALI's pipeline alive, untouched
@@ -556,37 +535,17 @@ class DataLoader:
         if shared and self._decoder is not None:
             self._decoder.close()
             self._decoder, self._decoder_dirty = None, False
-        kwargs = self._decoder_args(max_batch)
-        decoder = None
-        prebuild, self._prebuild = (self._prebuild, None) if shared else (None, self._prebuild)
-        if prebuild is not None:  # built since the constructor; None: build it here
-            try:
-                decoder = prebuild.take((self._plan, sorted(kwargs.items())))
-            except BaseException:  # an interrupt while waiting: its thread closes the graph
-                prebuild.abandon()
-                raise
-        if decoder is None:
-            decoder = BatchDecoder(self._plan, **kwargs)
+        cuda = self.device.type == "cuda"
+        decoder = BatchDecoder(
+            self._plan, max_batch_size=max_batch, num_threads=max(1, self.num_workers),
+            device="gpu" if cuda else "cpu", device_id=self.device.index if cuda else None,
+            queue_depth=max(1, self.prefetch_factor or 2), hw_decoder_load=self.hw_decoder_load,
+            scaled_decode=self.scaled_decode)
         if shared:
             self._decoder, self._decoder_size = decoder, max_batch
         return decoder
 
-    def _decoder_args(self, max_batch: int) -> dict[str, Any]:
-        """``BatchDecoder``'s keyword arguments for batches up to ``max_batch``."""
-        cuda = self.device.type == "cuda"
-        return dict(
-            max_batch_size=max_batch, num_threads=max(1, self.num_workers),
-            device="gpu" if cuda else "cpu", device_id=self.device.index if cuda else None,
-            queue_depth=max(1, self.prefetch_factor or 2), hw_decoder_load=self.hw_decoder_load,
-            scaled_decode=self.scaled_decode)
-
     def __del__(self) -> None:
-        prebuild = self.__dict__.get("_prebuild")
-        if prebuild is not None:
-            try:
-                prebuild.abandon()
-            except Exception:  # noqa: BLE001 - at interpreter exit, modules are torn down first
-                pass
         decoder = self.__dict__.get("_decoder")
         if decoder is None:
             return
