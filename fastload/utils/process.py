@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 __all__ = ["FreshProcess", "FreshProcessError", "call_in_fresh_process", "descendant_pids",
-           "end_processes", "owned_child"]
+           "end_processes", "interrupts_held", "owned_child"]
 
 _POLL_S = 1.0  # how often a waiting parent checks that the child is still alive
 
@@ -60,7 +60,7 @@ def owned_child() -> None:
 
 
 @contextlib.contextmanager
-def _interrupts_held() -> Iterator[None]:
+def interrupts_held() -> Iterator[None]:
     """Hold SIGINT back from this thread while it starts a child: the mask is inherited
     through fork and exec, so the child cannot be interrupted before :func:`owned_child`
     ignores it; a Ctrl-C meanwhile reaches this process when the mask is restored."""
@@ -154,7 +154,7 @@ class FreshProcess:
         context = context or multiprocessing.get_context("spawn")
         self.conn, child = context.Pipe()
         self.proc = context.Process(target=_owned_main, args=(target, child, *args), name=name)
-        with _interrupts_held():
+        with interrupts_held():
             self.proc.start()
         child.close()
 

@@ -212,7 +212,8 @@ def _private_uses(path: pathlib.Path, tree: ast.AST, own: set[str]) -> list[str]
               and node.func.id in ("getattr", "hasattr") and len(node.args) > 1
               and isinstance(node.args[1], ast.Constant) and _private(node.args[1].value)
               and node.args[1].value not in _ALLOWED
-              and not (isinstance(node.args[0], ast.Name) and node.args[0].id in ("self", "cls"))
+              and not (isinstance(node.args[0], ast.Name)
+                       and (node.args[0].id in ("self", "cls") or node.args[0].id in stdlib))
               and node.args[1].value not in own):
             found.append(f"{where} asks {ast.unparse(node)}")
     return found

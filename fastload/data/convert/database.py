@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import sys
 import threading
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -41,6 +40,7 @@ from fastload.data.format.constants import (
 )
 from fastload.data.format.writer import LMDBWriter, MapFull
 from fastload.data.sets.attest import attest_database
+from fastload.utils.process import interrupts_held, owned_child
 
 __all__ = ["ConvertError", "ConvertReport", "convert_one", "is_complete"]
 
@@ -199,9 +199,9 @@ def _run_from(start, samples, writer, workers, options, strict, bar, commit_ever
                         if checks is not None:  # never fork beside our threads (a lock they
                             checks.shutdown()  # hold, an import's, would stay held there)
                             checks = None
-                        with FORK_LOCK:
-                            pool = multiprocessing.get_context().Pool(
-                                workers, initializer=_worker_init)
+                        with FORK_LOCK, interrupts_held():  # no worker sees a Ctrl-C
+                            pool = multiprocessing.get_context().Pool(  # before it ignores it
+                                workers, initializer=owned_child)
                     result = pool.apply_async(check_file_task_copy, (task, span, None if data
                                                                      is None else bytes(data)))
                 elif threaded and result[0] == "ok":
@@ -244,20 +244,6 @@ class _Checked:
 
 def _ready(result) -> bool:
     return isinstance(result, tuple) or result.ready()
-
-
-def _worker_init() -> None:
-    """Workers ignore Ctrl-C (the parent stops them) and die with the parent, even on SIGKILL."""
-    import signal
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        try:
-            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        except (OSError, AttributeError):
-            pass
 
 
 def is_complete(path: str | os.PathLike) -> bool:

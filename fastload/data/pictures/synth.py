@@ -26,7 +26,7 @@ from concurrent.futures import ProcessPoolExecutor
 import numpy as np
 from PIL import Image, ImageDraw, ImageFilter
 
-from fastload.utils.process import owned_child
+from fastload.utils.process import interrupts_held, owned_child
 
 __all__ = ["synthesize", "synth_image", "class_names", "image_size", "tree_stats",
            "check_tree_arguments", "write_tree"]
@@ -345,7 +345,9 @@ def write_tree(out: str | os.PathLike, train: int, val: int, classes: int, seed:
             # prints a traceback of its own
             with ProcessPoolExecutor(max_workers=min(workers, len(jobs)),
                                      initializer=owned_child) as pool:
-                for done in pool.map(_write_chunk, jobs):
+                with interrupts_held():  # map() starts the workers: none sees a Ctrl-C
+                    chunks = pool.map(_write_chunk, jobs)  # before owned_child ignores it
+                for done in chunks:
                     if bar is not None:
                         bar.update(len(done))
     finally:
