@@ -25,12 +25,16 @@ lint: $(STAMP)
 docs: $(STAMP)
 	$(BIN)/mkdocs build --strict --site-dir site
 
-# Everything CI runs; `make check` is the fast tier for development (no `slow` tests).
+# Everything CI runs, in JOBS pytest-xdist workers; `make check` is the fast tier for
+# development (no `slow` tests).
+JOBS ?= 2
+
 test: lint docs fuzz-short
-	$(BIN)/python -m pytest -q tests benchmarks --benchmark-disable -m "not release"
+	$(BIN)/python -m pytest -q -n $(JOBS) tests benchmarks --benchmark-disable -m "not release"
 
 check: lint
-	$(BIN)/python -m pytest -q tests benchmarks --benchmark-disable -m "not slow and not release"
+	$(BIN)/python -m pytest -q -n $(JOBS) tests benchmarks --benchmark-disable \
+	  -m "not slow and not release"
 
 # The wheel installed from the package index into an empty venv, and used from outside the tree.
 dist-check: $(STAMP)

@@ -146,6 +146,7 @@ def _numbered(photo: bytes, i: int) -> bytes:
     return photo[:2] + b"\xff\xfe" + (len(body) + 2).to_bytes(2, "big") + body + photo[2:]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["webdataset", "parquet", "datasets"])
 def test_container_conversion_memory_is_flat_in_the_number_of_records(request, tmp_path, capsys,
                                                                       kind):

@@ -110,6 +110,7 @@ def highres_root(request, tmp_path_factory) -> Path:
     return highres_tree(tmp_path_factory.mktemp("highres"), images, size)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("transforms", ["train", "val"])
 def test_highres_ratios_to_torchvision(benchmark, transforms, highres_root, capsys):
     smoke = not benchmark.enabled

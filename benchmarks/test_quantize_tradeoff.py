@@ -70,6 +70,7 @@ def format_rows(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+@pytest.mark.slow
 def test_dynamic_static_and_qat_side_by_side(request, tmp_path_factory):
     smoke = bool(request.config.getoption("benchmark_disable", default=False))
     s = _settings(smoke)

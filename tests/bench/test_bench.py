@@ -11,6 +11,7 @@ from fastload.tools import cli
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
 def test_bench_runs_two_rows_and_writes_table_json_and_png(synth_root, tmp_path, capsys):
     out_json = tmp_path / "bench.json"
     out_png = tmp_path / "bench.png"
@@ -58,6 +59,7 @@ def test_bench_runs_two_rows_and_writes_table_json_and_png(synth_root, tmp_path,
     assert pixels.ndim == 3 and pixels.shape[0] > 100 and pixels.shape[1] > 400
 
 
+@pytest.mark.slow
 def test_bench_reports_a_failing_row_naming_the_file_and_exits_1(synth_root, tmp_path, capsys):
     import shutil
 

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from fastload.data.convert.folder import is_complete
 from fastload.data.format.dataset import LMDBDataset
 from fastload.tools.cli import main
 
 
+@pytest.mark.slow
 def test_demo_generates_converts_verifies_measures_learns_and_reports_then_skips(tmp_path,
                                                                                 capsys):
     workdir = tmp_path / "demo"

@@ -64,6 +64,7 @@ RECIPES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(RECIPES))
 def test_reference_train_preset_runs_on_dali_like_torch(synth_root, name):
     assert_like_torch(ImageFolder(synth_root / "train", train_preset(**RECIPES[name])))

@@ -8,10 +8,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "scale_curve.py"
 
 
+@pytest.mark.slow
 def test_scale_curve_script_writes_every_figure(tmp_path):
     out = tmp_path / "scale.json"
     env = {**os.environ, "FASTLOAD_KEY_DIR": str(tmp_path / "key")}

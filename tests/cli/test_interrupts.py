@@ -167,6 +167,7 @@ def _check(name: str, data: Path, work: Path, after_s: float, presses: int) -> O
     return outcome
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("presses", [1, 2])
 def test_synth_ends_at_ctrl_c_with_130_and_no_process_left(images, tmp_path, presses):
     _check("synth", images, tmp_path, 2.0, presses)

@@ -340,6 +340,7 @@ def mixed_reference(mixed_tree, tmp_path_factory):
     return _dump(dst)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "crashes",
     [["after_commit:1"], ["mid_txn:8"], ["after_progress:5"], ["after_commit:10"],

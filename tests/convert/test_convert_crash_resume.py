@@ -67,6 +67,7 @@ def _seen(dst) -> int:
         return -1
 
 
+@pytest.mark.slow
 def test_convert_resumes_after_sigkill_at_random_points_identically(source, reference, tmp_path):
     expected = reference[0]
     dst = tmp_path / "db"

@@ -31,6 +31,7 @@ def ray_cluster():
     ray.shutdown()
 
 
+@pytest.mark.slow
 def test_ray_gives_the_serial_set(ray_cluster, engine_source, serial_engine_set, same_set,
                                   tmp_path):
     dst = tmp_path / "set"

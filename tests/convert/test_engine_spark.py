@@ -32,6 +32,7 @@ def spark_session():
             os.environ[key] = value
 
 
+@pytest.mark.slow
 def test_spark_gives_the_serial_set_on_the_active_session(
         spark_session, engine_source, serial_engine_set, same_set, tmp_path):
     dst = tmp_path / "set"

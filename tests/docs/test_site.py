@@ -179,6 +179,7 @@ class _Browser:
         os.close(self._out_r)
 
 
+@pytest.mark.slow
 def test_home_page_renders_without_console_errors(server, browser):
     browser.open(f"{server}/")
     assert browser.console_errors() == []

@@ -62,6 +62,7 @@ def test_dataset_pickles_without_the_lmdb_handle(synth_lmdb):
     assert torch.equal(clone[0][0], before[0]) and clone[0][1] == before[1]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("context", ["fork", "spawn"])
 def test_dataset_under_dataloader_with_two_workers(synth_lmdb, synth_root, context):
     # A picklable transform that needs no torchvision keeps spawned workers quick to start.

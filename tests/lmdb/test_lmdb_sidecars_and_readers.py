@@ -156,6 +156,7 @@ _ITERATE = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_a_killed_reader_resumes_from_its_saved_state_with_identical_remaining_indices(
         synth_lmdb, tmp_path):
     state = tmp_path / "state.pt"

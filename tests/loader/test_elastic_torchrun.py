@@ -44,6 +44,7 @@ def stopped(sharded_set, tmp_path_factory):
     return run
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("first", "second"), [(3, 2), (2, 3)])
 def test_a_job_stopped_mid_epoch_finishes_at_another_world_size_exactly_once(
         sharded_set, stopped, tmp_path, first, second):

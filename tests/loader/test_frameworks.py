@@ -35,6 +35,7 @@ def assert_every_image_once_per_epoch(out: pathlib.Path) -> list[dict]:
     return records
 
 
+@pytest.mark.slow
 def test_lightning_ddp_trainer_keeps_the_fast_path_and_shards(tmp_path):
     pytest.importorskip("pytorch_lightning")
     write_images(tmp_path / "data")
@@ -45,6 +46,7 @@ def test_lightning_ddp_trainer_keeps_the_fast_path_and_shards(tmp_path):
     assert_every_image_once_per_epoch(tmp_path / "out")
 
 
+@pytest.mark.slow
 def test_accelerate_prepare_under_torchrun_keeps_the_fast_path_and_shards(tmp_path):
     pytest.importorskip("accelerate")
     write_images(tmp_path / "data")

@@ -67,6 +67,7 @@ def _after_iter(cls, dataset, shuffle, how, num_workers, whole_epoch, **kwargs):
     return made, first, second, None if own is None or how == "seed" else torch.rand(1, generator=own)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("num_workers", [0, 2])
 @pytest.mark.parametrize("how", ["global", "generator", "seed"])
 @pytest.mark.parametrize("shuffle", [False, True])
@@ -144,6 +145,7 @@ def _step() -> list:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("num_workers", [1, 2])
 def test_the_steps_draws_are_unchanged_while_an_unreplayed_suffix_runs(synth_root, num_workers):
     dataset = ImageFolder(synth_root / "train", T.Compose([T.Resize(16), T.CenterCrop(16),

@@ -91,6 +91,7 @@ def _child_epoch(loader, write_fd: int) -> None:
         os._exit(code)
 
 
+@pytest.mark.slow
 def test_a_child_forked_at_any_moment_after_iter_gets_a_working_loader(loader):
     expected = ",".join(map(str, epoch_indices(loader)))
     for delay in FORK_DELAYS:

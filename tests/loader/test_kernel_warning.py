@@ -57,6 +57,7 @@ def with_kernels(synth_lmdb):
     return _run(synth_lmdb, [], ["trivial", "val"])
 
 
+@pytest.mark.slow
 def test_a_missing_kernel_the_plan_runs_gets_one_fallback_warning_naming_it_and_the_fix(
         synth_lmdb, with_kernels):
     got = _run(synth_lmdb, ["_augment"], ["trivial", "trivial"])
@@ -73,6 +74,7 @@ def test_a_missing_kernel_the_plan_runs_gets_one_fallback_warning_naming_it_and_
     assert got["sums"][0] == with_kernels["sums"][0]
 
 
+@pytest.mark.slow
 def test_each_missing_kernel_is_named_once_and_jpegroi_names_libjpeg_turbo(synth_lmdb,
                                                                            with_kernels):
     got = _run(synth_lmdb, ["_normalize", "_jpegroi"], ["val", "val"])
@@ -84,6 +86,7 @@ def test_each_missing_kernel_is_named_once_and_jpegroi_names_libjpeg_turbo(synth
     assert got["sums"] == [with_kernels["sums"][1]] * 2
 
 
+@pytest.mark.slow
 def test_a_missing_kernel_the_plan_does_not_run_and_a_full_install_stay_silent(synth_lmdb,
                                                                                with_kernels):
     # timm's affine kernel: no timm transform here

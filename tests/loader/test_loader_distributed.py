@@ -9,6 +9,7 @@ import sys
 from collections import Counter
 
 import numpy as np
+import pytest
 from PIL import Image
 
 SCRIPT = pathlib.Path(__file__).parents[1] / "scripts" / "ddp_worker.py"
@@ -32,6 +33,7 @@ def launch(folder: pathlib.Path, out: pathlib.Path) -> list[dict]:
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(RANKS)]
 
 
+@pytest.mark.slow
 def test_torchrun_three_ranks_shard_every_index_once_with_documented_padding(tmp_path):
     write_images(tmp_path / "data")
     first = launch(tmp_path / "data", tmp_path / "run1")

@@ -241,6 +241,7 @@ def _alternate(loader, lead_is_first: bool, pause: float):
     return steps
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pause", [0.2, 0.0], ids=["paced", "back-to-back"])
 @pytest.mark.parametrize("lead_is_first", [True, False], ids=["shared-leads", "private-leads"])
 def test_two_iterators_in_turn_each_raise_for_the_corrupt_jpeg_they_decoded(

@@ -39,6 +39,7 @@ def run(loader, batches=None, it=None):
     return indices, images
 
 
+@pytest.mark.slow
 def test_resume_in_a_new_process_yields_the_same_remaining_batches_and_crops(synth_root,
                                                                              tmp_path):
     folder = synth_root / "train"

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from collections import Counter
 
+import pytest
+
 SCRIPT = pathlib.Path(__file__).parents[1] / "scripts" / "set_worker.py"
 NODES, PER_NODE, N = 2, 2, 61
 
@@ -20,6 +22,7 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_two_agents_of_two_ranks_see_every_index_once_per_epoch(sharded_set, tmp_path):
     port = free_port()
     agents = [subprocess.Popen(

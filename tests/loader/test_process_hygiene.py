@@ -128,6 +128,7 @@ def test_a_file_opened_after_an_epoch_with_a_fork_in_it_holds_only_what_was_writ
     assert path.read_bytes() == payload * 2
 
 
+@pytest.mark.slow
 def test_iterating_works_with_stderr_closed(folder):
     """``python train.py 2>&-``: the loader needs no fd 2."""
     done = _run_script("""
@@ -204,6 +205,7 @@ def _note_fork() -> None:
         _FORKS.append(os.getpid())
 
 
+@pytest.mark.slow
 def test_the_suffix_worker_processes_are_not_forked_from_the_training_process(synth_root):
     """A suffix whose draws are not replayed runs in worker processes; starting them
     must not fork this (multi-threaded) process."""
@@ -221,6 +223,7 @@ def test_the_suffix_worker_processes_are_not_forked_from_the_training_process(sy
 
 
 # ------------------------------------------------------------------------- exit
+@pytest.mark.slow
 def test_a_loader_alive_at_interpreter_exit_prints_nothing(folder):
     done = _run_script("""
         import sys

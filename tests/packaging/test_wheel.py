@@ -99,6 +99,7 @@ def dist(tmp_path_factory) -> pathlib.Path:
     return out
 
 
+@pytest.mark.slow
 def test_sdist_carries_what_the_tests_and_the_c_build_need(dist):
     (sdist,) = dist.glob("fastload_dali-*.tar.gz")
     with tarfile.open(sdist) as archive:
@@ -158,6 +159,7 @@ def _smoke(python: pathlib.Path, venv: pathlib.Path, work: pathlib.Path, env: di
     assert result["labels"] == [0] * 5 + [1] * 5
 
 
+@pytest.mark.slow
 def test_the_wheel_installs_beside_the_pinned_dependencies_and_runs_outside_the_tree(
         dist, tmp_path):
     """The wheel's own files (kernels, vendored libjpeg, entry point, package data) in a fresh

@@ -92,6 +92,7 @@ CASES = [(s, c) for s in SHAPES for c in ("random", "constant", "smooth")]
 CASES += [(s, "two_level") for s in ((1, 7, 5), (3, 40, 64), (3, 224, 224))]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize(("shape", "content"), CASES, ids=[f"{s}-{c}" for s, c in CASES])
 def test_every_op_is_bit_identical_to_torchvision(op, shape, content):
@@ -163,6 +164,7 @@ def test_equalize_of_a_large_batch_is_bit_identical():
     assert torch.equal(apply_op(img, "Equalize", 0.0, NEAREST, None), want)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("op", sorted(AFFINE))
 @pytest.mark.parametrize("interpolation", [InterpolationMode.NEAREST, InterpolationMode.BILINEAR])
 @pytest.mark.parametrize("fill", [None, [0.0, 0.0, 0.0], [127.5, 10.0, 300.0]])

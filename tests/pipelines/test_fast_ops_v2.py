@@ -60,6 +60,7 @@ def _left_to_v2(op: str, magnitude: float, shape) -> bool:
 SHAPES = [(3, 1, 1), (1, 3, 3), (3, 7, 5), (3, 31, 17), (1, 3, 40, 64)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
 def test_every_op_equals_v2_on_plain_tensors_and_images(op, shape):
@@ -81,6 +82,7 @@ def test_every_op_equals_v2_on_plain_tensors_and_images(op, shape):
                 assert torch.equal(got, want), (op, magnitude, interpolation, fill)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("op", sorted(FAST - {"Solarize"}))
 @pytest.mark.parametrize("fill", [0, 77.5, (1, 2, 3)], ids=str)
 def test_affine_and_colour_ops_take_every_fill_v2_takes(op, fill):

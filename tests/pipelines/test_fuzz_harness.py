@@ -78,6 +78,7 @@ def test_dc_prediction_past_int_max_decodes_as_libjpeg_turbo_does():
     assert np.array_equal(outs[0], outs[1])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("what, said", [("crash", "asan: SEGV"), ("hang", "hang"),
                                         ("finding", "finding: selftest")])
 def test_harness_catches_a_crash_a_hang_and_a_broken_promise(replayed, tmp_path, what, said):

@@ -388,6 +388,7 @@ def _val_presets():
     }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(_val_presets()))
 def test_val_transforms_on_real_photos_stay_within_0_01_per_image_and_0_003_median(
         real_photos, name):

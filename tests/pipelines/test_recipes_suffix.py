@@ -135,6 +135,7 @@ def test_v2_suffix_is_reproducible_from_the_seed(synth_root):
     assert torch.equal(runs[0], runs[1])
 
 
+@pytest.mark.slow
 def test_unreplayed_suffix_runs_where_measured_faster_with_the_same_batches(synth_root):
     transform = v2.Compose([v2.RandomResizedCrop(32), v2.ElasticTransform(), v2.PILToTensor()])
     dataset = ImageFolder(synth_root / "train", transform)

@@ -89,6 +89,7 @@ V1 = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("transform, image", V1, ids=_name)
 def test_v1_replays_equal_the_transform_on_the_seeded_global_generator(transform, image):
     assert_replays_exactly(transform, image)
@@ -147,11 +148,13 @@ V2 = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("transform, image", V2, ids=_name)
 def test_v2_replays_equal_the_transform_on_a_plain_tensor(transform, image):
     assert_replays_exactly(transform, image)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("transform, image", V2, ids=_name)
 def test_v2_replays_equal_the_transform_on_a_tv_tensors_image_and_keep_it_an_image(transform,
                                                                                     image):

@@ -90,6 +90,7 @@ print(json.dumps({"warned": [str(w.message) for w in caught
 '''
 
 
+@pytest.mark.slow
 def test_the_loader_falls_back_with_one_warning_naming_an_unchecked_torchvision(tmp_path):
     done = subprocess.run([sys.executable, "-c", _UNCHECKED, str(tmp_path)], capture_output=True,
                           text=True, timeout=300)

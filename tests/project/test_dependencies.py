@@ -74,6 +74,7 @@ print(json.dumps({"shapes": shapes, "stored": report.stored, "verified": ok, "fi
 '''
 
 
+@pytest.mark.slow
 def test_core_install_without_extras_loads_converts_verifies_and_names_the_train_extra(tmp_path):
     import json
     import subprocess

@@ -21,6 +21,7 @@ def _messages(caplog, prefix: str) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.name.startswith(prefix)]
 
 
+@pytest.mark.slow
 def test_unconfigured_logging_prints_nothing_from_a_loader_and_a_convert(synth_root, tmp_path):
     code = f"""
 import fastload, torchvision.transforms as T

@@ -25,6 +25,7 @@ def records(dataset) -> list[bytes]:
     return [dataset.reader.record(i) for i in range(len(dataset))]
 
 
+@pytest.mark.slow
 def test_convert_to_s3_uploads_the_set_a_local_conversion_makes(s3_env, s3_server, source,
                                                                 sharded_set, tmp_path):
     url = f"s3://{BUCKET}/convert/full.set"

@@ -112,6 +112,7 @@ def test_a_server_killed_mid_epoch_is_retried_then_raised_naming_the_url(
     assert reader.record(1) is not None  # what the cache holds is still read
 
 
+@pytest.mark.slow
 def test_a_read_resumes_when_the_server_comes_back_within_the_retries(
         s3_env, remote_set, sharded_set, restarts, monkeypatch):
     monkeypatch.setattr(fetch, "DEFAULT_RETRY", fetch.Retry(attempts=30, first_backoff_s=0.2,

@@ -111,6 +111,7 @@ def test_a_prefetch_of_a_leased_shard_changed_on_disk_raises_instead_of_waiting_
         done.stdout
 
 
+@pytest.mark.slow
 def test_a_process_exits_at_once_while_its_prefetch_waits_for_another_process(
         s3_env, s3_sharded_set, holder):
     reader = fastload.LMDBDataset(s3_sharded_set).reader

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -13,6 +14,7 @@ from fastload.train.checkpoint import load_checkpoint, save_checkpoint
 from fastload.train.finetune import FinetuneConfig, finetune
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("loader", ["torch", "fastload"])
 def test_resume_mid_epoch_in_new_process_matches_uninterrupted_losses(two_epoch_run, tmp_path, loader):
     # 48 images, batch 8, 2 micro-batches per step: 3 steps per epoch, 6 in all (fp32, CPU).
@@ -28,8 +30,11 @@ def test_resume_mid_epoch_in_new_process_matches_uninterrupted_losses(two_epoch_
     args = ["finetune", common["data"], "--loader", loader, "--img-size", "32", "--batch-size",
             "8", "--accum-steps", "2", "--epochs", "2", "--workers", "0", "--warmup-steps", "2",
             "--device", "cpu", "--no-progress", "--resume", str(ckpt), "--log", str(log)]
+    # the same intra-op thread count as the uninterrupted run in this process (a float sum
+    # over 2 threads is not the sum over 1, and earlier tests in this process may have set it)
+    env = {**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads())}
     done = subprocess.run([sys.executable, "-m", "fastload.tools.cli", *args], check=True,
-                          capture_output=True, text=True)
+                          capture_output=True, text=True, env=env)
     assert "| epoch |" in done.stdout
     records = [json.loads(line) for line in log.read_text().splitlines()]
     assert [r["event"] for r in records] == ["start", "step", "step", "epoch", "end"]

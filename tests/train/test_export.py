@@ -12,6 +12,7 @@ from fastload.train.export import model_from_checkpoint, quantize_dynamic_int8
 from fastload.train.finetune import FinetuneConfig, finetune
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:TypedStorage is deprecated")
 def test_export_dynamic_int8_shrinks_the_model_and_reports_top1(synth_root, tmp_path, capsys):
     ckpt = tmp_path / "run.pt"

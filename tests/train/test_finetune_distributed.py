@@ -7,11 +7,13 @@ import os
 import subprocess
 import sys
 
+import pytest
 import torch
 
 from fastload.train.checkpoint import load_checkpoint
 
 
+@pytest.mark.slow
 def test_torchrun_two_gloo_ranks_shard_data_and_reduce_metrics(synth_lmdb_data, tmp_path):
     log, ckpt = tmp_path / "ddp.jsonl", tmp_path / "ddp.pt"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",

@@ -36,6 +36,7 @@ def _set_with_classes(root, names) -> str:
     return str(root / "db")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("names", [["cat", "dog", "fox"], ["a", "b", "c", "d"]])
 def test_resume_on_data_with_other_classes_names_both_class_lists(checkpoint, tmp_path, names):
     data = _set_with_classes(tmp_path, names)
@@ -47,6 +48,7 @@ def test_resume_on_data_with_other_classes_names_both_class_lists(checkpoint, tm
     assert "size mismatch" not in message
 
 
+@pytest.mark.slow
 def test_the_resumed_epoch_row_says_it_covers_only_the_batches_after_the_resume(
         checkpoint, sharded_set, tmp_path, capsys):
     resumed = tmp_path / "resumed.pt"

@@ -20,6 +20,7 @@ def _nan_on(steps_nan):
     return hook
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("amp", ["off", "fp16"])
 def test_guard_skips_nan_steps_then_stops_after_k_consecutive(synth_root, tmp_path, amp):
     log = tmp_path / "run.jsonl"

@@ -23,6 +23,7 @@ def qat_run(synth_root, tmp_path_factory):
     return kwargs, finetune(FinetuneConfig(**kwargs, checkpoint=str(ckpt))), ckpt
 
 
+@pytest.mark.slow
 def test_qat_run_trains_fake_quantized_and_loss_falls(qat_run):
     _, result, ckpt = qat_run
     assert [e.steps for e in result.epochs] == [3, 3]
@@ -32,6 +33,7 @@ def test_qat_run_trains_fake_quantized_and_loss_falls(qat_run):
     assert state.config["qat"] and any(".activation_post_process" in k for k in state.model)
 
 
+@pytest.mark.slow
 def test_qat_run_resumes_from_its_checkpoint_with_the_uninterrupted_losses(qat_run, tmp_path):
     kwargs, full, _ = qat_run
     ckpt = tmp_path / "stopped.pt"
@@ -44,6 +46,7 @@ def test_qat_run_resumes_from_its_checkpoint_with_the_uninterrupted_losses(qat_r
     assert read_checkpoint(ckpt).model["graph.patch_embed.proj.weight"].equal(frozen)
 
 
+@pytest.mark.slow
 def test_qat_checkpoint_converts_to_int8_within_one_val_image_of_the_fake_quantized_model(
         qat_run, tmp_path):
     _, result, ckpt = qat_run

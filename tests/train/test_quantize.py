@@ -46,6 +46,7 @@ def static_export(fp32_checkpoint):
     return export_checkpoint(fp32_checkpoint, program, quantize="static", **QUICK), program
 
 
+@pytest.mark.slow
 def test_static_int8_keeps_val_top1_within_one_val_image_of_fp32(static_export):
     report, program = static_export
     assert report.output == str(program) and program.is_file()
@@ -56,6 +57,7 @@ def test_static_int8_keeps_val_top1_within_one_val_image_of_fp32(static_export):
     assert [row["batch"] for row in report.latency] == [2] and report.latency[0]["ratio"] > 0
 
 
+@pytest.mark.slow
 def test_static_int8_file_reloads_in_a_process_without_fastload_with_the_same_logits(
         static_export, tmp_path):
     from fastload.train.quantize import load_program
@@ -104,6 +106,7 @@ def test_layer_groups_are_the_patch_embedding_each_block_and_the_head():
     assert layer_groups(model) == ["patch_embed", *[f"blocks.{i}" for i in range(12)], "head"]
 
 
+@pytest.mark.slow
 def test_sensitivity_measures_the_top1_change_of_each_layer_group(fp32_checkpoint):
     base, costs = sensitivity(fp32_checkpoint, calibration_batches=1,
                               groups=["patch_embed", "blocks.0", "head"])
@@ -115,6 +118,7 @@ def test_sensitivity_measures_the_top1_change_of_each_layer_group(fp32_checkpoin
     assert all(c.loss_change != 0.0 for c in costs)  # int8 rounding moves every group's logits
 
 
+@pytest.mark.slow
 def test_export_cli_reports_static_int8_as_json(fp32_checkpoint, tmp_path, capsys):
     out = tmp_path / "cli.int8.pt2"
     args = ["export", str(fp32_checkpoint), "--quantize", "static", "--calibration-batches", "1",
