@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import colorsys
 import io
+import multiprocessing
 import os
 import pathlib
-from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFilter
@@ -341,13 +341,14 @@ def write_tree(out: str | os.PathLike, train: int, val: int, classes: int, seed:
                 if bar is not None:
                     bar.update(len(done))
         else:
-            # owned_child: a Ctrl-C reaches this process, which stops the pool, and no worker
-            # prints a traceback of its own
-            with ProcessPoolExecutor(max_workers=min(workers, len(jobs)),
-                                     initializer=owned_child) as pool:
-                with interrupts_held():  # map() starts the workers: none sees a Ctrl-C
-                    chunks = pool.map(_write_chunk, jobs)  # before owned_child ignores it
-                for done in chunks:
+            # owned_child: a Ctrl-C reaches this process, whose pool then terminates its
+            # workers (leaving the with block), and no worker prints a traceback of its own;
+            # the workers start with SIGINT held back until owned_child ignores it
+            with interrupts_held():
+                pool = multiprocessing.get_context().Pool(min(workers, len(jobs)),
+                                                          initializer=owned_child)
+            with pool:
+                for done in pool.imap(_write_chunk, jobs):
                     if bar is not None:
                         bar.update(len(done))
     finally:
