@@ -57,6 +57,13 @@ def owned_child() -> None:
             ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
         except (OSError, AttributeError):
             pass
+    # a parent that died before the line above (killed just after the fork) sends nothing:
+    # this child, reparented, ends now instead of waiting for work for ever
+    import multiprocessing
+
+    parent = multiprocessing.parent_process()
+    if parent is not None and os.getppid() != parent.pid:
+        os._exit(1)
 
 
 @contextlib.contextmanager

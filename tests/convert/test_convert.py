@@ -351,13 +351,15 @@ def test_convert_resumes_after_sigkill_identically(mixed_tree, mixed_reference, 
     dst = tmp_path / "db"
     for crash in crashes:
         env = {**os.environ, "FASTLOAD_TEST_CRASH": crash}
-        result = subprocess.run(_convert_cmd(mixed_tree, dst), env=env, capture_output=True)
+        result = subprocess.run(_convert_cmd(mixed_tree, dst), env=env, capture_output=True,
+                                timeout=300)
         assert result.returncode == -signal.SIGKILL, result.stderr.decode()
         assert (dst / PARTIAL_FILE).exists()
         with pytest.raises(ValueError, match="partial conversion"):
             LMDBReader(dst)
         assert _no_process_mentions(str(dst)), "pool workers outlived the killed converter"
-    result = subprocess.run(_convert_cmd(mixed_tree, dst), capture_output=True, text=True)
+    result = subprocess.run(_convert_cmd(mixed_tree, dst), capture_output=True, text=True,
+                            timeout=300)
     assert result.returncode == 0, result.stderr
     assert "stored 50 + skipped 3 = seen 53" in result.stdout and "resumed a partial" in result.stdout
     assert _dump(dst) == mixed_reference

@@ -159,6 +159,26 @@ def _smoke(python: pathlib.Path, venv: pathlib.Path, work: pathlib.Path, env: di
     assert result["labels"] == [0] * 5 + [1] * 5
 
 
+def _version_and_doctor(python: pathlib.Path, venv: pathlib.Path, work: pathlib.Path,
+                        env: dict) -> dict:
+    """``fastload --version`` and ``python -m fastload doctor --json`` from ``venv``: every
+    kernel loaded and the vendored libjpeg-turbo found; the doctor's report."""
+    done = _run([str(venv / "bin" / "fastload"), "--version"], work, env=env)
+    assert done.returncode == 0 and "(fastload-dali)" in done.stdout, done.stderr
+    done = _run([str(python), "-m", "fastload", "doctor", "--json"], work, env=env)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert all(k["loaded"] for k in report["kernels"]), report["kernels"]
+    assert "fastload_dali.libs" in report["libjpeg"] and report["libjpeg_turbo"]
+    return report
+
+
+def _fresh_venv(tmp_path: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path]:
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    return venv, venv / "bin" / "python"
+
+
 @pytest.mark.slow
 def test_the_wheel_installs_beside_the_pinned_dependencies_and_runs_outside_the_tree(
         dist, tmp_path):
@@ -168,45 +188,28 @@ def test_the_wheel_installs_beside_the_pinned_dependencies_and_runs_outside_the_
     import sysconfig
 
     (wheel,) = dist.glob("*.whl")
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
-    python = venv / "bin" / "python"
+    venv, python = _fresh_venv(tmp_path)
     done = _run([str(python), "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
                  str(wheel)], tmp_path, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     (site,) = (venv / "lib").glob("python3.*/site-packages")
     (site / "pinned-dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     work, env = _outside(tmp_path)
-    done = _run([str(venv / "bin" / "fastload"), "--version"], work, env=env)
-    assert done.returncode == 0 and "(fastload-dali)" in done.stdout, done.stderr
-    done = _run([str(python), "-m", "fastload", "doctor", "--json"], work, env=env)
-    assert done.returncode == 0, done.stderr
-    report = json.loads(done.stdout)
-    assert all(k["loaded"] for k in report["kernels"]), report["kernels"]
-    assert "fastload_dali.libs" in report["libjpeg"] and report["libjpeg_turbo"]
+    _version_and_doctor(python, venv, work, env)
     _smoke(python, venv, work, env, tmp_path)
 
 
 @pytest.mark.release
 def test_the_wheel_alone_installs_and_runs_from_outside_the_repository(dist, tmp_path):
     (wheel,) = dist.glob("*.whl")
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
-    python = venv / "bin" / "python"
+    venv, python = _fresh_venv(tmp_path)
     done = _run([str(python), "-m", "pip", "install", "--quiet", "-c", str(CONSTRAINTS),
                  str(wheel)], tmp_path, timeout=1800)
     if done.returncode != 0 and _index_unreachable(done.stdout + done.stderr):
         pytest.skip("the wheel's dependencies cannot be fetched: package index unreachable")
     assert done.returncode == 0, done.stderr[-3000:]
     work, env = _outside(tmp_path)
-
-    done = _run([str(venv / "bin" / "fastload"), "--version"], work, env=env)
-    assert done.returncode == 0 and "(fastload-dali)" in done.stdout, done.stderr
-    done = _run([str(python), "-m", "fastload", "doctor", "--json"], work, env=env)
-    assert done.returncode == 0, done.stderr
-    report = json.loads(done.stdout)
-    assert all(k["loaded"] for k in report["kernels"]), report["kernels"]
-    assert "fastload_dali.libs" in report["libjpeg"] and report["libjpeg_turbo"]
+    report = _version_and_doctor(python, venv, work, env)
     assert report["dali_distributions"] == ["nvidia-dali-cuda130"]
     assert report["fastload"] and report["versions"]["nvidia-dali"]
     _smoke(python, venv, work, env, tmp_path)
