@@ -205,9 +205,15 @@ class EpochIterator:
         """The oldest batch's outcome, in order (pulling batches ahead for the maker); at the
         end, finish the epoch and raise StopIteration, or the maker's own failure."""
         maker = self._maker
-        if maker.threaded:
-            self._start_making()
-        outcome = maker.next_outcome()
+        while True:
+            if maker.threaded:
+                self._start_making()
+            outcome = maker.next_outcome()
+            if outcome is not None:
+                break
+            # the maker made every batch pulled so far while this count says some are
+            # ahead (a batch can end in no outcome of its own): pull again, never wait
+            self._pulled_ahead = 0
         if not isinstance(outcome, End):
             if maker.threaded:
                 self._pulled_ahead -= outcome.pulled
@@ -288,6 +294,7 @@ class Maker:
         self._finished = False
         self._failure: BaseException | None = None
         self._thread: threading.Thread | None = None
+        self._idle = False  # the maker thread waits for a pulled batch
 
     @property
     def decoder(self) -> Any:
@@ -310,13 +317,16 @@ class Maker:
             at_interpreter_exit(_stop_running_makers)
             self._thread.start()
 
-    def next_outcome(self) -> Outcome | End:
-        """The oldest outcome not yet handed out: waited for (threaded), or made now."""
+    def next_outcome(self) -> Outcome | End | None:
+        """The oldest outcome not yet handed out: waited for (threaded), or made now; None
+        when the maker thread has made every pulled batch and waits for the caller to pull."""
         if not self.threaded:
             outcome = self._work.make_one(self._pull)
             return End() if outcome is None else outcome
         with self._cond:
             while not self._outcomes and not self._finished:
+                if self._idle and not self._pulled:
+                    return None  # every pulled batch is made: the caller pulls more
                 self._cond.wait()
             if self._outcomes:  # what was made before a failure is handed out first
                 return self._outcomes.popleft()
@@ -394,6 +404,9 @@ class Maker:
     def _wait_for_work(self) -> bool:
         """Block until the caller pulled a batch or the maker is stopped; whether to go on."""
         with self._cond:
+            self._idle = True
+            self._cond.notify_all()  # a caller waiting for an outcome pulls instead
             while not self._pulled and not self._closed:
                 self._cond.wait()
+            self._idle = False
             return not self._closed
