@@ -44,7 +44,10 @@ def test_resume_mid_epoch_in_new_process_matches_uninterrupted_losses(two_epoch_
     # tests in it set) is not a new process's, and the contract is about new processes.
     uninterrupted = run_cli(tmp_path / "full.jsonl")
     full_steps = {r["step"]: r["loss"] for r in uninterrupted if r["event"] == "step"}
-    assert [r["loss"] for r in steps] == [full_steps[5], full_steps[6]]
+    # the same batches in the same order; the float sums may differ in the last bits where
+    # the BLAS library picks its thread count by the machine's load (MKL_DYNAMIC)
+    assert [r["loss"] for r in steps] == pytest.approx([full_steps[5], full_steps[6]],
+                                                       rel=1e-5, abs=1e-6)
     assert abs(full_steps[5] - full.losses[9]) < 1e-4  # and it is this process's run
     assert records[3]["images"] == 32 and records[-1]["val_top1"] == uninterrupted[-1]["val_top1"]
     assert load_checkpoint(ckpt)["step"] == 6
