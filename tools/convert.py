@@ -74,7 +74,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         help="with --shards/--shard-size: convert each shard as a task of this "
                              "engine (retried after a lost worker; the manifest is written "
                              "here once every shard is checked); DST a folder every worker "
-                             "sees. Default: this machine's processes")
+                             "sees, or a URL every worker can write. Default: this "
+                             "machine's processes")
     parser.add_argument("--engine-address", default=None, metavar="ADDR",
                         help="with --engine: the cluster to join (a Ray address, default "
                              "$RAY_ADDRESS; a Dask scheduler address; a Spark master URL when "

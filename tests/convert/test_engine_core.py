@@ -10,12 +10,8 @@ import random
 
 import pytest
 
-from fastload.data.convert.engine import (
-    ShardBusy,
-    finish_shards,
-    plan_shard_jobs,
-    run_shard,
-)
+from fastload.data.convert.engine import ShardBusy, plan_shard_jobs, run_shard
+from fastload.data.convert.engine_run import finish_shards
 from fastload.data.convert.folder import ConvertError, convert_folder
 from fastload.data.convert.plan import plan_conversion
 from fastload.data.sets.manifest import MANIFEST_FILE, shard_name
@@ -123,7 +119,5 @@ def test_engine_options_are_checked_before_the_source_is_read(tmp_path):
     with pytest.raises(ValueError, match="drop shard_index=1"):
         convert_folder(tmp_path / "nothing", tmp_path / "dst", shards=2, shard_index=1,
                        engine="dask")
-    with pytest.raises(ValueError, match="not to the URL"):
-        convert_folder(tmp_path / "nothing", "s3://bucket/set", shards=2, engine="spark")
     with pytest.raises(ValueError, match="engine should be one of"):
         convert_folder(tmp_path / "nothing", tmp_path / "dst", shards=2, engine="flink")

@@ -109,3 +109,86 @@ def test_the_same_command_after_the_driver_is_killed_finishes_the_set(
                             engine="ray")
     assert report.manifest["count"] == 24
     same_set(dst, serial)
+
+
+# The same on a URL destination: the real S3 server of the remote tests (SeaweedFS). The
+# driver passes the server's storage options, which travel with each task to its worker.
+
+@pytest.fixture()
+def s3_dst(s3_server, s3_env, tmp_path):
+    """``(url_of(name), storage options, staging folder, download(url))``."""
+    from seaweed import ACCESS_KEY, BUCKET, SECRET_KEY, client
+
+    options = {"endpoint_url": s3_server.endpoint, "key": ACCESS_KEY, "secret": SECRET_KEY}
+
+    def download(url):
+        folder = tmp_path / "down" / url.rsplit("/", 1)[-1]
+        client(s3_server).get(url.removeprefix("s3://") + "/", str(folder), recursive=True)
+        return folder
+
+    return (lambda name: f"s3://{BUCKET}/ray/{name}"), options, tmp_path / "staging", download
+
+
+@pytest.mark.slow
+def test_ray_uploads_the_serial_set_to_s3(ray_cluster, engine_source, serial_engine_set,
+                                          same_set, s3_dst):
+    url_of, options, staging, download = s3_dst
+    url = url_of("full.set")
+    report = convert_folder(engine_source, url, shards=4, progress=False, engine="ray",
+                            storage_options=options, staging=staging)
+    assert report.summary() == "stored 24 + skipped 0 = seen 24"
+    same_set(download(url), serial_engine_set)
+    assert verify_set(url, full=True, storage_options=options).ok
+
+
+@pytest.mark.slow
+def test_a_task_sigkilled_mid_shard_on_s3_is_retried_into_the_serial_set(
+        ray_cluster, slow_engine_source, same_set, s3_dst):
+    import threading
+
+    url_of, options, staging, download = s3_dst
+    src, serial = slow_engine_source
+    url = url_of("killed.set")
+    killed = []
+
+    def kill_shard_3() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not killed:
+            proc = _attempt_writer(staging, shard_name(3, 4))
+            if proc is not None:
+                proc.send_signal(signal.SIGKILL)
+                killed.append(proc.pid)
+            time.sleep(0.01)
+
+    killer = threading.Thread(target=kill_shard_3)
+    killer.start()
+    report = convert_folder(src, url, shards=4, progress=False, max_side=64, commit_every=1,
+                            engine="ray", storage_options=options, staging=staging)
+    killer.join()
+    assert killed, "shard 3's worker was never seen writing"
+    assert report.manifest["num_shards"] == 4
+    same_set(download(url), serial)  # exactly the 4 shards, no partial, the same manifest
+    assert not list(staging.glob(".attempt-*"))
+
+
+@pytest.mark.slow
+def test_the_same_call_after_the_driver_is_killed_finishes_the_set_on_s3(
+        ray_cluster, slow_engine_source, same_set, s3_dst):
+    url_of, options, staging, download = s3_dst
+    src, serial = slow_engine_source
+    url = url_of("driver.set")
+    call = (f"from fastload.data.convert.folder import convert_folder; "
+            f"convert_folder({str(src)!r}, {url!r}, shards=4, progress=False, max_side=64, "
+            f"commit_every=1, engine='ray', engine_address={ray_cluster!r}, "
+            f"storage_options={options!r}, staging={str(staging)!r})")
+    driver = subprocess.Popen([sys.executable, "-c", call], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not any(staging.glob(".attempt-shard-00003*")):
+        time.sleep(0.01)
+    os.kill(driver.pid, signal.SIGKILL)
+    driver.wait(timeout=60)
+    report = convert_folder(src, url, shards=4, progress=False, max_side=64, commit_every=1,
+                            engine="ray", storage_options=options, staging=staging)
+    assert report.manifest["count"] == 24
+    same_set(download(url), serial)

@@ -30,7 +30,7 @@ conversion, a full disk), so an engine that retries whatever a task raises (Dask
 retries exactly what Ray's ``retry_exceptions=[ShardBusy]`` does. An unreadable image is
 no error: it is skipped and listed in the shard's ``errors.json``, as without an engine.
 
-The driver then **finishes** (:func:`finish_shards`): it checks every shard of the plan
+The driver then **finishes** (:func:`fastload.data.convert.engine_run.finish_shards`): it checks every shard of the plan
 against its identity whatever results came back (a lost or duplicated result changes
 nothing: the report is read from the shards' own sidecars), removes the attempt folders
 of finished shards, and writes the labels and manifest last
@@ -42,20 +42,16 @@ call again keeps the finished shards and converts the rest.
 from __future__ import annotations
 
 import errno
-import json
 import os
 import shutil
-import sys
 import threading
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fastload.data.convert.database import ConvertError, ConvertReport, convert_one, is_complete
+from fastload.data.convert.database import ConvertError, convert_one, is_complete
 from fastload.data.convert.destination import prepare_destination
 from fastload.data.convert.dst_lock import lock_destination, set_lock, unlock_destination
-from fastload.data.convert.image_check import KEPT
 from fastload.data.convert.plan import ConversionPlan
 from fastload.data.convert.shards import (
     check_set_folder,
@@ -65,12 +61,12 @@ from fastload.data.convert.shards import (
     remove_shard,
 )
 from fastload.data.format.atomic import sync_directory
-from fastload.data.format.constants import ERRORS_FILE, META_FILE
-from fastload.data.sets.manifest import LOCK_FILE, complete_manifest, shard_bounds, shard_name
+from fastload.data.sets.manifest import LOCK_FILE, shard_bounds, shard_name
 
-__all__ = ["ATTEMPT_PREFIX", "DEFAULT_RETRIES", "ShardBusy", "ShardJob", "ShardPlan",
-           "ShardResult", "convert_on_engine", "convert_shard", "failed_result",
-           "finish_shards", "plan_shard_jobs", "require_engine", "run_shard"]
+__all__ = ["ATTEMPT_PREFIX", "CONVERTED", "DEFAULT_RETRIES", "DONE", "FAILED", "ShardBusy",
+           "ShardJob", "ShardPlan", "ShardResult", "attempt_folders", "claim_attempt",
+           "convert_shard", "failed_result", "plan_shard_jobs", "remove_abandoned",
+           "require_engine", "run_shard"]
 
 ATTEMPT_PREFIX = ".attempt-"  # DST/.attempt-shard-00001-of-00008-<uuid>: one task's folder
 DEFAULT_RETRIES = 3  # an engine's retries of a shard task (lost worker, ShardBusy)
@@ -97,6 +93,11 @@ class ShardJob:
     def name(self) -> str:
         return shard_name(self.index, self.count)
 
+    def convert(self) -> ShardResult:
+        """Convert this shard (:func:`convert_shard`); a job of another destination kind
+        overrides it (:class:`fastload.data.remote.engine_tasks.UrlShardJob`)."""
+        return convert_shard(self)
+
 
 @dataclass(frozen=True)
 class ShardResult:
@@ -113,15 +114,18 @@ class ShardResult:
 
 @dataclass
 class ShardPlan:
-    """The driver's plan: every shard's identity, the jobs of the unfinished ones."""
+    """The driver's plan: every shard's identity, the jobs of the unfinished ones.
+    ``dst_path`` is the set's folder, or None when ``location`` (a URL) holds the set."""
 
-    dst_path: Path
+    dst_path: Path | None
     count: int
     bounds: list[tuple[int, int]]
     identities: list[dict]
     jobs: list[ShardJob]
     finished_before: list[int] = field(default_factory=list)
     classes: list[str] = field(default_factory=list)
+    location: object | None = None
+    identity: dict = field(default_factory=dict)  # the set's (the shards' add their range)
 
 
 def plan_shard_jobs(plan: ConversionPlan, *, overwrite: bool = False,
@@ -144,7 +148,7 @@ def plan_shard_jobs(plan: ConversionPlan, *, overwrite: bool = False,
             for k in range(count):
                 if (dst / shard_name(k, count)).is_dir():
                     remove_shard(dst / shard_name(k, count))
-            for folder in _attempt_folders(dst):
+            for folder in attempt_folders(dst):
                 shutil.rmtree(folder, ignore_errors=True)
         for k, (begin, stop) in enumerate(bounds):
             if finished_shard(dst / shard_name(k, count), identities[k], stop - begin):
@@ -154,10 +158,12 @@ def plan_shard_jobs(plan: ConversionPlan, *, overwrite: bool = False,
             jobs.append(ShardJob(str(dst), k, count, samples[begin:stop], identities[k],
                                  share, run))
     return ShardPlan(dst_path=dst, count=count, bounds=bounds, identities=identities,
-                     jobs=jobs, finished_before=finished, classes=list(plan.source.classes))
+                     jobs=jobs, finished_before=finished, classes=list(plan.source.classes),
+                     identity=plan.identity)
 
 
-def _attempt_folders(dst: Path, name: str = "shard-") -> list[Path]:
+def attempt_folders(dst: Path, name: str = "shard-") -> list[Path]:
+    """The attempt folders in ``dst`` of shards whose names start with ``name``."""
     prefix = f"{ATTEMPT_PREFIX}{name}"
     try:
         return sorted(Path(e.path) for e in os.scandir(dst)
@@ -172,10 +178,11 @@ _ACTIVE_LOCK = threading.Lock()
 
 
 def run_shard(job: ShardJob) -> ShardResult:
-    """The task an engine runs: :func:`convert_shard`, with every error but
-    :class:`ShardBusy` returned as a ``"failed"`` result (the retry rule)."""
+    """The task an engine runs: ``job.convert()`` (:func:`convert_shard` for a folder),
+    with every error but :class:`ShardBusy` returned as a ``"failed"`` result (the retry
+    rule)."""
     try:
-        return convert_shard(job)
+        return job.convert()
     except ShardBusy:
         raise
     except Exception as exc:  # not retried: reported by the driver
@@ -205,7 +212,7 @@ def convert_shard(job: ShardJob) -> ShardResult:
     try:
         if final.exists():  # a partial written in place by a conversion without an engine
             return _convert_in_place(job, final, files)
-        folder, progress = _claim_attempt(job, dst, files)
+        folder, progress = claim_attempt(job, dst, files)
         resumed = 0
         if progress is not None:
             report = convert_one(job.samples, folder, job.identity, job.total_bytes, False,
@@ -239,12 +246,12 @@ def _convert_in_place(job: ShardJob, final: Path, files: int) -> ShardResult:
                        resumed_from=report.resumed_from if report.resumed else 0)
 
 
-def _claim_attempt(job: ShardJob, dst: Path, files: int) -> tuple[Path, dict | None]:
-    """A locked attempt folder and its progress (None: it is finished, to publish): an
+def claim_attempt(job: ShardJob, dst: Path, files: int) -> tuple[Path, dict | None]:
+    """A locked attempt folder of ``job`` in ``dst`` and its progress (None: it is finished, to publish): an
     abandoned attempt's folder when there is one (its writer died: resume it), else a new
     one. An attempt folder locked by a live writer raises :class:`ShardBusy`."""
     busy = None
-    for folder in _attempt_folders(dst, f"{job.name}-"):
+    for folder in attempt_folders(dst, f"{job.name}-"):
         try:
             lock_destination(folder)
         except FileExistsError:
@@ -287,65 +294,7 @@ def _publish(job: ShardJob, folder: Path, final: Path, files: int,
     return ShardResult(job.index, CONVERTED, resumed_from=resumed)
 
 
-# Exceptions a failed result is raised as again on the driver (others: ConvertError).
-_RAISED_AS = {cls.__name__: cls for cls in (
-    ConvertError, ValueError, OSError, FileExistsError, FileNotFoundError, PermissionError,
-    ShardBusy)}
-
-
-def finish_shards(plan: ShardPlan, results: list[ShardResult]) -> ConvertReport:
-    """Check every shard of ``plan``, remove finished shards' attempt folders, write the
-    labels and manifest; the report of the shards converted in this run, read from their
-    sidecars. A shard that did not finish raises the error its task reported (or a
-    :class:`ConvertError` saying the set is resumable); the set then has no manifest."""
-    dst, count = plan.dst_path, plan.count
-    unfinished = [k for k, (begin, stop) in enumerate(plan.bounds)
-                  if not finished_shard(dst / shard_name(k, count), plan.identities[k],
-                                        stop - begin)]
-    for k in set(range(count)) - set(unfinished):
-        for folder in _attempt_folders(dst, f"{shard_name(k, count)}-"):
-            _remove_abandoned(folder)
-    if unfinished:
-        failures = {r.index: r for r in results if r.state == FAILED and r.index in unfinished}
-        names = ", ".join(shard_name(k, count) for k in unfinished[:3]) + \
-            (", ..." if len(unfinished) > 3 else "")
-        if failures:
-            first = failures[min(failures)]
-            cls = _RAISED_AS.get(first.error_type, ConvertError)
-            message = first.error if cls is not ConvertError or first.error_type == \
-                "ConvertError" else f"{first.error_type}: {first.error}"
-            raise cls(f"{message} ({len(unfinished)} of {count} shards unfinished: {names})")
-        raise ConvertError(f"{len(unfinished)} of {count} shards did not finish ({names}); "
-                           "rerun the same command to convert them (finished shards are kept)")
-    manifest = complete_manifest(dst, count)
-    total = ConvertReport(path=dst, stored=0, skipped=0, seen=0,
-                          finished_shards=list(plan.finished_before),
-                          classes=list(plan.classes))
-    resumed = {r.index: r.resumed_from for r in results if r.state == CONVERTED and
-               r.resumed_from}
-    for k in range(count):
-        if k in plan.finished_before:
-            continue
-        begin = plan.bounds[k][0]
-        folder = dst / shard_name(k, count)
-        with open(folder / META_FILE, encoding="utf-8") as handle:
-            meta = json.load(handle)
-        with open(folder / ERRORS_FILE, encoding="utf-8") as handle:
-            errors = json.load(handle).get("skipped", [])
-        kept = int((meta.get("counts") or {}).get(KEPT, 0))
-        total.stored += int(meta["count"])
-        total.skipped += int(meta["skipped"])
-        total.seen += int(meta["seen"])
-        total.kept += kept
-        total.reencoded += int(meta["count"]) - kept
-        total.errors += [{**e, "index": e["index"] + begin} for e in errors]
-        if k in resumed and not total.resumed:
-            total.resumed, total.resumed_from = True, begin + resumed[k]
-    total.manifest = manifest
-    return total
-
-
-def _remove_abandoned(folder: Path) -> None:
+def remove_abandoned(folder: Path) -> None:
     """Remove an attempt folder no live writer holds (a late duplicate keeps its own)."""
     try:
         lock_destination(folder)
@@ -365,53 +314,3 @@ def require_engine(module: str, extra: str):
         raise ImportError(f"engine={extra!r} needs {module.split('.')[0]}, which is not "
                           f"installed here ({exc}); pip install 'fastload-dali[{extra}]' "
                           "(and the same on every worker)") from None
-
-
-RunJobs = Callable[..., None]  # run_jobs(jobs, on_result, *, address, retries, cpus)
-
-
-def convert_on_engine(plan: ConversionPlan, run_jobs: RunJobs, address: str | None = None,
-                      *, overwrite: bool = False, workers: int | None = None,
-                      retries: int = DEFAULT_RETRIES) -> ConvertReport:
-    """Plan, run every shard job through ``run_jobs`` (an engine adapter of
-    :mod:`fastload.data.convert.engines`), finish. Progress as shards finish goes to
-    stderr when ``plan.run`` says progress (a bar on a terminal, a line per shard
-    otherwise). Ctrl-C reaches the adapter, which cancels its tasks; the set stays
-    resumable."""
-    shard_plan = plan_shard_jobs(plan, overwrite=overwrite, workers=workers)
-    results: list[ShardResult] = []
-    progress = _Progress(len(shard_plan.jobs), plan.run[6])
-    try:
-        if shard_plan.jobs:
-            run_jobs(shard_plan.jobs, lambda result: (results.append(result),
-                                                      progress(result)),
-                     address=address, retries=retries, cpus=workers or 1)
-    finally:
-        progress.close()
-    return finish_shards(shard_plan, results)
-
-
-class _Progress:
-    """Shards as they finish: a tqdm bar on a terminal, else one line each (stderr)."""
-
-    def __init__(self, total: int, enabled: bool) -> None:
-        self.total, self.done, self.bar, self.enabled = total, 0, None, enabled and total
-        if self.enabled and sys.stderr.isatty():
-            from tqdm import tqdm
-
-            self.bar = tqdm(total=total, unit="shard", desc="convert", dynamic_ncols=True)
-
-    def __call__(self, result: ShardResult) -> None:
-        if not self.enabled:
-            return
-        self.done += 1
-        if self.bar is not None:
-            self.bar.update(1)
-            return
-        what = f"failed: {result.error}" if result.state == FAILED else result.state
-        print(f"fastload convert: shard {result.index} {what} ({self.done}/{self.total})",
-              file=sys.stderr, flush=True)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()

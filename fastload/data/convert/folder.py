@@ -32,7 +32,6 @@ def check_engine_options(engine: str | None, engine_address: str | None, dst, *,
                          shard_size_mb: float | None) -> None:
     """Raise ``ValueError`` naming the first ``engine`` option that does not fit the others
     (checked before the source is listed)."""
-    from fastload.data.remote.url import is_url
 
     if engine is None:
         if engine_address is not None:
@@ -47,10 +46,6 @@ def check_engine_options(engine: str | None, engine_address: str | None, dst, *,
     if shard_index is not None:
         raise ValueError(f"engine={engine!r} converts every shard of the set; drop "
                          f"shard_index={shard_index!r}")
-    if is_url(dst):
-        raise ValueError(f"engine={engine!r} writes to a local or shared folder only, not to "
-                         f"the URL {os.fsdecode(dst)!r}: convert to a shared folder, or "
-                         "without an engine (that uploads as it converts)")
 
 
 def convert_folder(
@@ -132,8 +127,9 @@ def convert_folder(
         staging: when ``dst`` is a URL, the local folder shards are written in before they
             are uploaded (default: ``staging/`` of the shard cache, ``$FASTLOAD_CACHE``).
         engine: run the shards as tasks of an engine, ``"ray"``, ``"dask"`` or
-            ``"spark"`` (with ``shards`` or ``shard_size_mb``, a local ``dst``; see
-            :mod:`fastload.data.convert.engine`): one task per shard, retried by the
+            ``"spark"`` (with ``shards`` or ``shard_size_mb``; a folder every worker sees,
+            or a URL: see :mod:`fastload.data.convert.engine` and
+            :mod:`fastload.data.remote.engine_tasks`): one task per shard, retried by the
             engine after a lost worker, the manifest written here once every shard is
             checked. The set equals the one converted without an engine.
         engine_address: the cluster to join: a Ray address (else ``RAY_ADDRESS``, else
@@ -168,8 +164,14 @@ def convert_folder(
     source, identity, total_bytes = plan.source, plan.identity, plan.total_bytes
     dst_path, where, remote, shards, run = (plan.dst_path, plan.location, plan.remote,
                                             plan.shards, plan.run)
-    if engine is not None:
-        from fastload.data.convert.engine import convert_on_engine
+    if engine is not None and remote:
+        from fastload.data.convert.engines import runner
+        from fastload.data.remote.engine_tasks import convert_url_on_engine
+
+        report = convert_url_on_engine(plan, runner(engine), engine_address,
+                                       overwrite=overwrite, workers=workers)
+    elif engine is not None:
+        from fastload.data.convert.engine_run import convert_on_engine
         from fastload.data.convert.engines import runner
 
         report = convert_on_engine(plan, runner(engine), engine_address, overwrite=overwrite,

@@ -79,8 +79,9 @@ class ConversionPlan:
 
     ``run`` is the writer loop's settings ``(workers, max_side, quality, check, composite,
     strict, progress, commit_every)``; ``dst_path`` the local destination (None for a
-    URL, then ``location`` is the :class:`~fastload.data.remote.url.RemoteLocation`);
-    ``shards`` the shard count (None: one database)."""
+    URL, then ``location`` is the :class:`~fastload.data.remote.url.RemoteLocation` and
+    ``staging`` the local folder shards are written in before they are uploaded, None for
+    the cache's); ``shards`` the shard count (None: one database)."""
 
     source: SourceList
     identity: dict
@@ -90,6 +91,7 @@ class ConversionPlan:
     location: object | None
     shards: int | None
     run: tuple
+    staging: Path | None = None
 
     @property
     def remote(self) -> bool:
@@ -167,4 +169,5 @@ def plan_conversion(
                              f"shard_index={shard_index!r}")
     return ConversionPlan(source=source, identity=identity, total_bytes=total_bytes,
                           src_path=src_path, dst_path=dst_path,
-                          location=where if remote else None, shards=shards, run=run)
+                          location=where if remote else None, shards=shards, run=run,
+                          staging=Path(os.path.abspath(staging)) if staging is not None else None)

@@ -60,7 +60,8 @@ from fastload.data.sets.manifest import (
     shard_name,
 )
 
-__all__ = ["convert_to_url", "default_staging"]
+__all__ = ["claim_url_set", "complete_url_set", "convert_to_url", "default_staging",
+           "shard_uploaded", "upload_shard"]
 
 _SHARD_DIR = re.compile(r"shard-(\d{5,})-of-(\d{5,})")
 UPLOAD_ORDER = (DATA_FILE, CHECKSUM_FILE, LABELS_FILE, ERRORS_FILE, META_FILE)  # sidecar last
@@ -144,7 +145,7 @@ def convert_to_url(samples, location: RemoteLocation, identity: dict, total_byte
     staging = Path(os.path.abspath(staging)) if staging is not None else \
         default_staging(location)
     staging.mkdir(parents=True, exist_ok=True)
-    _claim(location, shards, overwrite)
+    claim_url_set(location, shards, overwrite)
     bounds = shard_bounds(len(samples), shards)
     total = ConvertReport(path=location.url, stored=0, skipped=0, seen=0)  # type: ignore[arg-type]
     intact: set[int] = set()
@@ -157,7 +158,7 @@ def convert_to_url(samples, location: RemoteLocation, identity: dict, total_byte
             shard_identity = identity_of_shard(identity, k, shards, bounds)
             files = bounds[k][1] - bounds[k][0]
             listed = fetch.listing(remote)
-            if not overwrite and _uploaded(remote, shard_identity, files, staged, listed):
+            if not overwrite and shard_uploaded(remote, shard_identity, files, staged, listed):
                 total.finished_shards.append(k)
                 intact.add(k)
                 continue
@@ -174,7 +175,7 @@ def convert_to_url(samples, location: RemoteLocation, identity: dict, total_byte
     finally:
         uploads.close()
     intact.update(kept)
-    total.manifest = _complete(location, staging, shards, identity, bounds, intact, kept)
+    total.manifest = complete_url_set(location, staging, shards, identity, bounds, intact, kept)
     return total
 
 
@@ -182,7 +183,7 @@ def _upload_and_remove(k: int, staged: Path, remote: RemoteLocation, sidecar_the
                        kept: dict[int, _Sidecars]) -> None:
     """The upload thread's work for shard ``k``: upload it, keep its sidecars in
     ``kept``, then remove its staged folder (renamed out of the set's names first)."""
-    _upload_shard(staged, remote, sidecar_there)
+    upload_shard(staged, remote, sidecar_there)
     kept[k] = _Sidecars(staged, in_memory=True)
     gone = staged.with_name(f".uploaded-{staged.name}")
     shutil.rmtree(gone, ignore_errors=True)
@@ -190,7 +191,7 @@ def _upload_and_remove(k: int, staged: Path, remote: RemoteLocation, sidecar_the
     shutil.rmtree(gone)
 
 
-def _claim(location: RemoteLocation, shards: int, overwrite: bool) -> None:
+def claim_url_set(location: RemoteLocation, shards: int, overwrite: bool) -> None:
     """Refuse a URL holding a finished set or shards of another count (unless
     ``overwrite``, which removes them, and the manifest, first)."""
     files = fetch.listing(location)
@@ -215,11 +216,12 @@ def _claim(location: RemoteLocation, shards: int, overwrite: bool) -> None:
                 fetch.remove(location.child(name))
 
 
-def _uploaded(remote: RemoteLocation, identity: dict, files: int, staged: Path,
-              listed: dict[str, int] | None = None) -> bool:
+def shard_uploaded(remote: RemoteLocation, identity: dict, files: int, staged: Path | None,
+                   listed: dict[str, int] | None = None) -> bool:
     """True when ``remote`` holds this conversion's shard intact (module docstring); a
-    finished remote shard of another conversion is refused. ``listed``: ``remote``'s
-    listing when the caller just made it."""
+    finished remote shard of another conversion is refused. ``staged``: the local copy
+    it must match when that folder holds one (None: no such check); ``listed``:
+    ``remote``'s listing when the caller just made it."""
     if listed is None:
         listed = fetch.listing(remote)
     if any(name not in listed for name in (META_FILE, DATA_FILE, CHECKSUM_FILE, LABELS_FILE)):
@@ -245,7 +247,7 @@ def _uploaded(remote: RemoteLocation, identity: dict, files: int, staged: Path,
     lmdb = meta_from_head(fetch.read_head(remote.child(DATA_FILE), HEAD_BYTES))
     if lmdb is None or lmdb.entries != count or listed[DATA_FILE] < lmdb.needed_bytes:
         return False
-    if (staged / META_FILE).is_file():  # the staged copy: the same sizes and checksum file
+    if staged is not None and (staged / META_FILE).is_file():  # the staged copy: the same sizes and checksum file
         for name in (DATA_FILE, CHECKSUM_FILE, LABELS_FILE):
             if (staged / name).stat().st_size != listed[name]:
                 return False
@@ -255,7 +257,7 @@ def _uploaded(remote: RemoteLocation, identity: dict, files: int, staged: Path,
     return True
 
 
-def _upload_shard(staged: Path, remote: RemoteLocation, sidecar_there: bool = True) -> None:
+def upload_shard(staged: Path, remote: RemoteLocation, sidecar_there: bool = True) -> None:
     """Upload a finished staged shard: its sidecar removed first (when ``sidecar_there``:
     the listing just made showed one), its other files together, the sidecar last once
     they are all there at their sizes. Each request holds :data:`FORK_LOCK` (this runs
@@ -270,14 +272,14 @@ def _upload_shard(staged: Path, remote: RemoteLocation, sidecar_there: bool = Tr
         fetch.upload(staged / META_FILE, remote.child(META_FILE))
 
 
-def _complete(location: RemoteLocation, staging: Path, shards: int, identity: dict,
+def complete_url_set(location: RemoteLocation, staging: Path, shards: int, identity: dict,
               bounds: list[tuple[int, int]], intact: set[int],
               kept: dict[int, _Sidecars]) -> dict | None:
     """Upload the set's labels and manifest when every shard is uploaded (checked for the
     ones this call did not handle); None while some are not. ``kept``: the sidecars of the
     shards this call uploaded (the others' are fetched)."""
     for k in range(shards):
-        if k not in intact and not _uploaded(
+        if k not in intact and not shard_uploaded(
                 location.child(shard_name(k, shards)),
                 identity_of_shard(identity, k, shards, bounds),
                 bounds[k][1] - bounds[k][0], staging / shard_name(k, shards)):

@@ -1,0 +1,131 @@
+"""The engine core with a URL destination, on a real S3 server (SeaweedFS), without an
+engine: shard jobs run in any order, any number of times, at once, or killed and run again
+upload the set the serial conversion makes; a finished shard is never written again."""
+
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing
+import os
+import random
+import signal
+import time
+
+import pytest
+from seaweed import ACCESS_KEY, BUCKET, SECRET_KEY, client
+
+from fastload.data.convert.engine import ShardBusy, run_shard
+from fastload.data.convert.plan import plan_conversion
+from fastload.data.remote.engine_tasks import finish_url_shards, plan_url_shard_jobs
+from fastload.data.sets.manifest import MANIFEST_FILE
+
+
+@pytest.fixture()
+def storage_options(s3_server, s3_env) -> dict:
+    """What a cluster's driver passes so that every worker reaches the server (and a
+    fresh shard cache for this test)."""
+    return {"endpoint_url": s3_server.endpoint, "key": ACCESS_KEY, "secret": SECRET_KEY}
+
+
+def url_plan(src, url, storage_options, **options):
+    options = {"shards": 4, "workers": 1, "progress": False, **options}
+    return plan_url_shard_jobs(plan_conversion(src, url, storage_options=storage_options,
+                                               **options))
+
+
+def download(s3_server, url: str, folder):
+    """The set at ``url`` as a local folder (what ``aws s3 sync`` would give)."""
+    client(s3_server).get(url.removeprefix("s3://") + "/", str(folder), recursive=True)
+    return folder
+
+
+def objects(s3_server, url: str) -> dict:
+    """Every object under ``url`` with its ETag and modification time."""
+    found = client(s3_server).find(url.removeprefix("s3://"), detail=True)
+    return {key: (info.get("ETag"), info.get("LastModified")) for key, info in found.items()}
+
+
+def test_url_jobs_run_twice_shuffled_with_a_lost_result_upload_the_serial_set(
+        s3_server, storage_options, engine_source, serial_engine_set, same_set, tmp_path):
+    url = f"s3://{BUCKET}/engine/twice.set"
+    plan = url_plan(engine_source, url, storage_options, staging=tmp_path / "staging")
+    jobs = list(plan.jobs)
+    random.Random(0).shuffle(jobs)
+    first = [run_shard(job) for job in jobs]
+    second = [run_shard(job) for job in reversed(jobs)]
+    assert {r.state for r in first} == {"converted"}
+    assert {r.state for r in second} == {"done"}
+    report = finish_url_shards(plan, first[1:] + [first[2]])  # one lost, one duplicated
+    assert report.summary() == "stored 24 + skipped 0 = seen 24"
+    assert report.manifest["num_shards"] == 4
+    same_set(download(s3_server, url, tmp_path / "down"), serial_engine_set)
+    assert not list((tmp_path / "staging").iterdir())  # every attempt folder removed
+
+
+def test_a_url_job_resubmitted_after_the_end_rewrites_nothing(
+        s3_server, storage_options, engine_source, tmp_path):
+    url = f"s3://{BUCKET}/engine/resubmitted.set"
+    plan = url_plan(engine_source, url, storage_options)
+    finish_url_shards(plan, [run_shard(job) for job in plan.jobs])
+    before = objects(s3_server, url)
+    time.sleep(1.1)  # S3 times have whole seconds: a rewrite would show
+    assert run_shard(plan.jobs[1]).state == "done"
+    assert objects(s3_server, url) == before
+
+
+def _attempt(job, start):
+    start.wait()
+    try:
+        return run_shard(job).state
+    except ShardBusy:
+        return "busy"
+
+
+def test_two_url_attempts_of_one_shard_at_once_leave_one_valid_shard(
+        s3_server, storage_options, engine_source, serial_engine_set, same_set, tmp_path):
+    url = f"s3://{BUCKET}/engine/raced.set"
+    plan = url_plan(engine_source, url, storage_options)
+    # two machines: each attempt stages in its own folder, both upload
+    twins = [dataclasses.replace(plan.jobs[0], staging=str(tmp_path / f"machine{i}"))
+             for i in range(2)]
+    context = multiprocessing.get_context("spawn")
+    with context.Manager() as manager:
+        start = manager.Event()
+        with context.Pool(2) as pool:
+            both = [pool.apply_async(_attempt, (job, start)) for job in twins]
+            start.set()
+            states = sorted(r.get(timeout=120) for r in both)
+    assert states.count("converted") >= 1 and set(states) <= {"converted", "done", "busy"}
+    report = finish_url_shards(plan, [run_shard(job) for job in plan.jobs])
+    assert report.manifest["count"] == 24
+    same_set(download(s3_server, url, tmp_path / "down"), serial_engine_set)
+
+
+def _convert_in_child(job):
+    run_shard(job)
+
+
+@pytest.mark.slow
+def test_a_url_task_killed_mid_shard_is_resumed_by_the_next_attempt(
+        s3_server, storage_options, slow_engine_source, same_set, tmp_path):
+    src, serial = slow_engine_source
+    url = f"s3://{BUCKET}/engine/killed.set"
+    staging = tmp_path / "staging"
+    plan = url_plan(src, url, storage_options, max_side=64, commit_every=1, staging=staging)
+    job = plan.jobs[3]  # large PNGs: slow enough to be killed mid-shard
+    child = multiprocessing.get_context("spawn").Process(target=_convert_in_child, args=(job,))
+    child.start()
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not any(
+            (folder / "data.mdb").is_file() for folder in staging.glob(".attempt-*")):
+        time.sleep(0.01)
+    os.kill(child.pid, signal.SIGKILL)
+    child.join(timeout=60)
+    assert not client(s3_server).exists(f"{url.removeprefix('s3://')}/{job.name}/fastload.json")
+    results = [run_shard(j) for j in plan.jobs]
+    assert [r.state for r in results] == ["converted"] * 4
+    report = finish_url_shards(plan, results)
+    assert report.manifest["count"] == 24
+    assert not client(s3_server).exists(f"{url.removeprefix('s3://')}/{MANIFEST_FILE}.tmp")
+    same_set(download(s3_server, url, tmp_path / "down"), serial)
+    assert not list(staging.iterdir())
