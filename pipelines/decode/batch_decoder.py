@@ -333,16 +333,21 @@ class BatchDecoder:
             raise RuntimeError("this BatchDecoder is closed")
 
     def _build(self):
-        return graph.build_pipeline(
-            self.plan,
-            max_batch_size=self.max_batch_size,
-            num_threads=self.num_threads,
-            device=self.device,
-            device_id=self.device_id,
-            queue_depth=self.queue_depth,
-            hw_decoder_load=self.hw_decoder_load,
-            resample=self.resampler == "dali",
-        )
+        # A Ctrl-C while DALI builds is raised here, not from inside DALI's modules, whose
+        # frames say nothing to the user who pressed it; the half-made pipeline is dropped.
+        try:
+            return graph.build_pipeline(
+                self.plan,
+                max_batch_size=self.max_batch_size,
+                num_threads=self.num_threads,
+                device=self.device,
+                device_id=self.device_id,
+                queue_depth=self.queue_depth,
+                hw_decoder_load=self.hw_decoder_load,
+                resample=self.resampler == "dali",
+            )
+        except KeyboardInterrupt:
+            raise KeyboardInterrupt from None
 
     def _run(self, feeds: dict) -> None:
         dali_backend.feed_and_run(self._pipe, self._names, feeds)
