@@ -292,12 +292,15 @@ def _trusted(reader: Any) -> bool:
     """Whether ``reader``'s set (a database, a sharded set, either at a URL) has a strict
     JPEG check this user's key attests (once per source: a SHA-256 of its CRC-32s)."""
     from fastload.data.sets.attest import trusted_jpeg_check
+    from fastload.data.sets.schema import MANIFEST_FORMAT
 
     meta = getattr(reader, "meta", None)
     if not isinstance(meta, dict):
         return False
+    if meta.get("format") == MANIFEST_FORMAT:  # a set: its reader's meta has no shard list
+        return trusted_jpeg_check(meta, shards=getattr(reader, "entries", None))
     checksums = getattr(reader, "checksums", None)
-    if checksums is None and "shards" not in meta and getattr(reader, "path", None):
+    if checksums is None and getattr(reader, "path", None):
         from fastload.data.format.reader import load_checksums
 
         checksums = load_checksums(reader.path, meta)  # a reader opened with checksums=False

@@ -72,6 +72,8 @@ def shard_ranges(dataset: Any) -> np.ndarray | None:
     entries = getattr(reader, "entries", None)
     if entries is None:
         return None
+    if hasattr(entries, "ranges"):  # a ShardedReader's: no entry built
+        return np.asarray(entries.ranges(), dtype=np.int64).reshape(-1, 2)
     return np.array([(e.start, e.stop) for e in entries], dtype=np.int64).reshape(-1, 2)
 
 

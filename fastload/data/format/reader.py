@@ -405,6 +405,11 @@ class LMDBReader:
             release_env(self.path)
         self._env = self._txn = self._pid = None
 
+    def open(self) -> None:
+        """Open this process's LMDB handle now, if it is not open here yet (a read opens it
+        otherwise): a caller that hands the reader to several threads opens it first."""
+        self._transaction()
+
     def _transaction(self):
         if self._pid != os.getpid():  # first use here, or inherited through fork
             self._env = self._txn = None

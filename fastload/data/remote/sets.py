@@ -126,9 +126,7 @@ class RemoteShardedReader(ShardedReader):
             "format_version": self.meta["shard_format_version"],
             **{key: self.meta[key] for key in ("source", "source_kind", "source_fingerprint",
                                                "classes", "options")}})
-        store = self._cache.shard_store()
-        self._entries = [entry._replace(folder=str(store / content_name(
-            entry.path, self.shard_fingerprint(entry.index)))) for entry in self._entries]
+        self._store = self._cache.shard_store()  # each shard's folder: see _entry
         self._leases: dict[int, Lease] = {}
         self._recent: OrderedDict[int, None] = OrderedDict()
         self._prefetcher: Prefetcher | None = None
@@ -160,7 +158,14 @@ class RemoteShardedReader(ShardedReader):
 
     def shard_url(self, shard: int) -> str:
         """The URL of shard ``shard``'s folder."""
-        return f"{self.url}/{self._entries[shard].path}"
+        return f"{self.url}/{self._table.path(shard)}"
+
+    def _entry(self, shard: int) -> ShardEntry:
+        """Shard ``shard``'s entry, its folder the cache's copy, named by what the manifest
+        says of it (:meth:`shard_fingerprint`)."""
+        entry = self._table[shard]
+        return entry._replace(folder=str(self._store / content_name(
+            entry.path, self.shard_fingerprint(shard))))
 
     def _sync_set_files(self, listed: dict[str, int]) -> Path:
         """The set's cache folder, named by its manifest's bytes, holding the manifest and
@@ -207,7 +212,7 @@ class RemoteShardedReader(ShardedReader):
         checked against to be used: the identity its sidecar must carry (hashed), its index,
         record range and the CRC-32 of its checksum file. No URL: the same shard read
         through another endpoint or URL is the same copy."""
-        entry = self._entries[shard]
+        entry = self._table[shard]
         return {"set": self._identity, "index": entry.index,
                 "of": self.num_shards, "count": entry.count, "start": entry.start,
                 "checksum_file_crc32": entry.checksum_crc32}
@@ -233,7 +238,7 @@ class RemoteShardedReader(ShardedReader):
     def _acquire(self, shard: int, *, keep: bool, make_room=None, overflow: bool = True,
                  wait_s: float | None = None, cancelled: Callable[[], bool] | None = None,
                  refresh: bool = False):
-        entry = self._entries[shard]
+        entry = self._entry(shard)
         where = self._location.child(entry.path)
         return self._cache.acquire(
             Path(entry.folder), self.shard_fingerprint(shard),
@@ -246,11 +251,10 @@ class RemoteShardedReader(ShardedReader):
         """Shard ``shard``'s reader: fetched into the cache and leased on first use here; a
         cached copy failing its checks is fetched again once (module docstring);
         :class:`ShardRefused` when no copy passes them (raised again at once afterwards)."""
-        reader = self._readers.get(shard)
+        reader = self._open.get(shard)  # now the most recently read of the open shards
         lease = self._leases.get(shard)
         if reader is not None and lease is not None and lease.held:
             self._recent.move_to_end(shard)
-            self._readers.move_to_end(shard)  # ShardedReader's bound on the open shards
             return reader
         refused = self._refused.get(shard)
         if refused is not None:
@@ -311,7 +315,7 @@ class RemoteShardedReader(ShardedReader):
         url = self.shard_url(shard)
         refused = ShardRefused(
             f"shard {shard} of the set at {url} fails its check in the cache folder "
-            f"{self._entries[shard].folder!r}, fetched again: {problem}; the object at {url} "
+            f"{self._entry(shard).folder!r}, fetched again: {problem}; the object at {url} "
             "is not what the set's manifest describes: upload the set again (rerun the "
             "`fastload convert` that wrote it); if the server's copy is right, delete that "
             "cache folder and rerun", shard, url)
@@ -322,7 +326,7 @@ class RemoteShardedReader(ShardedReader):
         url = self.shard_url(shard)
         return CorruptRecord(
             f"{exc} (in a copy of shard {shard} fetched again from {url} into the cache folder "
-            f"{self._entries[shard].folder!r}: the object on the server holds other bytes than "
+            f"{self._entry(shard).folder!r}: the object on the server holds other bytes than "
             "the set was written with: upload the set again (rerun the `fastload convert` "
             "that wrote it); if the server's copy is right, delete that cache folder and "
             "rerun)")
@@ -347,7 +351,7 @@ class RemoteShardedReader(ShardedReader):
         """``b"<shard folder>/<record key>"`` of global ``index``, from the manifest alone
         (never opens or fetches the shard: error messages name records with it)."""
         shard, local = self.locate(index)
-        entry = self._entries[shard]
+        entry = self._table[shard]
         return entry.path.encode() + b"/" + record_key(
             record_index(local, entry.count, self.shard_url(shard)))
 
@@ -410,7 +414,7 @@ class RemoteShardedReader(ShardedReader):
     def is_cached(self, shard: int) -> bool:
         """Whether shard ``shard`` is in the cache now, checked against the manifest, so
         that opening it downloads nothing (a shard-aware order may read those first)."""
-        entry = self._entries[self._shard_index(shard)]
+        entry = self._entry(self._shard_index(shard))
         return self._cache.holds(Path(entry.folder), self.shard_fingerprint(entry.index))
 
     def _shard_index(self, shard: object) -> int:

@@ -119,9 +119,12 @@ def _database_subject(count: int, checksums) -> dict:
             "count": int(count), "checksums_sha256": hashlib.sha256(data).hexdigest()}
 
 
-def _manifest_subject(manifest: dict) -> dict:
-    shards = [[entry["path"], entry["count"], entry["start"], entry["stop"],
-               entry["checksum_file_crc32"]] for entry in manifest["shards"]]
+def _manifest_subject(manifest: dict, shards=None) -> dict:
+    if shards is not None:  # a reader's checked entries (its meta has no shards list)
+        shards = shards.attested_rows()
+    else:
+        shards = [[entry["path"], entry["count"], entry["start"], entry["stop"],
+                   entry["checksum_file_crc32"]] for entry in manifest["shards"]]
     return {"claim": {META_JPEG_CHECK: JPEG_CHECK_STRICT}, "kind": "set",
             "count": manifest["count"], "shards": shards}
 
@@ -156,10 +159,12 @@ def attest_manifest(manifest: dict) -> str | None:
     return None if key is None else _sign(key, _manifest_subject(manifest))
 
 
-def trusted_jpeg_check(meta: dict, checksums=None) -> bool:
+def trusted_jpeg_check(meta: dict, checksums=None, *, shards=None) -> bool:
     """True when ``meta`` (a database's sidecar, with its records' ``checksums``, or a sharded
     set's manifest) claims the strict JPEG check and its attestation verifies with this
-    user's key; False otherwise (no claim, no key, made elsewhere, edited)."""
+    user's key; False otherwise (no claim, no key, made elsewhere, edited). A reader's
+    manifest keeps no ``shards`` list: pass its checked entries as ``shards``
+    (:attr:`~fastload.data.sets.shards.ShardedReader.entries`)."""
     from fastload.data.format.constants import jpeg_checked
     from fastload.data.sets.schema import MANIFEST_FORMAT
 
@@ -171,7 +176,7 @@ def trusted_jpeg_check(meta: dict, checksums=None) -> bool:
         return False
     try:
         if meta.get("format") == MANIFEST_FORMAT:
-            subject = _manifest_subject(meta)
+            subject = _manifest_subject(meta, shards)
         elif checksums is not None and len(checksums) == meta.get("count"):
             subject = _database_subject(meta["count"], checksums)
         else:

@@ -51,6 +51,7 @@ from fastload.data.sets.schema import (
     SUPPORTED_MANIFEST_VERSIONS,
     parse_manifest,
 )
+from fastload.data.sets.table import shard_name
 
 __all__ = [
     "LOCK_FILE", "MANIFEST_FILE", "MANIFEST_FORMAT", "MANIFEST_VERSION", "SET_LABELS_FILE",
@@ -60,16 +61,10 @@ __all__ = [
 ]
 
 LOCK_FILE = ".fastload-set.lock"
-SHARD_PREFIX = "shard-"
 _SHARD_DIR = re.compile(r"shard-(\d{5,})-of-(\d{5,})")
 # Keys every shard of one set must agree on (they come from the conversion's identity).
 SHARED_KEYS = ("format_version", "source", "source_kind", "source_fingerprint", "classes",
                "options")
-
-
-def shard_name(index: int, count: int) -> str:
-    """The directory name of shard ``index`` of ``count``: ``shard-00001-of-00003``."""
-    return f"{SHARD_PREFIX}{index:05d}-of-{count:05d}"
 
 
 def shard_bounds(num_files: int, count: int) -> list[tuple[int, int]]:

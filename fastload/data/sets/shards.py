@@ -20,12 +20,21 @@ as it is checked:
   :meth:`ShardedReader.release_shard`. Naming a record (:meth:`ShardedReader.key`) never
   opens its shard, so an error message about a refused shard cannot fail itself.
 
-A process keeps at most ``max_open_shards`` shards open (1 file handle and 1 memory map
-each): opening one more closes the least recently read one (through
+A process keeps at most ``max_open_shards`` shards open (up to 2 file handles and 2 memory
+maps each; default :data:`MAX_OPEN_SHARDS`, 256, or an eighth of the soft open-file limit if
+lower): opening one more closes the least recently read one (through
 :meth:`ShardedReader.release_shard`), so an epoch in global order over 100,000 shards stays
-under the open-file limit. A shard that passed its first read's checks is remembered: when it
-is opened again only its ``fastload.json``'s identity and record count are compared with the
+under the open-file limit. A shard being read by another thread is not closed under that read
+(:mod:`fastload.data.sets.open_shards`: it is closed when the read ends, and the bound is
+exceeded meanwhile by at most the reads under way), and what a read returned stays valid
+after its shard is closed (the bytes are copied out of the LMDB map). Reads are safe from
+several threads. A shard that passed its first read's checks is remembered: when it is
+opened again only its ``fastload.json``'s identity and record count are compared with the
 manifest (its records' CRC-32s and labels are still checked as each is read).
+
+A rank holds about 13 bytes per shard after the open (:class:`~fastload.data.sets.table.
+ShardTable`: ranges and CRC-32s as arrays; a shard's entry is built when it is asked for),
+not the parsed manifest.
 
 What only ``fastload verify`` checks: every record of every shard (its CRC-32, its Datum,
 its label) and a decode of a sample (see :mod:`fastload.data.sets.verify`).
@@ -33,11 +42,11 @@ its label) and a decode of a sample (see :mod:`fastload.data.sets.verify`).
 
 from __future__ import annotations
 
-import bisect
-import collections
 import copy
 import os
 import resource
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -59,13 +68,16 @@ from fastload.data.sets.manifest import (
     manifest_path,
     open_manifest,
 )
+from fastload.data.sets.open_shards import OpenShards
 from fastload.data.sets.schema import ShardEntry, repair_advice
+from fastload.data.sets.table import ShardEntries
 
 __all__ = ["MAX_OPEN_SHARDS", "ShardedReader", "open_reader"]
 
 #: the most shards a :class:`ShardedReader` keeps open in a process unless told otherwise
-#: (and at most an eighth of the soft ``RLIMIT_NOFILE``): each holds up to 2 file handles
-#: (data.mdb, the mapped checksums) and their maps
+#: (``max_open_shards=``), lowered to an eighth of the soft ``RLIMIT_NOFILE`` (at least 8):
+#: each holds up to 2 file handles (data.mdb, the mapped checksums) and their maps. Read
+#: when a reader is made: changing it changes the default of the readers made later.
 MAX_OPEN_SHARDS = 256
 
 
@@ -91,12 +103,14 @@ class ShardedReader:
             :func:`~fastload.data.open_any` for URLs).
         max_open_shards: the most shards kept open at once in a process (the least
             recently read one is closed to open another; it reopens on its next read);
-            None: :data:`MAX_OPEN_SHARDS`, or an eighth of the soft open-file limit if lower.
+            None: :data:`MAX_OPEN_SHARDS` (256, a module constant read at open), or an
+            eighth of the soft open-file limit if lower.
 
     Attributes:
         path (Path): the set's folder.
         max_open_shards (int): the bound on the shards open at once (may be changed).
-        meta (dict): the parsed, checked manifest.
+        meta (dict): the parsed, checked manifest without its ``shards`` list (see
+            :attr:`entries`).
         classes (list[str]): the class names, index = label.
         class_to_idx (dict[str, int]): class name -> label.
         targets (Labels): every record's label, the set's labels file memory-mapped.
@@ -122,36 +136,47 @@ class ShardedReader:
                                 else max_open_shards)
         file = manifest_path(path)
         self.path = file.parent
-        self.meta, self._entries = open_manifest(file, shards_present=self._shards_present)
+        manifest, self._table = open_manifest(file, shards_present=self._shards_present)
+        # the manifest less its shard list (~1 KB a shard parsed): the table holds what of it
+        # a reader uses
+        self.meta = {key: value for key, value in manifest.items() if key != "shards"}
+        del manifest
         self.classes: list[str] = list(self.meta["classes"])
         self.class_to_idx: dict[str, int] = {name: i for i, name in enumerate(self.classes)}
         self._count = int(self.meta["count"])
-        self._starts = [entry.start for entry in self._entries]
         fix = repair_advice(self.path)
         # memory-mapped: a rank holds no copy of 100 M labels (fastload.data.format.targets)
         self.targets: Labels = map_labels(self.path, self.meta, SET_LABELS_FILE,
                                           len(self.classes), fix)
         # the open shards, least recently read first (at most max_open_shards)
-        self._readers: collections.OrderedDict[int, LMDBReader] = collections.OrderedDict()
+        self._open = OpenShards()
         # shard -> the error its first read raised (see the module docstring)
         self._refusals: dict[int, Exception] = {}
         # shard -> passed its first read's checks in this process (a reopen skips them)
-        self._checked = np.zeros(len(self._entries), dtype=bool)
+        self._checked = np.zeros(len(self._table), dtype=bool)
 
     @property
     def num_shards(self) -> int:
         """The number of shards the manifest lists."""
-        return len(self._entries)
+        return len(self._table)
 
     @property
-    def entries(self) -> list[ShardEntry]:
-        """The manifest's shard entries, as checked at open (path, real folder, range)."""
-        return list(self._entries)
+    def entries(self) -> ShardEntries:
+        """The manifest's shard entries, as checked at open (path, real folder, range): a
+        sequence whose items are built when read (``starts``, ``stops`` and ``ranges()``
+        give the ranges as arrays)."""
+        return ShardEntries(self._table, self._entry)
+
+    def _entry(self, shard: int) -> ShardEntry:
+        """Shard ``shard``'s entry, its ``folder`` the one this reader opens."""
+        return self._table[shard]
 
     @property
     def opened_shards(self) -> list[int]:
-        """Indices of the shards this process has opened so far."""
-        return sorted(k for k, r in self._readers.items() if r._pid == os.getpid())
+        """Indices of the shards open in this process now (at most :attr:`max_open_shards`,
+        and the shards being read)."""
+        pid = os.getpid()
+        return sorted(k for k, r in self._open.items() if getattr(r, "_pid", None) == pid)
 
     def __len__(self) -> int:
         return self._count
@@ -162,16 +187,15 @@ class ShardedReader:
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
-        state["_readers"] = collections.OrderedDict()  # reopened lazily where the copy reads
+        state["_open"] = OpenShards()  # reopened lazily where the copy reads
         state["_refusals"] = {}  # and checked again there
-        state["_checked"] = np.zeros(len(self._entries), dtype=bool)
+        state["_checked"] = np.zeros(len(self._table), dtype=bool)
         return state
 
     def close(self) -> None:
-        """Drop this process's LMDB handles (shards reopen on the next read)."""
-        for reader in self._readers.values():
-            reader.close()
-        self._readers.clear()
+        """Drop this process's LMDB handles (shards reopen on the next read; a shard being
+        read is closed when its read ends)."""
+        self._open.clear()
 
     def release_shard(self, shard: int) -> None:
         """Close shard ``shard``'s handle in this process; it reopens on its next read.
@@ -181,10 +205,9 @@ class ShardedReader:
         Args:
             shard: the shard's index, in ``[0, num_shards)``.
         """
-        self._refusals.pop(shard, None)
-        reader = self._readers.pop(shard, None)
-        if reader is not None:
-            reader.close()
+        with self._open.lock:
+            self._refusals.pop(shard, None)
+            self._open.remove(shard)
 
     def forget_refusals(self) -> None:
         """Check the shards refused so far again at their next read (a new epoch: the
@@ -238,9 +261,7 @@ class ShardedReader:
             TypeError: ``index`` is not an integer.
             IndexError: ``index`` is out of range.
         """
-        index = record_index(index, self._count, self.path)
-        shard = bisect.bisect_right(self._starts, index) - 1
-        return shard, index - self._starts[shard]
+        return self._table.locate(record_index(index, self._count, self.path))
 
     def shard_reader(self, shard: int) -> LMDBReader:
         """The reader of shard ``shard``, opened on first use here and checked against the
@@ -250,7 +271,10 @@ class ShardedReader:
             shard: the shard's index, in ``[0, num_shards)``.
 
         Returns:
-            The shard's reader, kept open for later reads in this process.
+            The shard's reader, kept open for later reads in this process until more than
+                :attr:`max_open_shards` others are read after it (then it is closed, and
+                reopens by itself if used again): :meth:`record` and :meth:`image_bytes`
+                are the reads that are safe from several threads.
 
         Raises:
             ValueError: the shard does not match the manifest (or its files are damaged),
@@ -258,38 +282,53 @@ class ShardedReader:
                 it at each later read, until :meth:`forget_refusals`.
             OSError: the shard's files cannot be opened, likewise raised again.
         """
-        reader = self._readers.get(shard)
-        if reader is not None:
-            self._readers.move_to_end(shard)
+        with self._open.lock:  # one thread opens a shard; the others find it open
+            reader = self._open.get(shard)
+            if reader is not None:
+                return reader
+            refused = self._refusals.get(shard)
+            if refused is not None:
+                raise _again(refused)
+            self._make_room(shard)
+            try:
+                reader = self._open_shard(self._entry(shard))
+            except Exception as err:
+                self._refusals[shard] = err
+                raise
+            self._open.add(shard, reader)
             return reader
-        refused = self._refusals.get(shard)
-        if refused is not None:
-            raise _again(refused)
-        self._make_room(shard)
-        try:
-            reader = self._open_shard(self._entries[shard])
-        except Exception as err:
-            self._refusals[shard] = err
-            raise
-        self._readers[shard] = reader
-        return reader
 
     def _make_room(self, keep: int) -> None:
-        """Close the least recently read shards (other than ``keep``) until one more may
-        open within :attr:`max_open_shards`."""
-        while len(self._readers) >= max(1, self.max_open_shards):
-            victim = next((k for k in self._readers if k != keep), None)
-            if victim is None:
+        """Close the least recently read shards (other than ``keep``, none being read) until
+        one more may open within :attr:`max_open_shards`."""
+        while len(self._open) >= max(1, self.max_open_shards):
+            victim = self._open.idle_victim(keep)
+            if victim is None:  # every open shard is being read: one more for now
                 return
             self.release_shard(victim)
 
+    def _pinned_read(self, index: int, read: Callable[[LMDBReader, int], Any]) -> Any:
+        """``read(shard reader, record within it)`` of global ``index``, its shard kept open
+        until the read returns (another thread's read may need the room meanwhile)."""
+        shard, local = self.locate(index)
+        with self._open.lock:
+            reader = self.shard_reader(shard)
+            reader.open()  # here, under the lock: two threads' first reads open it once
+            self._open.pin(reader)
+        try:
+            return read(reader, local)
+        finally:
+            self._open.unpin(reader)
+
     def _open_shard(self, entry: ShardEntry) -> LMDBReader:
         where = f"shard {entry.index} ({entry.path!r}) of the set {str(self.path)!r}"
+        # its folder inside the set (it may have become a symlink since the set was opened)
+        folder = confined_path(self._table.real_root, entry.path, f"{where}: its folder")
         checked = bool(self._checked[entry.index])
         if not checked:
             for name in (META_FILE, DATA_FILE, CHECKSUM_FILE, LABELS_FILE):  # no symlink out
-                confined_path(entry.folder, name, f"{where}: its {name}")
-        reader = LMDBReader(entry.folder)
+                confined_path(folder, name, f"{where}: its {name}")
+        reader = LMDBReader(folder)
         fix = (f"run `fastload verify {self.path}` to check every record; copy the set again, "
                "or, if its shards are the ones you want, rebuild the manifest from them with "
                f"`fastload verify {self.path} --repair`")
@@ -358,7 +397,7 @@ class ShardedReader:
             IndexError: ``index`` is out of range.
         """
         shard, local = self.locate(index)
-        return self._entries[shard].path.encode() + b"/" + record_key(local)
+        return self._table.path(shard).encode() + b"/" + record_key(local)
 
     def record(self, index: int) -> bytes:
         """The raw Datum value of global record ``index``, its CRC-32 checked.
@@ -374,8 +413,7 @@ class ShardedReader:
             CorruptRecord: its bytes do not match their CRC-32.
             KeyError: the record is missing from its shard.
         """
-        shard, local = self.locate(index)
-        return self.shard_reader(shard).record(local)
+        return self._pinned_read(index, LMDBReader.record)
 
     def image_bytes(self, index: int) -> tuple[memoryview, int, tuple[int, int]]:
         """The encoded image, label and size of global record ``index``.
@@ -390,8 +428,7 @@ class ShardedReader:
             ValueError: its shard is refused (see :meth:`shard_reader`).
             CorruptRecord: the record fails its CRC-32, its Datum framing or its label.
         """
-        shard, local = self.locate(index)
-        return self.shard_reader(shard).image_bytes(local)
+        return self._pinned_read(index, LMDBReader.image_bytes)
 
 
 def _again(err: Exception) -> Exception:

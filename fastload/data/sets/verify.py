@@ -120,7 +120,8 @@ def verify_set(path: str | os.PathLike, full: bool = False, sample: int = 64,
         reader = ShardedReader(root)  # the open checks: one clear error when they fail
     report = SetVerifyReport(path=root, expected=len(reader), shards=reader.num_shards,
                              manifest_written=written, repaired=repaired)
-    picked = _decode_sample(reader.entries, report.expected, sample, seed, full)
+    picked = _decode_sample(reader.entries.starts.tolist(), report.expected, sample, seed,
+                            full)
     matched = 0
     bar, owned = progress_for(progress, report.expected)  # one bar over every shard's records
     try:
@@ -154,14 +155,14 @@ def verify_set(path: str | os.PathLike, full: bool = False, sample: int = 64,
     return report
 
 
-def _decode_sample(entries: list, total: int, sample: int, seed: int,
+def _decode_sample(starts: list[int], total: int, sample: int, seed: int,
                    full: bool) -> list[list[int]]:
-    """Per shard, the record numbers (within it) of ``sample`` records drawn once over the
-    set's ``total`` with ``seed``: ``[]`` for each shard with ``full`` (it decodes all)."""
+    """Per shard (each starting at ``starts[k]``), the record numbers (within it) of
+    ``sample`` records drawn once over the set's ``total`` with ``seed``: ``[]`` for each
+    shard with ``full`` (it decodes all)."""
     if full:
-        return [[] for _ in entries]
-    starts = [entry.start for entry in entries]
-    picked: list[list[int]] = [[] for _ in entries]
+        return [[] for _ in starts]
+    picked: list[list[int]] = [[] for _ in starts]
     for i in sorted(random.Random(seed).sample(range(total), min(sample, total))):
         k = bisect.bisect_right(starts, i) - 1
         picked[k].append(i - starts[k])
