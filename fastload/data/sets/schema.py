@@ -32,7 +32,7 @@ from fastload.data.format.constants import (
 )
 from fastload.data.format.reader import MAX_RECORDS, class_list_problem
 from fastload.data.format.untrusted import confined_path, read_json, short_repr
-from fastload.data.sets.table import ShardEntry, ShardTable, shard_names
+from fastload.data.sets.table import SHARD_PREFIX, ShardEntry, ShardTable, shard_names
 
 __all__ = ["MAX_CRC32", "MAX_MANIFEST_BYTES", "MAX_SHARDS", "MAX_SHARD_RECORDS",
            "MANIFEST_FILE", "MANIFEST_FORMAT", "MANIFEST_VERSION", "SET_LABELS_FILE",
@@ -151,8 +151,10 @@ def _table_as_written(real_root: str, shards: list, count: int,
     differs: :func:`_entry` then finds and names it, or accepts what this does not."""
     if set(map(type, shards)) != {dict}:
         return None
-    columns = {}
-    for key, low, high in _ENTRY_INTEGERS:
+    bounds = np.empty(len(shards) + 1, dtype=np.int64)  # the table's: starts, then count
+    bounds[-1] = count
+    counts = start = crcs = None  # (one column at a time: the C heap keeps what it held)
+    for key, low, high in _ENTRY_INTEGERS:  # count, start, stop, CRC-32, skipped
         values = [entry.get(key) for entry in shards]
         if set(map(type, values)) != {int}:  # not bool, float, str, None
             return None
@@ -162,30 +164,47 @@ def _table_as_written(real_root: str, shards: list, count: int,
             return None
         if int(column.min()) < low or int(column.max()) > high:
             return None
-        columns[key] = column
-    start, stop = columns["start"], columns["stop"]
-    if (int(start[0]) != 0 or int(stop[-1]) != count or np.any(stop - start != columns["count"])
-            or np.any(start[1:] != stop[:-1])):
-        return None
-    names = shard_names(len(shards))
-    if [entry.get("path") for entry in shards] != names:
+        if key == "count":
+            counts = column
+        elif key == "start":
+            start = bounds[:-1]
+            start[:] = column
+        elif key == "stop":  # the ranges: from 0, contiguous, each count long, to count
+            if (int(start[0]) != 0 or int(column[-1]) != count
+                    or np.any(column - start != counts) or np.any(column[:-1] != start[1:])):
+                return None
+            counts = None
+        elif key == "checksum_file_crc32":
+            crcs = column.astype(np.uint32)
+    if [entry.get("path") for entry in shards] != shard_names(len(shards)):
         return None
     if [entry.get("checksum_file") for entry in shards] != shard_names(
             len(shards), "/" + CHECKSUM_FILE):
         return None
-    if present and not _real_folders(real_root).issuperset(names):
+    if present and not _all_real_folders(real_root, len(shards)):
         return None
-    return ShardTable(real_root, np.append(start, count), columns["checksum_file_crc32"])
+    return ShardTable(real_root, bounds, crcs)
 
 
-def _real_folders(real_root: str) -> set[str]:
-    """The names of the folders in ``real_root`` that are not symlinks (one listing; an
-    empty set when it cannot be listed)."""
+def _all_real_folders(real_root: str, count: int) -> bool:
+    """Whether each ``shard_name(k, count)`` is a folder in ``real_root``, not a symlink:
+    one listing, each name parsed (no set of 100,000 names); False when it cannot be listed
+    or names are longer than 5 digits (the check entry by entry then looks)."""
+    seen = bytearray(count)
+    head, tail = len(SHARD_PREFIX), f"-of-{count:05d}"
+    width = head + 5 + len(tail)
     try:
         with os.scandir(real_root) as listing:
-            return {entry.name for entry in listing if entry.is_dir(follow_symlinks=False)}
+            for entry in listing:
+                name = entry.name
+                if len(name) == width and name.startswith(SHARD_PREFIX) and name.endswith(tail):
+                    digits = name[head:head + 5]
+                    if (digits.isascii() and digits.isdigit() and int(digits) < count
+                            and entry.is_dir(follow_symlinks=False)):
+                        seen[int(digits)] = 1
     except OSError:
-        return set()
+        return False
+    return seen.count(0) == 0
 
 
 def _table_of(real_root: str, entries: list[ShardEntry], count: int) -> ShardTable:

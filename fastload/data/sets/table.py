@@ -66,7 +66,8 @@ class ShardTable:
     def __init__(self, real_root: str, bounds, crcs, paths: list[str] | None = None,
                  folders: list[str] | None = None) -> None:
         self.real_root = real_root
-        self._bounds = array.array("q", np.asarray(bounds, dtype=np.int64).tobytes())
+        self._bounds = array.array("q")  # bisect over it is as fast as over a list
+        self._bounds.frombytes(np.ascontiguousarray(bounds, dtype=np.int64).view(np.uint8))
         self._crcs = np.ascontiguousarray(crcs, dtype=np.uint32)
         self._paths = paths
         self._folders = folders
