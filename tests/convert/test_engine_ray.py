@@ -4,10 +4,12 @@ driver killed mid-run is finished by the same command run again."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -59,29 +61,39 @@ def _attempt_writer(dst, name: str):
     return None
 
 
-@pytest.mark.slow
-def test_a_task_sigkilled_mid_shard_is_retried_into_the_serial_set(
-        ray_cluster, slow_engine_source, same_set, tmp_path):
-    import threading
+@contextlib.contextmanager
+def sigkill_when_writing(folder, name: str):
+    """SIGKILL, once, the Ray worker writing shard ``name``'s attempt folder in ``folder``
+    as soon as one is seen (within 120 s); yields the list of the pids killed."""
+    killed: list[int] = []
+    done = threading.Event()
 
-    src, serial = slow_engine_source
-    dst = tmp_path / "set"
-    killed = []
-
-    def kill_shard_3() -> None:  # SIGKILL the worker writing shard 3 once it has started
+    def watch() -> None:
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and not killed:
-            proc = _attempt_writer(dst, shard_name(3, 4))
+        while time.monotonic() < deadline and not killed and not done.is_set():
+            proc = _attempt_writer(folder, name)
             if proc is not None:
                 proc.send_signal(signal.SIGKILL)
                 killed.append(proc.pid)
             time.sleep(0.01)
 
-    killer = threading.Thread(target=kill_shard_3)
-    killer.start()
-    report = convert_folder(src, dst, shards=4, progress=False, max_side=64, commit_every=1,
-                            engine="ray")
-    killer.join()
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        yield killed
+    finally:
+        done.set()
+        watcher.join()
+
+
+@pytest.mark.slow
+def test_a_task_sigkilled_mid_shard_is_retried_into_the_serial_set(
+        ray_cluster, slow_engine_source, same_set, tmp_path):
+    src, serial = slow_engine_source
+    dst = tmp_path / "set"
+    with sigkill_when_writing(dst, shard_name(3, 4)) as killed:
+        report = convert_folder(src, dst, shards=4, progress=False, max_side=64,
+                                commit_every=1, engine="ray")
     assert killed, "shard 3's worker was never seen writing"
     assert report.manifest["num_shards"] == 4
     assert sorted(p.name for p in dst.iterdir() if p.name.startswith("shard-")) == [
@@ -144,27 +156,13 @@ def test_ray_uploads_the_serial_set_to_s3(ray_cluster, engine_source, serial_eng
 @pytest.mark.slow
 def test_a_task_sigkilled_mid_shard_on_s3_is_retried_into_the_serial_set(
         ray_cluster, slow_engine_source, same_set, s3_dst):
-    import threading
-
     url_of, options, staging, download = s3_dst
     src, serial = slow_engine_source
     url = url_of("killed.set")
-    killed = []
-
-    def kill_shard_3() -> None:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and not killed:
-            proc = _attempt_writer(staging, shard_name(3, 4))
-            if proc is not None:
-                proc.send_signal(signal.SIGKILL)
-                killed.append(proc.pid)
-            time.sleep(0.01)
-
-    killer = threading.Thread(target=kill_shard_3)
-    killer.start()
-    report = convert_folder(src, url, shards=4, progress=False, max_side=64, commit_every=1,
-                            engine="ray", storage_options=options, staging=staging)
-    killer.join()
+    with sigkill_when_writing(staging, shard_name(3, 4)) as killed:
+        report = convert_folder(src, url, shards=4, progress=False, max_side=64,
+                                commit_every=1, engine="ray", storage_options=options,
+                                staging=staging)
     assert killed, "shard 3's worker was never seen writing"
     assert report.manifest["num_shards"] == 4
     same_set(download(url), serial)  # exactly the 4 shards, no partial, the same manifest
