@@ -142,18 +142,6 @@ def s3_dst(s3_server, s3_env, tmp_path):
 
 
 @pytest.mark.slow
-def test_ray_uploads_the_serial_set_to_s3(ray_cluster, engine_source, serial_engine_set,
-                                          same_set, s3_dst):
-    url_of, options, staging, download = s3_dst
-    url = url_of("full.set")
-    report = convert_folder(engine_source, url, shards=4, progress=False, engine="ray",
-                            storage_options=options, staging=staging)
-    assert report.summary() == "stored 24 + skipped 0 = seen 24"
-    same_set(download(url), serial_engine_set)
-    assert verify_set(url, full=True, storage_options=options).ok
-
-
-@pytest.mark.slow
 def test_a_task_sigkilled_mid_shard_on_s3_is_retried_into_the_serial_set(
         ray_cluster, slow_engine_source, same_set, s3_dst):
     url_of, options, staging, download = s3_dst
@@ -167,6 +155,7 @@ def test_a_task_sigkilled_mid_shard_on_s3_is_retried_into_the_serial_set(
     assert report.manifest["num_shards"] == 4
     same_set(download(url), serial)  # exactly the 4 shards, no partial, the same manifest
     assert not list(staging.glob(".attempt-*"))
+    assert verify_set(url, full=True, storage_options=options).ok
 
 
 @pytest.mark.slow

@@ -1,14 +1,13 @@
 """The engine core with a URL destination, on a real S3 server (SeaweedFS), without an
-engine: shard jobs run in any order, any number of times, at once, or killed and run again
-upload the set the serial conversion makes; a finished shard is never written again."""
+engine: shard jobs run in any order, any number of times or at once upload the set the
+serial conversion makes; a finished shard is never written again. (A task
+SIGKILLed mid-shard and retried: tests/convert/test_engine_ray.py, on a real engine.)"""
 
 from __future__ import annotations
 
 import dataclasses
 import multiprocessing
-import os
 import random
-import signal
 import time
 
 import pytest
@@ -17,7 +16,6 @@ from seaweed import ACCESS_KEY, BUCKET, SECRET_KEY, client
 from fastload.data.convert.engine import ShardBusy, run_shard
 from fastload.data.convert.plan import plan_conversion
 from fastload.data.remote.engine_tasks import finish_url_shards, plan_url_shard_jobs
-from fastload.data.sets.manifest import MANIFEST_FILE
 
 
 @pytest.fixture()
@@ -99,33 +97,3 @@ def test_two_url_attempts_of_one_shard_at_once_leave_one_valid_shard(
     report = finish_url_shards(plan, [run_shard(job) for job in plan.jobs])
     assert report.manifest["count"] == 24
     same_set(download(s3_server, url, tmp_path / "down"), serial_engine_set)
-
-
-def _convert_in_child(job):
-    run_shard(job)
-
-
-@pytest.mark.slow
-def test_a_url_task_killed_mid_shard_is_resumed_by_the_next_attempt(
-        s3_server, storage_options, slow_engine_source, same_set, tmp_path):
-    src, serial = slow_engine_source
-    url = f"s3://{BUCKET}/engine/killed.set"
-    staging = tmp_path / "staging"
-    plan = url_plan(src, url, storage_options, max_side=64, commit_every=1, staging=staging)
-    job = plan.jobs[3]  # large PNGs: slow enough to be killed mid-shard
-    child = multiprocessing.get_context("spawn").Process(target=_convert_in_child, args=(job,))
-    child.start()
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not any(
-            (folder / "data.mdb").is_file() for folder in staging.glob(".attempt-*")):
-        time.sleep(0.01)
-    os.kill(child.pid, signal.SIGKILL)
-    child.join(timeout=60)
-    assert not client(s3_server).exists(f"{url.removeprefix('s3://')}/{job.name}/fastload.json")
-    results = [run_shard(j) for j in plan.jobs]
-    assert [r.state for r in results] == ["converted"] * 4
-    report = finish_url_shards(plan, results)
-    assert report.manifest["count"] == 24
-    assert not client(s3_server).exists(f"{url.removeprefix('s3://')}/{MANIFEST_FILE}.tmp")
-    same_set(download(s3_server, url, tmp_path / "down"), serial)
-    assert not list(staging.iterdir())
