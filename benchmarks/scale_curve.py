@@ -216,8 +216,9 @@ def measure_rank_orders(n: int, ranges_path: str | None, worlds: list[int],
 
 
 def measure_shard_opens(path: str, budget_s: float) -> dict:
-    """Open every shard as a global-order epoch does (kept open: the loader never releases
-    a local set's shards); time, file descriptors and memory maps held."""
+    """Open every shard as a global-order epoch does (the reader keeps at most its
+    ``max_open_shards`` open, closing the least recently read); time, and the file
+    descriptors and memory maps held at the end."""
     import fastload
 
     dataset = fastload.LMDBDataset(path)
