@@ -7,6 +7,7 @@ Whatever cannot run on that path falls back to a real ``torch.utils.data.DataLoa
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import warnings
@@ -44,6 +45,23 @@ _FROZEN = ("batch_size", "batch_sampler", "sampler", "drop_last", "dataset", "pe
 _COPIED = ("num_workers", "prefetch_factor", "pin_memory", "pin_memory_device", "timeout",
            "worker_init_fn", "multiprocessing_context", "in_order", "generator", "collate_fn",
            "persistent_workers", "batch_size", "drop_last", "sampler", "batch_sampler")
+
+
+_COLLECTED = False  # see _collect_before_forks
+
+
+def _collect_before_forks() -> None:
+    """One full garbage collection, the first time a fallback with worker processes is
+    made in this process. Deciding to fall back imports the DALI graph package and builds
+    its op tables (about 3,000 long-lived objects over the imports'); until the parent's
+    next full collection, every worker torch forks runs that collection itself, over every
+    object of the parent (copying their pages): measured 0.25 s to the first batch of each
+    epoch against torch's 0.09 s in a process without the attempt, and 0.09 s after this
+    collection (docs/benchmarks/results/first-batch.md)."""
+    global _COLLECTED
+    if not _COLLECTED:
+        _COLLECTED = True
+        gc.collect()
 
 
 class FallbackWarning(UserWarning):
@@ -301,6 +319,8 @@ class DataLoader:
                 torch_loader = torch_loader_with(None, self._fallback_sampler(shuffle, seed))
                 self.sampler, self.batch_sampler = torch_loader.sampler, torch_loader.batch_sampler
             torch_loader.check_worker_number_rationality()
+            if self.num_workers > 0:
+                _collect_before_forks()
             self._torch = torch_loader
             self._order = None
         else:
