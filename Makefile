@@ -31,9 +31,10 @@ docs: $(STAMP)
 JOBS ?= 3
 PYTEST_JOBS = -n $(JOBS) --dist worksteal
 
-test: lint docs
+test: lint docs fuzz-build
 	@$(MAKE) --no-print-directory -j2 fuzz-short suite
 
+# (after fuzz-build in make test: tests/pipelines/test_fuzz_harness.py uses its build/fuzz)
 suite: $(STAMP)
 	$(BIN)/python -m pytest -q $(PYTEST_JOBS) tests benchmarks --benchmark-disable -m "not release"
 
