@@ -138,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
             workers=args.workers, max_side=args.max_side, quality=args.quality,
             check=args.check, shards=args.shards, shard_index=args.shard_index,
             shard_size_mb=args.shard_size)
-        check_engine_options(args.engine, args.engine_address, args.dst, shards=args.shards,
+        check_engine_options(args.engine, args.engine_address, shards=args.shards,
                              shard_index=args.shard_index, shard_size_mb=args.shard_size)
     except (ImportError, ValueError) as exc:  # an option value: nothing was done
         return report_error("convert", exc, _FLAGS, EXIT_USAGE)

@@ -30,8 +30,8 @@ conversion, a full disk), so an engine that retries whatever a task raises (Dask
 retries exactly what Ray's ``retry_exceptions=[ShardBusy]`` does. An unreadable image is
 no error: it is skipped and listed in the shard's ``errors.json``, as without an engine.
 
-The driver then **finishes** (:func:`fastload.data.convert.engine_run.finish_shards`): it checks every shard of the plan
-against its identity whatever results came back (a lost or duplicated result changes
+The driver then **finishes** (:func:`fastload.data.convert.engine_run.finish_shards`): it
+checks every shard of the plan against its identity whatever results came back (a lost or duplicated result changes
 nothing: the report is read from the shards' own sidecars), removes the attempt folders
 of finished shards, and writes the labels and manifest last
 (:func:`fastload.data.sets.manifest.complete_manifest`, built from the shards' sidecars).
@@ -66,7 +66,7 @@ from fastload.data.sets.manifest import LOCK_FILE, shard_bounds, shard_name
 __all__ = ["ATTEMPT_PREFIX", "CONVERTED", "DEFAULT_RETRIES", "DONE", "FAILED", "ShardBusy",
            "ShardJob", "ShardPlan", "ShardResult", "attempt_folders", "claim_attempt",
            "convert_shard", "failed_result", "plan_shard_jobs", "remove_abandoned",
-           "require_engine", "run_shard"]
+           "require_engine", "run_shard", "shard_job", "shard_layout"]
 
 ATTEMPT_PREFIX = ".attempt-"  # DST/.attempt-shard-00001-of-00008-<uuid>: one task's folder
 DEFAULT_RETRIES = 3  # an engine's retries of a shard task (lost worker, ShardBusy)
@@ -136,11 +136,9 @@ def plan_shard_jobs(plan: ConversionPlan, *, overwrite: bool = False,
     if plan.dst_path is None or plan.shards is None:
         raise ValueError("an engine converts a sharded set into a folder: pass shards=N and "
                          "a local or shared destination")
-    dst, samples, count = plan.dst_path, plan.source.samples, plan.shards
-    check_set_folder(dst, len(samples), count)
-    bounds = shard_bounds(len(samples), count)
-    identities = [identity_of_shard(plan.identity, k, count, bounds) for k in range(count)]
-    run = (workers or 1, *plan.run[1:6], False, plan.run[7])
+    dst, count = plan.dst_path, plan.shards
+    check_set_folder(dst, len(plan.source.samples), count)
+    bounds, identities = shard_layout(plan)
     jobs, finished = [], []
     with set_lock(dst, LOCK_FILE):
         claim_shard_count(dst, count, None, overwrite)
@@ -154,12 +152,31 @@ def plan_shard_jobs(plan: ConversionPlan, *, overwrite: bool = False,
             if finished_shard(dst / shard_name(k, count), identities[k], stop - begin):
                 finished.append(k)
                 continue
-            share = plan.total_bytes * (stop - begin) // max(1, len(samples))
-            jobs.append(ShardJob(str(dst), k, count, samples[begin:stop], identities[k],
-                                 share, run))
+            jobs.append(shard_job(ShardJob, plan, str(dst), k, bounds, identities, workers))
     return ShardPlan(dst_path=dst, count=count, bounds=bounds, identities=identities,
                      jobs=jobs, finished_before=finished, classes=list(plan.source.classes),
                      identity=plan.identity)
+
+
+def shard_layout(plan: ConversionPlan) -> tuple[list[tuple[int, int]], list[dict]]:
+    """The ``[begin, stop)`` source range of each of ``plan``'s shards and the identity
+    its sidecar records."""
+    count = plan.shards
+    bounds = shard_bounds(len(plan.source.samples), count)
+    return bounds, [identity_of_shard(plan.identity, k, count, bounds) for k in range(count)]
+
+
+def shard_job(job_class: type[ShardJob], plan: ConversionPlan, dst: str, k: int,
+              bounds: list[tuple[int, int]], identities: list[dict], workers: int | None,
+              **fields) -> ShardJob:
+    """Shard ``k``'s job of ``job_class``: its slice of the source, its identity, its share
+    of the source's bytes and the writer's settings with ``workers`` processes (default 1)
+    and progress off; ``fields``: the job class's own."""
+    begin, stop = bounds[k]
+    share = plan.total_bytes * (stop - begin) // max(1, len(plan.source.samples))
+    run = (workers or 1, *plan.run[1:6], False, plan.run[7])
+    return job_class(dst, k, plan.shards, plan.source.samples[begin:stop], identities[k],
+                     share, run, **fields)
 
 
 def attempt_folders(dst: Path, name: str = "shard-") -> list[Path]:
@@ -247,9 +264,10 @@ def _convert_in_place(job: ShardJob, final: Path, files: int) -> ShardResult:
 
 
 def claim_attempt(job: ShardJob, dst: Path, files: int) -> tuple[Path, dict | None]:
-    """A locked attempt folder of ``job`` in ``dst`` and its progress (None: it is finished, to publish): an
-    abandoned attempt's folder when there is one (its writer died: resume it), else a new
-    one. An attempt folder locked by a live writer raises :class:`ShardBusy`."""
+    """A locked attempt folder of ``job`` in ``dst`` and its progress (None: it is finished,
+    to publish): an abandoned attempt's folder when there is one (its writer died: resume
+    it), else a new one. An attempt folder locked by a live writer raises
+    :class:`ShardBusy`."""
     busy = None
     for folder in attempt_folders(dst, f"{job.name}-"):
         try:

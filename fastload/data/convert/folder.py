@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import time
-from pathlib import Path
 
 from fastload.data.convert.database import ConvertError, ConvertReport, convert_one, is_complete
 from fastload.data.convert.plan import (
@@ -27,12 +26,11 @@ __all__ = ["DEFAULT_COMMIT_EVERY", "ENGINES", "ConvertError", "ConvertReport",
 ENGINES = ("ray", "dask", "spark")  # engine= values: see fastload.data.convert.engine
 
 
-def check_engine_options(engine: str | None, engine_address: str | None, dst, *,
+def check_engine_options(engine: str | None, engine_address: str | None, *,
                          shards: int | None, shard_index: int | None,
                          shard_size_mb: float | None) -> None:
     """Raise ``ValueError`` naming the first ``engine`` option that does not fit the others
     (checked before the source is listed)."""
-
     if engine is None:
         if engine_address is not None:
             raise ValueError("engine_address applies with engine=; pass engine='ray', 'dask' "
@@ -152,7 +150,7 @@ def convert_folder(
         FileExistsError: ``dst`` is a file, holds a finished database (without
             ``overwrite``) or something else, or another conversion is writing it.
     """
-    check_engine_options(engine, engine_address, dst, shards=shards, shard_index=shard_index,
+    check_engine_options(engine, engine_address, shards=shards, shard_index=shard_index,
                          shard_size_mb=shard_size_mb)
     start = time.perf_counter()
     plan = plan_conversion(
@@ -180,7 +178,7 @@ def convert_folder(
         from fastload.data.remote.upload import convert_to_url
 
         report = convert_to_url(source.samples, where, identity, total_bytes, overwrite, run,
-                                shards, shard_index, Path(staging) if staging else None)
+                                shards, shard_index, plan.staging)
     elif shards is None:
         report = convert_one(source.samples, dst_path, identity, total_bytes, overwrite, run)
     else:

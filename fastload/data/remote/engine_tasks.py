@@ -34,7 +34,6 @@ import json
 import os
 import shutil
 from dataclasses import dataclass
-from pathlib import Path
 
 import fastload.data.remote.fetch as fetch
 from fastload.data.convert.database import ConvertReport, convert_one
@@ -48,6 +47,8 @@ from fastload.data.convert.engine import (
     ShardPlan,
     ShardResult,
     claim_attempt,
+    shard_job,
+    shard_layout,
 )
 from fastload.data.convert.engine_run import (
     RunJobs,
@@ -56,18 +57,17 @@ from fastload.data.convert.engine_run import (
     run_shard_plan,
 )
 from fastload.data.convert.plan import ConversionPlan
-from fastload.data.convert.shards import identity_of_shard
 from fastload.data.format.constants import ERRORS_FILE, META_FILE
 from fastload.data.format.reader import MAX_META_BYTES
 from fastload.data.remote.upload import (
     claim_url_set,
     complete_url_set,
-    default_staging,
     shard_uploaded,
+    staging_folder,
     upload_shard,
 )
 from fastload.data.remote.url import RemoteLocation
-from fastload.data.sets.manifest import shard_bounds, shard_name
+from fastload.data.sets.manifest import shard_name
 
 __all__ = ["UrlShardJob", "convert_url_on_engine", "convert_url_shard", "finish_url_shards",
            "plan_url_shard_jobs"]
@@ -86,13 +86,6 @@ class UrlShardJob(ShardJob):
         return convert_url_shard(self)
 
 
-def _staging_of(location: RemoteLocation, staging: str | os.PathLike | None) -> Path:
-    folder = Path(os.path.abspath(staging)) if staging is not None else \
-        default_staging(location)
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder
-
-
 def plan_url_shard_jobs(plan: ConversionPlan, *, overwrite: bool = False,
                         workers: int | None = None) -> ShardPlan:
     """Claim the set at ``plan.location`` and make a job for every shard not uploaded
@@ -102,10 +95,8 @@ def plan_url_shard_jobs(plan: ConversionPlan, *, overwrite: bool = False,
     if location is None or plan.shards is None:
         raise ValueError("plan_url_shard_jobs converts a sharded set to a URL: plan it with "
                          "shards=N and a URL destination")
-    samples, count = plan.source.samples, plan.shards
-    bounds = shard_bounds(len(samples), count)
-    identities = [identity_of_shard(plan.identity, k, count, bounds) for k in range(count)]
-    run = (workers or 1, *plan.run[1:6], False, plan.run[7])
+    count = plan.shards
+    bounds, identities = shard_layout(plan)
     claim_url_set(location, count, overwrite)
     if overwrite:
         present = set(fetch.listing(location, folders=True))
@@ -119,9 +110,8 @@ def plan_url_shard_jobs(plan: ConversionPlan, *, overwrite: bool = False,
                                             identities[k], stop - begin, None):
             finished.append(k)
             continue
-        share = plan.total_bytes * (stop - begin) // max(1, len(samples))
-        jobs.append(UrlShardJob(location.url, k, count, samples[begin:stop], identities[k],
-                                share, run, location=location, staging=staged_at))
+        jobs.append(shard_job(UrlShardJob, plan, location.url, k, bounds, identities, workers,
+                              location=location, staging=staged_at))
     return ShardPlan(dst_path=None, count=count, bounds=bounds, identities=identities,
                      jobs=jobs, finished_before=finished, classes=list(plan.source.classes),
                      location=location, identity=plan.identity)
@@ -135,19 +125,19 @@ def convert_url_shard(job: UrlShardJob) -> ShardResult:
     files = len(job.samples)
     if shard_uploaded(remote, job.identity, files, None):
         return ShardResult(job.index, DONE)
-    folder, progress = claim_attempt(job, _staging_of(job.location, job.staging), files)
+    folder, progress = claim_attempt(job, staging_folder(job.location, job.staging), files)
     try:
         resumed = 0
         if progress is not None:
             report = convert_one(job.samples, folder, job.identity, job.total_bytes, False,
                                  job.run, progress)
             resumed = report.resumed_from if report.resumed else 0
-        if shard_uploaded(remote, job.identity, files, None):  # another attempt's, meanwhile
+        listed = fetch.listing(remote)
+        if shard_uploaded(remote, job.identity, files, None, listed):  # another's, meanwhile
             state = DONE
         else:
-            upload_shard(folder, remote, META_FILE in fetch.listing(remote))
+            upload_shard(folder, remote, META_FILE in listed)
             state = CONVERTED if shard_uploaded(remote, job.identity, files, folder) else None
-
     except BaseException:
         unlock_destination(folder)  # kept: the next attempt here resumes or uploads it
         raise
@@ -159,15 +149,18 @@ def convert_url_shard(job: UrlShardJob) -> ShardResult:
     return ShardResult(job.index, state, resumed_from=resumed if state == CONVERTED else 0)
 
 
-def finish_url_shards(plan: ShardPlan, results: list[ShardResult]) -> ConvertReport:
+def finish_url_shards(plan: ShardPlan, results: list[ShardResult],
+                      staging: str | os.PathLike | None = None) -> ConvertReport:
     """Check every shard at the URL, upload the labels and manifest; the report of the
     shards converted in this run, read from their uploaded sidecars. A shard not uploaded
     raises as :func:`fastload.data.convert.engine_run.finish_shards` does; the set then
-    has no manifest and the same call again finishes it."""
+    has no manifest and the same call again finishes it. ``staging``: the local folder
+    the manifest is built in (None: the cache's)."""
     location, count = plan.location, plan.count
+    listings = [fetch.listing(location.child(shard_name(k, count))) for k in range(count)]
     unfinished = [k for k, (begin, stop) in enumerate(plan.bounds)
                   if not shard_uploaded(location.child(shard_name(k, count)),
-                                        plan.identities[k], stop - begin, None)]
+                                        plan.identities[k], stop - begin, None, listings[k])]
     raise_unfinished(plan, results, unfinished)
     total = ConvertReport(path=location.url, stored=0, skipped=0, seen=0,  # type: ignore[arg-type]
                           finished_shards=list(plan.finished_before),
@@ -176,11 +169,9 @@ def finish_url_shards(plan: ShardPlan, results: list[ShardResult]) -> ConvertRep
         if k in plan.finished_before:
             continue
         remote = location.child(shard_name(k, count))
-        listed = fetch.listing(remote)
-        add_shard_report(total, plan, results, k, _small_json(remote, META_FILE, listed),
-                         _small_json(remote, ERRORS_FILE, listed))
-    staging = plan.jobs[0].staging if plan.jobs else None
-    total.manifest = complete_url_set(location, _staging_of(location, staging), count,
+        add_shard_report(total, plan, results, k, _small_json(remote, META_FILE, listings[k]),
+                         _small_json(remote, ERRORS_FILE, listings[k]))
+    total.manifest = complete_url_set(location, staging_folder(location, staging), count,
                                       plan.identity, plan.bounds, set(range(count)), {})
     return total
 
@@ -203,4 +194,4 @@ def convert_url_on_engine(plan: ConversionPlan, run_jobs: RunJobs, address: str 
     shard_plan = plan_url_shard_jobs(plan, overwrite=overwrite, workers=workers)
     results = run_shard_plan(shard_plan, run_jobs, address, progress=plan.run[6],
                              retries=retries, cpus=workers or 1)
-    return finish_url_shards(shard_plan, results)
+    return finish_url_shards(shard_plan, results, plan.staging)

@@ -61,7 +61,7 @@ from fastload.data.sets.manifest import (
 )
 
 __all__ = ["claim_url_set", "complete_url_set", "convert_to_url", "default_staging",
-           "shard_uploaded", "upload_shard"]
+           "shard_uploaded", "staging_folder", "upload_shard"]
 
 _SHARD_DIR = re.compile(r"shard-(\d{5,})-of-(\d{5,})")
 UPLOAD_ORDER = (DATA_FILE, CHECKSUM_FILE, LABELS_FILE, ERRORS_FILE, META_FILE)  # sidecar last
@@ -71,6 +71,14 @@ UPLOADS_AHEAD = 2  # finished shards waiting or uploading while the next one con
 def default_staging(location: RemoteLocation) -> Path:
     """Where shards bound for ``location`` are written first: the cache's ``staging/``."""
     return default_cache_dir() / "staging" / set_key(location.url, endpoint_of(location))
+
+
+def staging_folder(location: RemoteLocation, staging: str | os.PathLike | None) -> Path:
+    """``staging`` (absolute), else :func:`default_staging`; made if missing."""
+    folder = Path(os.path.abspath(staging)) if staging is not None else \
+        default_staging(location)
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
 
 
 class _Sidecars:
@@ -142,9 +150,7 @@ def convert_to_url(samples, location: RemoteLocation, identity: dict, total_byte
     then, if every shard is uploaded, the set's labels and manifest (module docstring).
     The report sums the shards converted here; ``finished_shards`` lists those found
     already uploaded (skipped) or finished in staging (uploaded without converting)."""
-    staging = Path(os.path.abspath(staging)) if staging is not None else \
-        default_staging(location)
-    staging.mkdir(parents=True, exist_ok=True)
+    staging = staging_folder(location, staging)
     claim_url_set(location, shards, overwrite)
     bounds = shard_bounds(len(samples), shards)
     total = ConvertReport(path=location.url, stored=0, skipped=0, seen=0)  # type: ignore[arg-type]
