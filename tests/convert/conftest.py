@@ -98,3 +98,25 @@ def same_set():
         for key in ("names", "labels", "manifest", "shards", "records"):
             assert ours[key] == theirs[key], key
     return check
+
+
+@pytest.fixture()
+def s3_options(s3_server, s3_env) -> dict:
+    """The storage options a cluster's driver passes so that every worker reaches the
+    session's S3 server (with a fresh shard cache for the test)."""
+    from seaweed import ACCESS_KEY, SECRET_KEY
+
+    return {"endpoint_url": s3_server.endpoint, "key": ACCESS_KEY, "secret": SECRET_KEY}
+
+
+@pytest.fixture()
+def download_set(s3_server, tmp_path):
+    """``download_set(url)``: the set at ``url`` as a local folder (what ``aws s3 sync``
+    would give), for ``same_set``."""
+    from seaweed import client
+
+    def download(url: str):
+        folder = tmp_path / "down" / url.rsplit("/", 1)[-1]
+        client(s3_server).get(url.removeprefix("s3://") + "/", str(folder), recursive=True)
+        return folder
+    return download

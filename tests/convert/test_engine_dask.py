@@ -37,16 +37,14 @@ def test_a_rerun_on_dask_keeps_every_finished_shard(dask_scheduler, engine_sourc
     assert report.finished_shards == [1] and report.manifest["count"] == 24
 
 
-def test_dask_uploads_the_serial_set_to_s3(dask_scheduler, s3_server, s3_env, engine_source,
-                                           serial_engine_set, same_set, tmp_path):
-    from seaweed import ACCESS_KEY, BUCKET, SECRET_KEY, client
+def test_dask_uploads_the_serial_set_to_s3(dask_scheduler, s3_options, download_set,
+                                           engine_source, serial_engine_set, same_set,
+                                           tmp_path):
+    from seaweed import BUCKET
 
     url = f"s3://{BUCKET}/dask/full.set"
-    options = {"endpoint_url": s3_server.endpoint, "key": ACCESS_KEY, "secret": SECRET_KEY}
     report = convert_folder(engine_source, url, shards=4, progress=False, engine="dask",
-                            engine_address=dask_scheduler, storage_options=options,
+                            engine_address=dask_scheduler, storage_options=s3_options,
                             staging=tmp_path / "staging")
     assert report.summary() == "stored 24 + skipped 0 = seen 24"
-    client(s3_server).get(url.removeprefix("s3://") + "/", str(tmp_path / "down"),
-                          recursive=True)
-    same_set(tmp_path / "down", serial_engine_set)
+    same_set(download_set(url), serial_engine_set)

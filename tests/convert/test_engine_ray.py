@@ -127,18 +127,12 @@ def test_the_same_command_after_the_driver_is_killed_finishes_the_set(
 # driver passes the server's storage options, which travel with each task to its worker.
 
 @pytest.fixture()
-def s3_dst(s3_server, s3_env, tmp_path):
+def s3_dst(s3_options, download_set, tmp_path):
     """``(url_of(name), storage options, staging folder, download(url))``."""
-    from seaweed import ACCESS_KEY, BUCKET, SECRET_KEY, client
+    from seaweed import BUCKET
 
-    options = {"endpoint_url": s3_server.endpoint, "key": ACCESS_KEY, "secret": SECRET_KEY}
-
-    def download(url):
-        folder = tmp_path / "down" / url.rsplit("/", 1)[-1]
-        client(s3_server).get(url.removeprefix("s3://") + "/", str(folder), recursive=True)
-        return folder
-
-    return (lambda name: f"s3://{BUCKET}/ray/{name}"), options, tmp_path / "staging", download
+    return ((lambda name: f"s3://{BUCKET}/ray/{name}"), s3_options, tmp_path / "staging",
+            download_set)
 
 
 @pytest.mark.slow

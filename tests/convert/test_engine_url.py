@@ -10,31 +10,17 @@ import multiprocessing
 import random
 import time
 
-import pytest
-from seaweed import ACCESS_KEY, BUCKET, SECRET_KEY, client
+from seaweed import BUCKET, client
 
 from fastload.data.convert.engine import ShardBusy, run_shard
 from fastload.data.convert.plan import plan_conversion
 from fastload.data.remote.engine_tasks import finish_url_shards, plan_url_shard_jobs
 
 
-@pytest.fixture()
-def storage_options(s3_server, s3_env) -> dict:
-    """What a cluster's driver passes so that every worker reaches the server (and a
-    fresh shard cache for this test)."""
-    return {"endpoint_url": s3_server.endpoint, "key": ACCESS_KEY, "secret": SECRET_KEY}
-
-
 def url_plan(src, url, storage_options, **options):
     options = {"shards": 4, "workers": 1, "progress": False, **options}
     return plan_url_shard_jobs(plan_conversion(src, url, storage_options=storage_options,
                                                **options))
-
-
-def download(s3_server, url: str, folder):
-    """The set at ``url`` as a local folder (what ``aws s3 sync`` would give)."""
-    client(s3_server).get(url.removeprefix("s3://") + "/", str(folder), recursive=True)
-    return folder
 
 
 def objects(s3_server, url: str) -> dict:
@@ -44,9 +30,10 @@ def objects(s3_server, url: str) -> dict:
 
 
 def test_url_jobs_run_twice_shuffled_with_a_lost_result_upload_the_serial_set(
-        s3_server, storage_options, engine_source, serial_engine_set, same_set, tmp_path):
+        s3_server, s3_options, engine_source, serial_engine_set, same_set, download_set,
+        tmp_path):
     url = f"s3://{BUCKET}/engine/twice.set"
-    plan = url_plan(engine_source, url, storage_options, staging=tmp_path / "staging")
+    plan = url_plan(engine_source, url, s3_options, staging=tmp_path / "staging")
     jobs = list(plan.jobs)
     random.Random(0).shuffle(jobs)
     first = [run_shard(job) for job in jobs]
@@ -56,14 +43,14 @@ def test_url_jobs_run_twice_shuffled_with_a_lost_result_upload_the_serial_set(
     report = finish_url_shards(plan, first[1:] + [first[2]])  # one lost, one duplicated
     assert report.summary() == "stored 24 + skipped 0 = seen 24"
     assert report.manifest["num_shards"] == 4
-    same_set(download(s3_server, url, tmp_path / "down"), serial_engine_set)
+    same_set(download_set(url), serial_engine_set)
     assert not list((tmp_path / "staging").iterdir())  # every attempt folder removed
 
 
 def test_a_url_job_resubmitted_after_the_end_rewrites_nothing(
-        s3_server, storage_options, engine_source, tmp_path):
+        s3_server, s3_options, engine_source, tmp_path):
     url = f"s3://{BUCKET}/engine/resubmitted.set"
-    plan = url_plan(engine_source, url, storage_options)
+    plan = url_plan(engine_source, url, s3_options)
     finish_url_shards(plan, [run_shard(job) for job in plan.jobs])
     before = objects(s3_server, url)
     time.sleep(1.1)  # S3 times have whole seconds: a rewrite would show
@@ -80,9 +67,10 @@ def _attempt(job, start):
 
 
 def test_two_url_attempts_of_one_shard_at_once_leave_one_valid_shard(
-        s3_server, storage_options, engine_source, serial_engine_set, same_set, tmp_path):
+        s3_server, s3_options, engine_source, serial_engine_set, same_set, download_set,
+        tmp_path):
     url = f"s3://{BUCKET}/engine/raced.set"
-    plan = url_plan(engine_source, url, storage_options)
+    plan = url_plan(engine_source, url, s3_options)
     # two machines: each attempt stages in its own folder, both upload
     twins = [dataclasses.replace(plan.jobs[0], staging=str(tmp_path / f"machine{i}"))
              for i in range(2)]
@@ -96,4 +84,4 @@ def test_two_url_attempts_of_one_shard_at_once_leave_one_valid_shard(
     assert states.count("converted") >= 1 and set(states) <= {"converted", "done", "busy"}
     report = finish_url_shards(plan, [run_shard(job) for job in plan.jobs])
     assert report.manifest["count"] == 24
-    same_set(download(s3_server, url, tmp_path / "down"), serial_engine_set)
+    same_set(download_set(url), serial_engine_set)
