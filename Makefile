@@ -29,7 +29,7 @@ docs: $(STAMP)
 # (one more than the 2 cores of our machines: many slow tests wait on servers, clusters and
 # subprocesses); `make check` is the fast tier for development (no `slow` tests).
 JOBS ?= 3
-PYTEST_JOBS = -n $(JOBS) --dist worksteal
+PYTEST_JOBS = -n $(JOBS)
 
 test: lint docs fuzz-build
 	@$(MAKE) --no-print-directory -j2 fuzz-short suite
