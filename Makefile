@@ -26,9 +26,9 @@ docs: $(STAMP)
 	$(BIN)/mkdocs build --strict --site-dir site
 
 # Everything CI runs: the fixed-seed fuzz pass beside the suite, in JOBS pytest-xdist workers
-# (one more than the 2 cores of our machines: many slow tests wait on servers, clusters and
-# subprocesses); `make check` is the fast tier for development (no `slow` tests).
-JOBS ?= 3
+# (the 2 cores of our machines: with 3, the Ctrl-C timing tests failed in 3 of 5 runs);
+# `make check` is the fast tier for development (no `slow` tests).
+JOBS ?= 2
 PYTEST_JOBS = -n $(JOBS)
 
 test: lint docs fuzz-build
