@@ -215,29 +215,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv`` and run the subcommand; the exit status follows :data:`EXIT_CODES_HELP`
     (argparse itself exits 2 on a usage error). Ctrl-C ends the process here with status
     130, one line on stderr and no process left (:mod:`fastload.tools.interrupt`)."""
+    from fastload.tools.interrupt import (
+        EXIT_INTERRUPTED,
+        end_interrupted,
+        interrupts_in_callbacks_end,
+    )
+
     command = None
-    try:
-        parser = build_parser()
-        args = parser.parse_args(argv)
-        command = args.command
-        set_verbosity(-1 if args.quiet else args.verbose)
+    with interrupts_in_callbacks_end(lambda: command):
         try:
-            code = int(args.run(args) or EXIT_OK)
-        except ModuleNotFoundError as error:
-            sentence = missing_extra(error)
-            if sentence is None:
-                raise
-            print(f"fastload {args.command}: error: {sentence}", file=sys.stderr)
-            return EXIT_USAGE
-    except KeyboardInterrupt:
-        from fastload.tools.interrupt import end_interrupted
-
-        end_interrupted(command)
-    from fastload.tools.interrupt import EXIT_INTERRUPTED, end_interrupted
-
-    if code == EXIT_INTERRUPTED:  # the command caught Ctrl-C itself and said so (convert)
-        end_interrupted(command, say=False)
-    return code
+            parser = build_parser()
+            args = parser.parse_args(argv)
+            command = args.command
+            set_verbosity(-1 if args.quiet else args.verbose)
+            try:
+                code = int(args.run(args) or EXIT_OK)
+            except ModuleNotFoundError as error:
+                sentence = missing_extra(error)
+                if sentence is None:
+                    raise
+                print(f"fastload {args.command}: error: {sentence}", file=sys.stderr)
+                return EXIT_USAGE
+        except KeyboardInterrupt:
+            end_interrupted(command)
+        if code == EXIT_INTERRUPTED:  # the command caught Ctrl-C itself and said so (convert)
+            end_interrupted(command, say=False)
+        return code
 
 
 if __name__ == "__main__":

@@ -12,11 +12,13 @@ still be using (DALI's ``AssertionError`` at exit).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
+from collections.abc import Callable, Iterator
 
-__all__ = ["EXIT_INTERRUPTED", "end_interrupted"]
+__all__ = ["EXIT_INTERRUPTED", "end_interrupted", "interrupts_in_callbacks_end"]
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a program Ctrl-C ended
 
@@ -46,3 +48,23 @@ def end_interrupted(command: str | None, note: str | None = None, *, say: bool =
             except (OSError, ValueError):  # a closed pipe or stream: nothing more to say
                 pass
         os._exit(EXIT_INTERRUPTED)
+
+
+@contextlib.contextmanager
+def interrupts_in_callbacks_end(command: Callable[[], str | None]) -> Iterator[None]:
+    """While the block runs, a KeyboardInterrupt Python cannot raise (one that lands in a
+    weakref callback or a ``__del__``, such as importlib's module-lock clean-up during an
+    import) ends the command as a raised one does, instead of a printed traceback and a run
+    that goes on as if the key had not been pressed. ``command()`` names the command."""
+    previous = sys.unraisablehook
+
+    def hook(unraisable) -> None:
+        if isinstance(unraisable.exc_value, KeyboardInterrupt):
+            end_interrupted(command())
+        previous(unraisable)
+
+    sys.unraisablehook = hook
+    try:
+        yield
+    finally:
+        sys.unraisablehook = previous

@@ -67,13 +67,26 @@ def owned_child() -> None:
 
 
 @contextlib.contextmanager
-def interrupts_held() -> Iterator[None]:
+def interrupts_held(start_method: str | None = None) -> Iterator[None]:
     """Hold SIGINT back from this thread while it starts a child: the mask is inherited
     through fork and exec, so the child cannot be interrupted before :func:`owned_child`
-    ignores it; a Ctrl-C meanwhile reaches this process when the mask is restored."""
+    ignores it; a Ctrl-C meanwhile reaches this process when the mask is restored.
+
+    ``start_method`` is that of the children started in the block (default: the platform's).
+    For ``spawn`` and ``forkserver``, Python's resource tracker is started first: the first
+    such child starts it, and starting it unblocks SIGINT in this thread on its way out
+    (``multiprocessing.resource_tracker.ensure_running``), which let a Ctrl-C interrupt the
+    child's own imports with a traceback of its own."""
     if not hasattr(signal, "pthread_sigmask"):
         yield
         return
+    # (get_start_method(allow_none=False) would fix the user's default: the first listed is it)
+    method = (start_method or multiprocessing.get_start_method(allow_none=True)
+              or multiprocessing.get_all_start_methods()[0])
+    if method in ("spawn", "forkserver"):
+        from multiprocessing import resource_tracker
+
+        resource_tracker.ensure_running()
     old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         yield
@@ -161,7 +174,7 @@ class FreshProcess:
         context = context or multiprocessing.get_context("spawn")
         self.conn, child = context.Pipe()
         self.proc = context.Process(target=_owned_main, args=(target, child, *args), name=name)
-        with interrupts_held():
+        with interrupts_held(context.get_start_method()):
             self.proc.start()
         child.close()
 

@@ -245,3 +245,33 @@ if __name__ == "__main__":
     options = parser.parse_args()
     for command, counts in trials(options.trials, options.names).items():
         print(f"{command}: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
+def test_first_fresh_process_imports_with_ctrl_c_held_back(tmp_path):
+    """The first spawned child also starts Python's resource tracker, whose start unblocks
+    SIGINT in the parent: the child must still import with SIGINT held back, or a Ctrl-C
+    then prints the child's own traceback (seen in ``fastload bench`` at row (a))."""
+    out = tmp_path / "mask"
+    run = subprocess.run([sys.executable, str(REPO / "tests" / "scripts" /
+                                              "first_fresh_process.py"), str(out)],
+                         capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert run.returncode == 0 and run.stdout.strip() == "done", run.stderr
+    assert int(out.read_text(), 16) & (1 << (signal.SIGINT - 1)), out.read_text()
+
+
+def test_ctrl_c_python_cannot_raise_still_ends_the_command():
+    """A KeyboardInterrupt landing in a ``__del__`` or weakref callback (importlib's
+    module-lock clean-up, seen in a double Ctrl-C of finetune) is not raised by Python: the
+    command ends at it anyway, with its one line and no traceback."""
+    code = ("import time\n"
+            "from fastload.tools.interrupt import interrupts_in_callbacks_end\n"
+            "class Pressed:\n"
+            "    def __del__(self):\n"
+            "        raise KeyboardInterrupt\n"
+            "with interrupts_in_callbacks_end(lambda: 'demo'):\n"
+            "    Pressed()\n"
+            "    time.sleep(30)\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60)
+    assert (run.returncode, run.stderr) == (130, "fastload demo: interrupted\n")

@@ -20,7 +20,10 @@ def test_two_epochs_beat_chance_so_labels_line_up(two_epoch_run, loader, data_fo
     assert result.val_top1 >= 0.75 > CHANCE
     assert result.epochs[1].train_loss < result.epochs[0].train_loss
     last = result.epochs[-1]
-    assert 0.0 <= last.data_stall_share <= 1.0 and last.peak_mem_mb > 0 and last.images_per_s > 0
+    assert 0.0 <= last.data_stall_share <= 1.0 and last.images_per_s > 0
+    # on CPU the growth above the pre-training RSS can be 0 in a process whose earlier frees
+    # were returned to the system meanwhile; the epoch's own peak is always measured
+    assert last.peak_rss_mb > 0 and 0 <= last.peak_mem_mb <= last.peak_rss_mb
 
 
 def test_freeze_patterns_leave_only_matching_parameters_trainable():

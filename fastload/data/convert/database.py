@@ -199,8 +199,9 @@ def _run_from(start, samples, writer, workers, options, strict, bar, commit_ever
                         if checks is not None:  # never fork beside our threads (a lock they
                             checks.shutdown()  # hold, an import's, would stay held there)
                             checks = None
-                        with FORK_LOCK, interrupts_held():  # no worker sees a Ctrl-C
-                            pool = multiprocessing.get_context().Pool(  # before it ignores it
+                        context = multiprocessing.get_context()
+                        with FORK_LOCK, interrupts_held(context.get_start_method()):
+                            pool = context.Pool(  # no worker sees a Ctrl-C before it ignores it
                                 workers, initializer=owned_child)
                     result = pool.apply_async(check_file_task_copy, (task, span, None if data
                                                                      is None else bytes(data)))

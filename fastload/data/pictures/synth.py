@@ -344,9 +344,9 @@ def write_tree(out: str | os.PathLike, train: int, val: int, classes: int, seed:
             # owned_child: a Ctrl-C reaches this process, whose pool then terminates its
             # workers (leaving the with block), and no worker prints a traceback of its own;
             # the workers start with SIGINT held back until owned_child ignores it
-            with interrupts_held():
-                pool = multiprocessing.get_context().Pool(min(workers, len(jobs)),
-                                                          initializer=owned_child)
+            context = multiprocessing.get_context()
+            with interrupts_held(context.get_start_method()):
+                pool = context.Pool(min(workers, len(jobs)), initializer=owned_child)
             with pool:
                 for done in pool.imap(_write_chunk, jobs):
                     if bar is not None:
