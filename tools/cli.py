@@ -215,33 +215,39 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv`` and run the subcommand; the exit status follows :data:`EXIT_CODES_HELP`
     (argparse itself exits 2 on a usage error). Ctrl-C ends the process here with status
     130, one line on stderr and no process left (:mod:`fastload.tools.interrupt`)."""
-    from fastload.tools.interrupt import (
-        EXIT_INTERRUPTED,
-        end_interrupted,
-        interrupts_in_callbacks_end,
-    )
+    from fastload.tools.interrupt import EXIT_INTERRUPTED, ctrl_c_ends, end_interrupted
 
     command = None
-    with interrupts_in_callbacks_end(lambda: command):
+    with ctrl_c_ends(lambda: command) as pressed:
         try:
             parser = build_parser()
             args = parser.parse_args(argv)
             command = args.command
             set_verbosity(-1 if args.quiet else args.verbose)
-            try:
-                code = int(args.run(args) or EXIT_OK)
-            except ModuleNotFoundError as error:
-                sentence = missing_extra(error)
-                if sentence is None:
-                    raise
-                print(f"fastload {args.command}: error: {sentence}", file=sys.stderr)
-                return EXIT_USAGE
+            code = _run(args)
         except KeyboardInterrupt:
             end_interrupted(command)
+        except BaseException:
+            if pressed():  # the interrupt turned into another error on its way up
+                end_interrupted(command)
+            raise
         if code == EXIT_INTERRUPTED:  # the command caught Ctrl-C itself and said so (convert)
             end_interrupted(command, say=False)
+        if pressed():  # a KeyboardInterrupt something caught, and the command went on
+            end_interrupted(command)
         return code
 
+
+def _run(args: argparse.Namespace) -> int:
+    """The subcommand's exit status; a missing optional extra is a usage error naming it."""
+    try:
+        return int(args.run(args) or EXIT_OK)
+    except ModuleNotFoundError as error:
+        sentence = missing_extra(error)
+        if sentence is None:
+            raise
+        print(f"fastload {args.command}: error: {sentence}", file=sys.stderr)
+        return EXIT_USAGE
 
 if __name__ == "__main__":
     sys.exit(main())

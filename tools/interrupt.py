@@ -18,7 +18,7 @@ import signal
 import sys
 from collections.abc import Callable, Iterator
 
-__all__ = ["EXIT_INTERRUPTED", "end_interrupted", "interrupts_in_callbacks_end"]
+__all__ = ["EXIT_INTERRUPTED", "ctrl_c_ends", "end_interrupted"]
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a program Ctrl-C ended
 
@@ -50,21 +50,42 @@ def end_interrupted(command: str | None, note: str | None = None, *, say: bool =
         os._exit(EXIT_INTERRUPTED)
 
 
-@contextlib.contextmanager
-def interrupts_in_callbacks_end(command: Callable[[], str | None]) -> Iterator[None]:
-    """While the block runs, a KeyboardInterrupt Python cannot raise (one that lands in a
-    weakref callback or a ``__del__``, such as importlib's module-lock clean-up during an
-    import) ends the command as a raised one does, instead of a printed traceback and a run
-    that goes on as if the key had not been pressed. ``command()`` names the command."""
-    previous = sys.unraisablehook
 
-    def hook(unraisable) -> None:
+@contextlib.contextmanager
+def ctrl_c_ends(command: Callable[[], str | None]) -> Iterator[Callable[[], bool]]:
+    """While the block runs, Ctrl-C is known to have been pressed: yields ``pressed()``.
+
+    Python's own SIGINT handler is replaced by one that does what it does (raise
+    KeyboardInterrupt) and records the press, so that the program can end as interrupted
+    whatever the KeyboardInterrupt became on its way up: caught by a library inside an
+    import and turned into another error (a module left half imported fails at its next
+    use), or landed where Python cannot raise it (a weakref callback or ``__del__``, such
+    as importlib's module-lock clean-up: the latter ends the command at once, see
+    ``sys.unraisablehook``). A SIGINT that was ignored (a shell's background job) stays
+    ignored; both hooks are put back after the block. ``command()`` names the command."""
+    presses: list[int] = []
+
+    def on_sigint(signum, frame) -> None:
+        presses.append(signum)
+        raise KeyboardInterrupt
+
+    def on_unraisable(unraisable) -> None:
         if isinstance(unraisable.exc_value, KeyboardInterrupt):
             end_interrupted(command())
-        previous(unraisable)
+        previous_hook(unraisable)
 
-    sys.unraisablehook = hook
+    previous_hook = sys.unraisablehook
+    previous_handler = signal.getsignal(signal.SIGINT)
+    install = previous_handler is signal.default_int_handler
+    if install:
+        try:
+            signal.signal(signal.SIGINT, on_sigint)
+        except ValueError:  # not the main thread: Python's handler, which is the main's
+            install = False
+    sys.unraisablehook = on_unraisable
     try:
-        yield
+        yield lambda: bool(presses)
     finally:
-        sys.unraisablehook = previous
+        sys.unraisablehook = previous_hook
+        if install:
+            signal.signal(signal.SIGINT, previous_handler)
