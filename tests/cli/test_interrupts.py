@@ -200,10 +200,14 @@ def test_training_script_ends_at_ctrl_c_without_dali_output(images, tmp_path, af
     _check("script", images, tmp_path, after_s, presses)
 
 
+# where each command is still busy on a quiet machine (convert's 1,500 images take about 4 s)
+_TRIAL_SECONDS = {"convert": (1.0, 2.5), "script": (0.0, 3.0)}
+
+
 def trials(count: int, names: list[str]) -> dict[str, dict[str, int]]:
     """``count`` trials per command (single and double Ctrl-C alternating, moments spread
-    over 1-6 s, from where fastload runs: see _MOMENTS): ``{command: {"ok": n, problem: n,
-    ...}}``, printed as they come."""
+    over 1-6 s, from where fastload runs (see _MOMENTS), or over _TRIAL_SECONDS):
+    ``{command: {"ok": n, problem: n, ...}}``, printed as they come."""
     import random
     import shutil
     import tempfile
@@ -219,7 +223,7 @@ def trials(count: int, names: list[str]) -> dict[str, dict[str, int]]:
                 work = base / f"{name}-{trial}"
                 work.mkdir()
                 presses = 1 + trial % 2
-                after_s = draw.uniform(1.0, 6.0) if name != "script" else draw.uniform(0, 3)
+                after_s = draw.uniform(*_TRIAL_SECONDS.get(name, (1.0, 6.0)))
                 outcome = interrupt(commands(base / "data", work)[name], after_s, presses,
                                     cwd=work, ready="ready" if name == "script" else None)
                 problems = outcome.problems(name == "script")
