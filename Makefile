@@ -34,13 +34,16 @@ docs: $(STAMP)
 # Ctrl-C timing tests failed more often);
 # `make check` is the fast tier for development (no `slow` tests).
 JOBS ?= 2
-PYTEST_JOBS = -n $(JOBS)
+PYTEST_JOBS = -n $(JOBS) --dist loadgroup
 
 test: lint docs fuzz-build
 	@$(MAKE) --no-print-directory -j2 fuzz-short suite
 
 # (after fuzz-build in make test: tests/pipelines/test_fuzz_harness.py uses its build/fuzz)
 suite: $(STAMP)
+	@# the tree's own .pyc files: every test's fresh process reads them instead of compiling
+	@# (PYTHONDONTWRITEBYTECODE may be set, and nothing else writes them)
+	$(BIN)/python -m compileall -q -j 0 fastload tools pipelines tests benchmarks >/dev/null
 	$(BIN)/python -m pytest -q $(PYTEST_JOBS) tests benchmarks --benchmark-disable -m "not release"
 
 check: lint
