@@ -21,10 +21,6 @@ from pathlib import Path
 
 import pytest
 
-# one worker runs this module (make test: --dist loadgroup): its image tree is made once,
-# and its trials do not run beside each other
-pytestmark = pytest.mark.xdist_group("interrupts")
-
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "tests" / "scripts" / "interrupted_training.py"
 FASTLOAD = [sys.executable, "-m", "fastload"]

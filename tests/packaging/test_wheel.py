@@ -24,9 +24,7 @@ import zipfile
 
 import pytest
 
-# one worker builds the artifacts, once (make test: --dist loadgroup): two sdist builds of
-# the tree at once share its fastload_dali-*/ release folder and fail (ENOENT)
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("dist")]
+pytestmark = pytest.mark.slow
 
 ROOT = pathlib.Path(__file__).parents[2]
 CONSTRAINTS = ROOT / "constraints.txt"

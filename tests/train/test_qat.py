@@ -9,9 +9,6 @@ from fastload.train.checkpoint import read_checkpoint
 from fastload.train.export import export_checkpoint
 from fastload.train.finetune import FinetuneConfig, finetune
 
-# one worker runs this module (make test: --dist loadgroup): its QAT run is made once
-pytestmark = pytest.mark.xdist_group("qat")
-
 ONE_VAL_IMAGE = 1 / 16  # the generated val set has 16 images
 
 

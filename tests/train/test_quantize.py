@@ -24,9 +24,6 @@ from fastload.train.quantize import (
     resolve_skip,
 )
 
-# one worker runs this module (make test: --dist loadgroup): its trained model is made once
-pytestmark = pytest.mark.xdist_group("quantize")
-
 ONE_VAL_IMAGE = 1 / 16  # the generated val set has 16 images: the smallest top-1 step
 QUICK = dict(calibration_batches=2, latency_batches=(2,), latency_rounds=1, compile=False)
 
