@@ -34,7 +34,7 @@ docs: $(STAMP)
 # Ctrl-C timing tests failed more often);
 # `make check` is the fast tier for development (no `slow` tests).
 JOBS ?= 2
-PYTEST_JOBS = -n $(JOBS) --dist loadgroup
+PYTEST_JOBS = -n $(JOBS)
 
 test: lint docs fuzz-build
 	@$(MAKE) --no-print-directory -j2 fuzz-short suite

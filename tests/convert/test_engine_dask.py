@@ -10,10 +10,6 @@ distributed = pytest.importorskip("distributed", reason="the [dask] extra is not
 from fastload.data.convert.folder import convert_folder  # noqa: E402
 from fastload.data.sets.verify import verify_set  # noqa: E402
 
-# one worker runs this module under pytest-xdist (make test: --dist loadgroup), so its
-# cluster starts once per session, as the issue asks, not once in each worker
-pytestmark = pytest.mark.xdist_group("dask")
-
 
 @pytest.fixture(scope="module")
 def dask_scheduler():

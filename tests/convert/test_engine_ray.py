@@ -21,10 +21,6 @@ from fastload.data.convert.folder import convert_folder  # noqa: E402
 from fastload.data.sets.manifest import MANIFEST_FILE, shard_name  # noqa: E402
 from fastload.data.sets.verify import verify_set  # noqa: E402
 
-# one worker runs this module under pytest-xdist (make test: --dist loadgroup), so its
-# cluster starts once per session, as the issue asks, not once in each worker
-pytestmark = pytest.mark.xdist_group("ray")
-
 
 @pytest.fixture(scope="module")
 def ray_cluster():
