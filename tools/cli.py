@@ -249,5 +249,6 @@ def _run(args: argparse.Namespace) -> int:
         print(f"fastload {args.command}: error: {sentence}", file=sys.stderr)
         return EXIT_USAGE
 
+
 if __name__ == "__main__":
     sys.exit(main())

@@ -50,10 +50,9 @@ def end_interrupted(command: str | None, note: str | None = None, *, say: bool =
         os._exit(EXIT_INTERRUPTED)
 
 
-
 @contextlib.contextmanager
 def ctrl_c_ends(command: Callable[[], str | None]) -> Iterator[Callable[[], bool]]:
-    """While the block runs, Ctrl-C is known to have been pressed: yields ``pressed()``.
+    """Record the Ctrl-C presses while the block runs; yields ``pressed()``, whether any came.
 
     Python's own SIGINT handler is replaced by one that does what it does (raise
     KeyboardInterrupt) and records the press, so that the program can end as interrupted

@@ -269,7 +269,6 @@ def test_ctrl_c_python_cannot_raise_still_ends_the_command():
     assert (run.returncode, run.stderr) == (130, "fastload demo: interrupted\n")
 
 
-
 # A command whose Ctrl-C a library caught and turned into another error, or swallowed: the
 # shapes seen in trials (a module half imported after an interrupted import fails next with
 # AttributeError). The command's own run is replaced so the press lands at a known point.
