@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
+from shared_build import built_once
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "tests" / "scripts" / "interrupted_training.py"
@@ -123,9 +124,7 @@ def interrupt(argv: list[str], after_s: float, presses: int, cwd: Path | None = 
 def images(tmp_path_factory) -> Path:
     """An ImageFolder tree (train/ and val/) big enough that every command is still busy
     seconds after it started, and its LMDB databases."""
-    root = tmp_path_factory.mktemp("interrupts")
-    _make_images(root)
-    return root / "data"
+    return built_once(tmp_path_factory, "interrupts", _make_images) / "data"
 
 
 def _make_images(root: Path) -> None:

@@ -23,6 +23,7 @@ import tarfile
 import zipfile
 
 import pytest
+from shared_build import built_once
 
 pytestmark = pytest.mark.slow
 
@@ -72,7 +73,12 @@ def _index_unreachable(output: str) -> bool:
 
 @pytest.fixture(scope="module")
 def dist(tmp_path_factory) -> pathlib.Path:
-    """`make dist` without make: sdist, a wheel built from the sdist, auditwheel repair."""
+    """`make dist` without make: sdist, a wheel built from the sdist, auditwheel repair (once
+    a session: two sdist builds of the tree at once collide in its release folder)."""
+    return built_once(tmp_path_factory, "dist", _build_dist)
+
+
+def _build_dist(out: pathlib.Path) -> None:
     bindir = os.path.dirname(sys.executable)
     missing = [t for t in TOOLS if shutil.which(t if t != "build" else "pyproject-build",
                                                  path=bindir) is None]
@@ -83,7 +89,6 @@ def dist(tmp_path_factory) -> pathlib.Path:
             reason = "the package index is out of reach" if _index_unreachable(
                 done.stdout + done.stderr) else done.stderr[-2000:]
             pytest.skip(f"the release tools ({', '.join(missing)}) cannot be installed: {reason}")
-    out = tmp_path_factory.mktemp("dist")
     raw = out / "raw"
     done = _run([sys.executable, "-m", "build", "--sdist", "--outdir", str(out), str(ROOT)], ROOT)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -96,7 +101,6 @@ def dist(tmp_path_factory) -> pathlib.Path:
     done = _run([os.path.join(bindir, "auditwheel"), "repair", "--wheel-dir", str(out),
                  *map(str, raw.glob("*.whl"))], ROOT, env=env)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return out
 
 
 @pytest.mark.slow
