@@ -30,8 +30,8 @@ import traceback
 from collections.abc import Callable, Iterator
 from typing import Any
 
-__all__ = ["FreshProcess", "FreshProcessError", "call_in_fresh_process", "descendant_pids",
-           "end_processes", "interrupts_held", "owned_child"]
+__all__ = ["FreshProcess", "FreshProcessError", "call_in_fresh_process", "default_context",
+           "descendant_pids", "end_processes", "interrupts_held", "owned_child"]
 
 _POLL_S = 1.0  # how often a waiting parent checks that the child is still alive
 
@@ -66,6 +66,19 @@ def owned_child() -> None:
         os._exit(1)
 
 
+def default_method() -> str:
+    """The process's start method: the one set, else the platform's default, without fixing
+    it as ``multiprocessing.get_start_method()`` and ``get_context()`` do (after them, the
+    user's own ``set_start_method`` raises "context has already been set")."""
+    return (multiprocessing.get_start_method(allow_none=True)
+            or multiprocessing.get_all_start_methods()[0])  # the first listed is the default
+
+
+def default_context() -> multiprocessing.context.BaseContext:
+    """The context of :func:`default_method`, leaving the process's start method unset."""
+    return multiprocessing.get_context(default_method())
+
+
 @contextlib.contextmanager
 def interrupts_held(start_method: str | None = None) -> Iterator[None]:
     """Hold SIGINT back from this thread while it starts a child: the mask is inherited
@@ -80,9 +93,7 @@ def interrupts_held(start_method: str | None = None) -> Iterator[None]:
     if not hasattr(signal, "pthread_sigmask"):
         yield
         return
-    # (get_start_method(allow_none=False) would fix the user's default: the first listed is it)
-    method = (start_method or multiprocessing.get_start_method(allow_none=True)
-              or multiprocessing.get_all_start_methods()[0])
+    method = start_method or default_method()
     if method in ("spawn", "forkserver"):
         from multiprocessing import resource_tracker
 

@@ -40,7 +40,7 @@ from fastload.data.format.constants import (
 )
 from fastload.data.format.writer import LMDBWriter, MapFull
 from fastload.data.sets.attest import attest_database
-from fastload.utils.process import interrupts_held, owned_child
+from fastload.utils.process import default_context, interrupts_held, owned_child
 
 __all__ = ["ConvertError", "ConvertReport", "convert_one", "is_complete"]
 
@@ -199,7 +199,7 @@ def _run_from(start, samples, writer, workers, options, strict, bar, commit_ever
                         if checks is not None:  # never fork beside our threads (a lock they
                             checks.shutdown()  # hold, an import's, would stay held there)
                             checks = None
-                        context = multiprocessing.get_context()
+                        context = default_context()
                         with FORK_LOCK, interrupts_held(context.get_start_method()):
                             pool = context.Pool(  # no worker sees a Ctrl-C before it ignores it
                                 workers, initializer=owned_child)

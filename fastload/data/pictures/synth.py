@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import colorsys
 import io
-import multiprocessing
 import os
 import pathlib
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFilter
 
-from fastload.utils.process import interrupts_held, owned_child
+from fastload.utils.process import default_context, interrupts_held, owned_child
 
 __all__ = ["synthesize", "synth_image", "class_names", "image_size", "tree_stats",
            "check_tree_arguments", "write_tree"]
@@ -344,7 +343,7 @@ def write_tree(out: str | os.PathLike, train: int, val: int, classes: int, seed:
             # owned_child: a Ctrl-C reaches this process, whose pool then terminates its
             # workers (leaving the with block), and no worker prints a traceback of its own;
             # the workers start with SIGINT held back until owned_child ignores it
-            context = multiprocessing.get_context()
+            context = default_context()
             with interrupts_held(context.get_start_method()):
                 pool = context.Pool(min(workers, len(jobs)), initializer=owned_child)
             with pool:

@@ -279,9 +279,9 @@ def _scan_all(shards: list[Path], label_field: str | None, workers: int) -> Iter
             sum(os.path.getsize(s) for s in shards) < PARALLEL_LISTING_BYTES:
         yield from map(_scan_task, tasks)
         return
-    import multiprocessing
+    from fastload.utils.process import default_context
 
-    with multiprocessing.get_context().Pool(min(workers, len(shards))) as pool:
+    with default_context().Pool(min(workers, len(shards))) as pool:
         yield from pool.imap(_scan_task, tasks)  # in order
 
 
