@@ -107,6 +107,11 @@ def interrupts_held(start_method: str | None = None) -> Iterator[None]:
 
 def _owned_main(target: Callable[..., None], *args: Any) -> None:
     owned_child()
+    # A spawned child starts with its own start method as its default; a fresh process stands
+    # for a user's `python script.py`, whose loaders start workers in the platform's default
+    # (fork on Linux): under "spawn", a torch DataLoader measured here would import torch
+    # again in every worker at every epoch.
+    multiprocessing.set_start_method(None, force=True)
     target(*args)
 
 
@@ -185,8 +190,11 @@ class FreshProcess:
         context = context or multiprocessing.get_context("spawn")
         self.conn, child = context.Pipe()
         self.proc = context.Process(target=_owned_main, args=(target, child, *args), name=name)
+        unset = multiprocessing.get_start_method(allow_none=True) is None
         with interrupts_held(context.get_start_method()):
             self.proc.start()
+        if unset:  # starting a spawned child fixes the default (CPython's spawn reads it)
+            multiprocessing.set_start_method(None, force=True)
         child.close()
 
     @property
