@@ -21,7 +21,6 @@ import time
 from pathlib import Path
 
 import pytest
-from shared_build import built_once
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "tests" / "scripts" / "interrupted_training.py"
@@ -124,6 +123,8 @@ def interrupt(argv: list[str], after_s: float, presses: int, cwd: Path | None = 
 def images(tmp_path_factory) -> Path:
     """An ImageFolder tree (train/ and val/) big enough that every command is still busy
     seconds after it started, and its LMDB databases."""
+    from shared_build import built_once  # (tests/, on the path under pytest; not as a script)
+
     return built_once(tmp_path_factory, "interrupts", _make_images) / "data"
 
 
