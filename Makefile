@@ -30,12 +30,12 @@ docs: $(STAMP)
 
 # Everything CI runs: the fixed-seed fuzz pass beside the suite, in JOBS pytest-xdist workers
 # (the 2 cores of our machines: with 3 the suite took 8 min 42 s against 8 min 11 s, and
-# Ctrl-C timing tests failed more often); worksteal gives each worker one half of the tests
-# in file order (a module's fixtures are mostly made once) and lets an idle one take half of
-# what the other has left;
+# Ctrl-C timing tests failed more often); the load distribution (worksteal and loadgroup each
+# stalled a run at its end here once); module fixtures that both workers would make are
+# built once a session (tests/shared_build.py);
 # `make check` is the fast tier for development (no `slow` tests).
 JOBS ?= 2
-PYTEST_JOBS = -n $(JOBS) --dist worksteal
+PYTEST_JOBS = -n $(JOBS)
 
 test: lint docs fuzz-build
 	@$(MAKE) --no-print-directory -j2 fuzz-short suite
