@@ -312,7 +312,8 @@ def fuzz(args: argparse.Namespace) -> int:
     next_progress = start + args.progress
     i = 0
     try:
-        while time.monotonic() - start < args.seconds:
+        while time.monotonic() - start < args.seconds and (args.cases is None
+                                                           or i < args.cases):
             if time.monotonic() >= next_progress:
                 next_progress += args.progress
                 print(f"  {time.monotonic() - start:.0f} s: {i} cases, {len(found)} found",
@@ -383,6 +384,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="the sanitizer build (setup.py build_ext --build-lib)")
     parser.add_argument("--seconds", type=float, default=60.0, help="how long to fuzz")
     parser.add_argument("--seed", type=int, default=0, help="the cases' seed")
+    parser.add_argument("--cases", type=int, default=None,
+                        help="stop after this many cases (within --seconds)")
     parser.add_argument("--timeout", type=float, default=20.0,
                         help="seconds a case may take before it counts as a hang")
     parser.add_argument("--out", type=Path, default=ROOT / "build" / "fuzz-findings",
