@@ -12,8 +12,13 @@ $(STAMP): pyproject.toml constraints.txt setup.py
 	@# uv installs the 7.8 GB of wheels in 30-40 s where pip takes 1 min 45 s (it unpacks them
 	@# in parallel); it gets the package sources pip is configured with (.ci/pip_sources.py)
 	$(BIN)/pip install --quiet -c constraints.txt uv
+	@# pyspark is published as an sdist only, and uv downloads and builds it again at every
+	@# install where the registry's answers revalidate as modified (25 s and 0.5-1.4 GB of
+	@# its cache each time); pip keeps the wheel it built, so it makes the wheel uv installs
+	$(BIN)/pip wheel --quiet --no-deps -c constraints.txt pyspark -w build/wheels
 	$(BIN)/uv pip install --quiet --python $(BIN)/python --index-strategy unsafe-best-match \
-	  $$($(BIN)/python .ci/pip_sources.py) -c constraints.txt -e '.[test]'
+	  $$($(BIN)/python .ci/pip_sources.py) --find-links build/wheels -c constraints.txt \
+	  -e '.[test]'
 	@# headless Chromium for tests/docs/test_site.py (Debian's package), only where it is missing
 	@[ -x /usr/bin/chromium ] || apt-get install -y chromium >/dev/null 2>&1 || \
 	  echo "chromium not installed (apt-get install -y chromium): the site's browser test will skip"
