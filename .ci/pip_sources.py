@@ -35,9 +35,8 @@ def pip_config() -> dict[str, list[str]]:
             continue
         option = key.rsplit(".", 1)[-1]
         if option in _OPTIONS:
-            values = shlex.split(value)
-            options.setdefault(option, [])
-            options[option] += [v for word in values for v in word.split()]
+            options.setdefault(option, []).extend(
+                v for word in shlex.split(value) for v in word.split())
     return options
 
 

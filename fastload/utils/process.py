@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 __all__ = ["FreshProcess", "FreshProcessError", "call_in_fresh_process", "default_context",
-           "descendant_pids", "end_processes", "interrupts_held", "owned_child"]
+           "default_method", "descendant_pids", "end_processes", "interrupts_held", "owned_child"]
 
 _POLL_S = 1.0  # how often a waiting parent checks that the child is still alive
 

@@ -307,7 +307,6 @@ def test_ctrl_c_a_library_caught_still_ends_the_command_with_130(then):
 
 
 _HANDLERS = """
-import shutil
 import signal
 from fastload.tools.interrupt import ctrl_c_ends
 
