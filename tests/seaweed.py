@@ -133,14 +133,16 @@ def upload_tree(server: WeedServer, folder: Path, prefix: str) -> str:
 class CountingRelay:
     """A second endpoint for ``server``: a TCP relay on another loopback port that passes
     bytes through unchanged and records each HTTP request it carries (``requests``:
-    ``(method, path)``, the path unquoted, the query dropped), so a test counts what a
-    client fetched from the server. A context manager; ``endpoint`` is its URL."""
+    ``(method, path)``, the path unquoted, the query dropped; ``queries``: the unquoted
+    queries in the same order), so a test counts what a client fetched from the server. A
+    context manager; ``endpoint`` is its URL."""
 
     def __init__(self, server: WeedServer) -> None:
         import threading
 
         self.upstream = server.s3_port
         self.requests: list[tuple[str, str]] = []
+        self.queries: list[str] = []
         self._lock = threading.Lock()
         self._listener = socket.socket()
         self._listener.bind(("127.0.0.1", 0))
@@ -217,8 +219,10 @@ class CountingRelay:
                 return data, 0
             head, data = data[:end].decode("latin-1"), data[end + 4:]
             method, target = head.split(" ", 2)[:2]
+            path, _, query = target.partition("?")
             with self._lock:
-                self.requests.append((method, unquote(target.split("?", 1)[0])))
+                self.requests.append((method, unquote(path)))
+                self.queries.append(unquote(query))
             for line in head.split("\r\n")[1:]:
                 name, _, value = line.partition(":")
                 if name.strip().lower() == "content-length":

@@ -140,3 +140,19 @@ def test_a_failed_shard_upload_stops_the_conversion_without_a_manifest_and_a_rer
     assert report.seen == 0 and report.manifest["count"] == 61
     assert len(fastload.LMDBDataset(url)) == 61
     assert not list((tmp_path / "staging").glob("*shard-*"))
+
+
+def test_a_fresh_conversion_lists_no_shard_folder_before_uploading_it(s3_env, s3_server,
+                                                                      source, monkeypatch):
+    from seaweed import CountingRelay
+
+    with CountingRelay(s3_server) as relay:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", relay.endpoint)
+        convert_folder(source, f"s3://{BUCKET}/convert/fresh.set", shards=3, workers=1,
+                       progress=False)
+        requests = [(method, path + "?" + query)
+                    for (method, path), query in zip(relay.requests, relay.queries, strict=True)]
+    for k in range(3):  # the set's own listing names no shard; each shard's PUTs come first
+        shard = f"shard-{k:05d}-of-00003"
+        first = next((method, target) for method, target in requests if shard in target)
+        assert first[0] == "PUT", f"{shard}: first request {first}"

@@ -151,7 +151,7 @@ def convert_to_url(samples, location: RemoteLocation, identity: dict, total_byte
     The report sums the shards converted here; ``finished_shards`` lists those found
     already uploaded (skipped) or finished in staging (uploaded without converting)."""
     staging = staging_folder(location, staging)
-    claim_url_set(location, shards, overwrite)
+    present = claim_url_set(location, shards, overwrite)
     bounds = shard_bounds(len(samples), shards)
     total = ConvertReport(path=location.url, stored=0, skipped=0, seen=0)  # type: ignore[arg-type]
     intact: set[int] = set()
@@ -163,7 +163,8 @@ def convert_to_url(samples, location: RemoteLocation, identity: dict, total_byte
             remote, staged = location.child(name), staging / name
             shard_identity = identity_of_shard(identity, k, shards, bounds)
             files = bounds[k][1] - bounds[k][0]
-            listed = fetch.listing(remote)
+            # a shard with no folder at the start has nothing uploaded: no request for it
+            listed = fetch.listing(remote) if name in present else {}
             if not overwrite and shard_uploaded(remote, shard_identity, files, staged, listed):
                 total.finished_shards.append(k)
                 intact.add(k)
@@ -197,9 +198,10 @@ def _upload_and_remove(k: int, staged: Path, remote: RemoteLocation, sidecar_the
     shutil.rmtree(gone)
 
 
-def claim_url_set(location: RemoteLocation, shards: int, overwrite: bool) -> None:
+def claim_url_set(location: RemoteLocation, shards: int, overwrite: bool) -> set[str]:
     """Refuse a URL holding a finished set or shards of another count (unless
-    ``overwrite``, which removes them, and the manifest, first)."""
+    ``overwrite``, which removes them, and the manifest, first). Returns the names of
+    the folders of this count's shards found there (none were uploaded elsewhere)."""
     files = fetch.listing(location)
     folders = fetch.listing(location, folders=True)
     others = sorted({int(m.group(2)) for m in map(_SHARD_DIR.fullmatch, folders) if m}
@@ -220,6 +222,8 @@ def claim_url_set(location: RemoteLocation, shards: int, overwrite: bool) -> Non
             match = _SHARD_DIR.fullmatch(name)
             if match and int(match.group(2)) != shards:
                 fetch.remove(location.child(name))
+    return {name for name in folders if (match := _SHARD_DIR.fullmatch(name))
+            and int(match.group(2)) == shards}
 
 
 def shard_uploaded(remote: RemoteLocation, identity: dict, files: int, staged: Path | None,
