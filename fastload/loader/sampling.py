@@ -2,7 +2,10 @@
 
 Random order is a pure function of ``(seed, epoch)``: the loader's own sampler draws
 ``torch.randperm`` from a generator seeded by mixing the two (numpy ``SeedSequence``), so a
-run, a rerun and a resumed run see the same order. Under ``torch.distributed`` the loader
+run, a rerun and a resumed run see the same order. Sets of
+:data:`~fastload.loader.keyed_order.KEYED_ORDER_MIN_ITEMS` records or more use a keyed
+permutation of the same key instead (:mod:`fastload.loader.keyed_order`): each rank computes
+the indices at its own positions only, never the whole order. Under ``torch.distributed`` the loader
 shards that order exactly like ``torch.utils.data.DistributedSampler``:
 
 * ``drop_last=False``: the epoch's order is padded by wrapping round to its start until its
@@ -34,6 +37,7 @@ import numpy as np
 import torch
 from torch.utils.data import Sampler
 
+from fastload.loader import keyed_order
 from fastload.loader.state_fields import check_state_fields
 
 __all__ = ["BatchOrder", "EpochSampler", "mix_seed", "distributed_settings", "rank_zero_seed",
@@ -93,10 +97,27 @@ class EpochSampler(Sampler[int]):
         self.epoch = 0
         self.num_samples = samples_per_rank(num_items, num_replicas, drop_last)
         self.total_size = self.num_samples * num_replicas
+        # a set this large draws its order with the keyed permutation (module docstring)
+        self.keyed = shuffle and num_items >= keyed_order.KEYED_ORDER_MIN_ITEMS
+        self._randperm_epoch: int | None = None  # resumed from a state of torch.randperm's
 
     def set_epoch(self, epoch: int) -> None:
         """Use ``epoch``'s order on the next iteration."""
         self.epoch = epoch
+
+    def permutation(self, epoch: int) -> str | None:
+        """How ``epoch``'s order is drawn: ``"keyed"``, ``"randperm"``, or None without
+        shuffling."""
+        if not self.shuffle:
+            return None
+        return "keyed" if self.keyed and epoch != self._randperm_epoch else "randperm"
+
+    def _key(self) -> int:
+        seed = self.seed
+        if seed is None:  # iterated before the loader's first iter() drew the base seed:
+            # a permutation of its own, its seed drawn as torch's RandomSampler draws one
+            seed = int(torch.empty((), dtype=torch.int64).random_().item())
+        return mix_seed(seed, self.epoch)
 
     def epoch_order(self) -> np.ndarray:
         """The current epoch's global order of all ``num_items`` indices, unsharded.
@@ -108,13 +129,13 @@ class EpochSampler(Sampler[int]):
                 draw's, as saved states expect.
         """
         dtype = _order_dtype(self.num_items)
-        if self.shuffle:
-            seed = self.seed
-            if seed is None:  # iterated before the loader's first iter() drew the base seed:
-                # a permutation of its own, its seed drawn as torch's RandomSampler draws one
-                seed = int(torch.empty((), dtype=torch.int64).random_().item())
+        how = self.permutation(self.epoch)
+        if how == "keyed":
+            return keyed_order.keyed_indices(np.arange(self.num_items), self.num_items,
+                                             self._key(), dtype)
+        if how == "randperm":
             gen = torch.Generator()
-            gen.manual_seed(mix_seed(seed, self.epoch))
+            gen.manual_seed(self._key())
             torch_dtype = torch.int32 if dtype == np.int32 else torch.int64
             return torch.randperm(self.num_items, generator=gen, dtype=torch_dtype).numpy()
         return np.arange(self.num_items, dtype=dtype)
@@ -132,6 +153,8 @@ class EpochSampler(Sampler[int]):
                 between epochs (the padding, at most ``num_replicas - 1`` indices, wraps
                 round to the order's start as DistributedSampler's does).
         """
+        if self.permutation(self.epoch) == "keyed":
+            return self._keyed_indices(offset)
         order = self.epoch_order()[offset:]
         total_size = samples_per_rank(len(order), self.num_replicas, self.drop_last) * self.num_replicas
         if total_size > len(order):
@@ -145,6 +168,13 @@ class EpochSampler(Sampler[int]):
             order = order[:total_size]
         return np.ascontiguousarray(order[self.rank :: self.num_replicas])
 
+    def _keyed_indices(self, offset: int) -> np.ndarray:
+        """:meth:`indices` of a keyed order: the same positions, padded or cut alike."""
+        length = self.num_items - offset
+        count = samples_per_rank(length, self.num_replicas, self.drop_last) if length else 0
+        return keyed_order.rank_indices(self.num_items, self._key(), offset, self.rank,
+                                        self.num_replicas, count, _order_dtype(self.num_items))
+
     def __iter__(self) -> Iterator[int]:
         return iter(self.indices().tolist())
 
@@ -152,16 +182,22 @@ class EpochSampler(Sampler[int]):
         return self.num_samples
 
     def state_fields(self, epoch: int) -> dict[str, Any]:
-        """What a state saved in ``epoch`` stores of this order besides the seed (none for
-        the global order; a subclass's own)."""
-        return {}
+        """What a state saved in ``epoch`` stores of this order besides the seed: for a set
+        of the keyed permutation's size, how that epoch's order is drawn (a subclass's
+        own)."""
+        return {"permutation": self.permutation(epoch)} if self.keyed else {}
 
     def load_state_fields(self, state: dict[str, Any], resumable: bool) -> None:
-        """Refuse a state saved with another ``order`` (its positions mean other samples)."""
+        """Refuse a state saved with another ``order`` (its positions mean other samples);
+        a resumed epoch of a state without ``permutation`` (saved before large sets drew
+        the keyed permutation) keeps ``torch.randperm``'s order, later epochs do not."""
         saved = state.get("order") or "global"
         if saved != self.order_name:
             raise ValueError(f"state was saved with order={saved!r}, but this loader has "
                              f"order={self.order_name!r}; resume with the same setting")
+        self._randperm_epoch = None
+        if self.keyed and resumable and state.get("permutation") != "keyed":
+            self._randperm_epoch = int(state["epoch"])
 
 
 def _order_dtype(num_items: int) -> type:

@@ -93,6 +93,10 @@ def check_order_fields(state: dict[str, Any]) -> None:
     if order is not None and order not in ("global", "shards"):
         raise ValueError(f"state field order should be 'global' or 'shards', but got "
                          f"order={_short(order)}")
+    permutation = state.get("permutation")
+    if permutation is not None and permutation not in ("keyed", "randperm"):
+        raise ValueError(f"state field permutation should be 'keyed', 'randperm' or None, but "
+                         f"got permutation={_short(permutation)}")
     if state.get("shard_window") is not None:
         _integer(state, "shard_window", low=1)
     stored = state.get("shard_order")
