@@ -6,9 +6,10 @@ in_flight (a batch from its indices to a typed outcome), recovery (a plain ``Rec
 damaged samples), context (what an epoch receives from its loader), stage (the torch suffix
 and custom collate), plan (what runs where), datasets (what a ``dataset=`` path names),
 sample_sources (each kind's reads and labels; image_headers: sizes from headers), sampling
-(the one seed rule, epoch order, sharding), shard_order (sharded sets), state_fields (a loaded
-``state_dict``'s checks), presets (ImageNet transforms), stall (the data-wait meter), damage
-(the damaged-JPEG check), read_buffers, devices, iter_draws.
+(the one seed rule, epoch order, sharding; keyed_order: the order of large sets),
+batch_order (the position in the epochs, saved and resumed), shard_order (sharded sets),
+state_fields (a loaded ``state_dict``'s checks), presets (ImageNet transforms), stall (the
+data-wait meter), damage (the damaged-JPEG check), read_buffers, devices, iter_draws.
 
 This module is the package's face (names load lazily). Imports ``fastload.data`` and
 ``fastload.pipelines`` (through its face).

@@ -10,8 +10,8 @@ from typing import Any
 
 import torch
 
+from fastload.loader.batch_order import BatchOrder
 from fastload.loader.damage import DamageCheck
-from fastload.loader.sampling import BatchOrder
 from fastload.loader.stage import SampleStage
 
 __all__ = ["EpochContext", "SkipLog"]

@@ -18,6 +18,7 @@ import torch
 from torch.utils.data import BatchSampler, Dataset
 from torch.utils.data import DataLoader as TorchDataLoader
 
+from fastload.loader.batch_order import BatchOrder
 from fastload.loader.context import EpochContext, SkipLog
 from fastload.loader.damage import DamageCheck
 from fastload.loader.datasets import NotASource, make_source, resolve_dataset
@@ -27,7 +28,7 @@ from fastload.loader.kernel_check import missing_kernel_messages
 from fastload.loader.plan import make_plan
 from fastload.loader.read_buffers import DEFAULT_READ_BUFFER_BYTES
 from fastload.loader.sample_sources import SampleError, call_set_hook
-from fastload.loader.sampling import BatchOrder, EpochSampler, distributed_settings
+from fastload.loader.sampling import EpochSampler, distributed_settings
 from fastload.loader.shard_order import (
     DEFAULT_SHARD_WINDOW,
     ShardShuffleSampler,

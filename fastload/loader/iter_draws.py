@@ -35,7 +35,8 @@ from typing import Any
 
 import torch
 
-from fastload.loader.sampling import BatchOrder, rank_zero_seed
+from fastload.loader.batch_order import BatchOrder
+from fastload.loader.sampling import rank_zero_seed
 
 __all__ = ["begin_epoch"]
 

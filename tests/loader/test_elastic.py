@@ -8,7 +8,8 @@ from collections import Counter
 
 import pytest
 
-from fastload.loader.sampling import BatchOrder, EpochSampler
+from fastload.loader.batch_order import BatchOrder
+from fastload.loader.sampling import EpochSampler
 
 N, BATCH, SEED = 103, 4, 11
 

@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 from fastload.loader import keyed_order
+from fastload.loader.batch_order import BatchOrder
 from fastload.loader.keyed_order import KEYED_ORDER_MIN_ITEMS, keyed_indices
-from fastload.loader.sampling import BatchOrder, EpochSampler, mix_seed, samples_per_rank
+from fastload.loader.sampling import EpochSampler, mix_seed, samples_per_rank
 
 
 @pytest.fixture

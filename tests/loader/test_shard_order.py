@@ -16,7 +16,8 @@ import fastload
 from fastload.data.convert.folder import convert_folder
 from fastload.data.format.dataset import LMDBDataset
 from fastload.data.sets.shards import ShardedReader
-from fastload.loader.sampling import BatchOrder, EpochSampler
+from fastload.loader.batch_order import BatchOrder
+from fastload.loader.sampling import EpochSampler
 from fastload.loader.shard_order import ShardOrder, ShardShuffleSampler
 
 # 9 shards of uneven sizes (one empty), 103 samples
