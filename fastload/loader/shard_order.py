@@ -252,6 +252,7 @@ class ShardShuffleSampler(EpochSampler):
                          num_replicas=world_size if num_replicas is None else num_replicas,
                          rank=own_rank if rank is None else rank, drop_last=drop_last)
         self.ranges = ranges
+        self.keyed = False  # windows of shards (ShardOrder), whatever the set's size
         self.shard_window = shard_window
         self.prefetch_shards = 2 * shard_window if prefetch_shards is None else prefetch_shards
         hook = getattr(getattr(dataset, "reader", dataset), "prefetch", None)

@@ -146,3 +146,11 @@ def test_a_state_saved_by_the_randperm_order_resumes_that_epoch_with_it(small_th
     assert resumed == first_half.epoch_order()[100:].tolist()
     assert order.state_dict()["permutation"] == "randperm"
     assert sampler.permutation(epoch.epoch + 1) == "keyed"
+
+
+def test_the_shard_aware_order_keeps_its_own_draw_at_any_size(small_threshold):
+    from fastload.loader.shard_order import ShardShuffleSampler
+
+    ranges = [[0, 60], [60, 130], [130, 200]]  # 200 records: above the test's line
+    sampler = ShardShuffleSampler(ranges, shuffle=True, seed=1, num_replicas=1, rank=0)
+    assert not sampler.keyed and "permutation" not in sampler.state_fields(0)
