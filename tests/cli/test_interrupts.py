@@ -255,7 +255,8 @@ def test_first_fresh_process_imports_with_ctrl_c_held_back(tmp_path):
     out = tmp_path / "mask"
     run = subprocess.run([sys.executable, str(REPO / "tests" / "scripts" /
                                               "first_fresh_process.py"), str(out)],
-                         capture_output=True, text=True, timeout=120, cwd=tmp_path)
+                         capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                         preexec_fn=_default_sigint)
     assert run.returncode == 0 and run.stdout.strip() == "done", run.stderr
     assert int(out.read_text(), 16) & (1 << (signal.SIGINT - 1)), out.read_text()
 
@@ -273,7 +274,7 @@ def test_ctrl_c_python_cannot_raise_still_ends_the_command():
             "    Pressed()\n"
             "    time.sleep(30)\n")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=60)
+                         timeout=60, preexec_fn=_default_sigint)
     assert (run.returncode, run.stderr) == (130, "fastload demo: interrupted\n")
 
 
@@ -302,7 +303,7 @@ sys.exit(main(["synth", "unused"]))
 @pytest.mark.parametrize("then", ["raise", "return"])
 def test_ctrl_c_a_library_caught_still_ends_the_command_with_130(then):
     run = subprocess.run([sys.executable, "-c", _SWALLOWED, then], capture_output=True,
-                         text=True, timeout=60)
+                         text=True, timeout=60, preexec_fn=_default_sigint)
     assert (run.returncode, run.stderr) == (130, "fastload synth: interrupted\n")
 
 
@@ -332,7 +333,7 @@ print("ok")
 
 def test_ctrl_c_handler_raises_records_keeps_an_ignored_sigint_and_is_put_back():
     run = subprocess.run([sys.executable, "-c", _HANDLERS], capture_output=True, text=True,
-                         timeout=60)
+                         timeout=60, preexec_fn=_default_sigint)
     assert run.stdout == "ok\n", run.stderr
 
 
