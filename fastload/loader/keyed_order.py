@@ -11,8 +11,8 @@ rounds on the smallest domain of ``2**bits >= n`` values, split into a high and 
 turn, a splitmix64 finaliser of the other half and a round key, which any split undoes.
 An output at or past ``n`` is fed through the network again until it falls inside (cycle
 walking; fewer than two passes on average, since the domain is under ``2 * n``), which
-keeps it a permutation of ``[0, n)``. The order is a pure function of ``(n, key)``: the same in every
-rank, run, world size and resumed run.
+keeps it a permutation of ``[0, n)``. The order is a pure function of ``(n, key)``: the
+same in every rank, run, world size and resumed run.
 """
 
 from __future__ import annotations
