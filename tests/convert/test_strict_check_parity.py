@@ -163,3 +163,36 @@ def test_not_a_jpeg_and_odd_buffers_are_answered_without_a_crash():
         assert _jpegcheck.check(data) is not None
     with pytest.raises(TypeError):
         _jpegcheck.check("not bytes")
+
+
+def test_verdicts_do_not_depend_on_the_tables_earlier_files_left_in_the_cache():
+    """Each thread keeps the Huffman look-ups of the last 8 tables it met: files with their
+    own optimised tables (more of them than the cache holds), intact and cut, checked in
+    one order and then in another, get the verdicts each gets in a fresh thread."""
+    import io
+    import threading
+
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(5)
+    files = []
+    for k in range(12):  # each optimised: tables of its own
+        pixels = rng.integers(0, 256, (40 + 8 * k, 56, 3), dtype=np.uint8)
+        out = io.BytesIO()
+        Image.fromarray(pixels).save(out, "JPEG", quality=30 + 5 * k, optimize=True)
+        data = out.getvalue()
+        files += [data, data[: len(data) * 2 // 3] + b"\xff\xd9"]
+
+    def fresh(data: bytes) -> str | None:
+        verdict = []
+        thread = threading.Thread(target=lambda: verdict.append(_jpegcheck.check(data)))
+        thread.start()
+        thread.join()
+        return verdict[0]
+
+    alone = [fresh(data) for data in files]
+    assert alone[0::2] == [None] * 12 and all(v is not None for v in alone[1::2])
+    order = list(range(len(files))) * 2
+    random.Random(3).shuffle(order)
+    assert [_jpegcheck.check(files[i]) for i in order] == [alone[i] for i in order]

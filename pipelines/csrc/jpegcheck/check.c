@@ -117,9 +117,21 @@ typedef struct {
     UINT8 bits[17], huffval[256];
     HuffSkip skip;
 } SkipSlot;
+/* The Huffman look-ups of the last tables met, per thread (built in huff_scan_start for
+ * every file otherwise: an eighth of an 80 KB photo's check). Keyed by the table's kind and
+ * bytes; a slot the current check uses is not given to another table during that check. */
+#define TABLE_SLOTS 8 /* a scan uses at most 2 * NUM_HUFF_TBLS tables */
+typedef struct {
+    int built, is_ac;
+    unsigned check; /* the check that last used it */
+    UINT8 bits[17], huffval[256];
+    HuffTable table;
+} TableSlot;
 typedef struct {
     unsigned next;
     SkipSlot slot[SKIP_SLOTS];
+    unsigned next_table, check;
+    TableSlot table[TABLE_SLOTS];
 } SkipCache;
 
 static pthread_key_t cache_key;
@@ -175,6 +187,39 @@ skip_for(SkipCache *cache, const JHUFF_TBL *source, const HuffTable *table)
     return NULL;
 }
 
+/* huff_scan_start_with's source of tables: this thread's cache (NULL: the scan builds its
+ * own, for a table libjpeg refuses or when every slot is in use by this check) */
+static const HuffTable *
+cached_table(void *context, const JHUFF_TBL *source, int is_ac)
+{
+    SkipCache *cache = context;
+    for (int i = 0; i < TABLE_SLOTS; i++) {
+        TableSlot *slot = &cache->table[i];
+        if (slot->built && slot->is_ac == is_ac &&
+            memcmp(slot->bits, source->bits, sizeof slot->bits) == 0 &&
+            memcmp(slot->huffval, source->huffval, sizeof slot->huffval) == 0) {
+            slot->check = cache->check;
+            return &slot->table;
+        }
+    }
+    for (int i = 0; i < TABLE_SLOTS; i++) {
+        unsigned k = (cache->next_table + (unsigned)i) % TABLE_SLOTS;
+        TableSlot *slot = &cache->table[k];
+        if (slot->built && slot->check == cache->check)
+            continue; /* this check's scan points at it */
+        cache->next_table = k + 1;
+        slot->built = huff_build_table(source, is_ac, &slot->table) == 0;
+        if (!slot->built)
+            return NULL;
+        slot->is_ac = is_ac;
+        slot->check = cache->check;
+        memcpy(slot->bits, source->bits, sizeof slot->bits);
+        memcpy(slot->huffval, source->huffval, sizeof slot->huffval);
+        return &slot->table;
+    }
+    return NULL;
+}
+
 static int
 check_with(const unsigned char *data, size_t size, HuffScan *scan, SkipCache *cache,
            char *message)
@@ -213,7 +258,8 @@ check_with(const unsigned char *data, size_t size, HuffScan *scan, SkipCache *ca
     cinfo.scale_denom = 8;
     cinfo.dct_method = JDCT_ISLOW;
     jpeg_start_decompress(&cinfo);
-    if (huff_scan_start(&cinfo, scan) != 0) {
+    cache->check++; /* a new check: the slots of earlier ones may be given away */
+    if (huff_scan_start_with(&cinfo, scan, cached_table, cache) != 0) {
         snprintf(message, JMSG_LENGTH_MAX, "libjpeg decides: a scan fastload's decoder does "
                  "not take");
         jpeg_destroy_decompress(&cinfo);

@@ -84,8 +84,8 @@ build_pairs(HuffTable *t)
     }
 }
 
-static int
-build_table(const JHUFF_TBL *source, int is_ac, HuffTable *t)
+int
+huff_build_table(const JHUFF_TBL *source, int is_ac, HuffTable *t)
 {
     int p = 0, code = 0;
     memset(t->fast, 0, sizeof t->fast);
@@ -141,12 +141,20 @@ build_table(const JHUFF_TBL *source, int is_ac, HuffTable *t)
 int
 huff_scan_start(j_decompress_ptr cinfo, HuffScan *scan)
 {
+    return huff_scan_start_with(cinfo, scan, NULL, NULL);
+}
+
+int
+huff_scan_start_with(j_decompress_ptr cinfo, HuffScan *scan, HuffTableSource table_for,
+                     void *context)
+{
     if (cinfo->progressive_mode || cinfo->arith_code || cinfo->data_precision != 8 ||
         jpeg_has_multiple_scans(cinfo) || cinfo->src == NULL || cinfo->blocks_in_MCU < 1 ||
         cinfo->blocks_in_MCU > D_MAX_BLOCKS_IN_MCU)
         return -1;
     int table_of[2][NUM_HUFF_TBLS];
     memset(table_of, -1, sizeof table_of);
+    const HuffTable *used[2 * NUM_HUFF_TBLS];
     int tables = 0;
     for (int blkn = 0; blkn < cinfo->blocks_in_MCU; blkn++) {
         int ci = cinfo->MCU_membership[blkn];
@@ -160,14 +168,19 @@ huff_scan_start(j_decompress_ptr cinfo, HuffScan *scan)
             if (source == NULL)
                 return -1;
             if (table_of[kind][no] < 0) {
-                if (build_table(source, kind, &scan->tables[tables]) != 0)
-                    return -1;
-                table_of[kind][no] = tables++;
+                const HuffTable *built = table_for ? table_for(context, source, kind) : NULL;
+                if (built == NULL) {
+                    if (huff_build_table(source, kind, &scan->tables[tables]) != 0)
+                        return -1;
+                    built = &scan->tables[tables];
+                }
+                table_of[kind][no] = tables;
+                used[tables++] = built;
             }
             if (kind)
-                scan->ac[blkn] = &scan->tables[table_of[kind][no]];
+                scan->ac[blkn] = used[table_of[kind][no]];
             else
-                scan->dc[blkn] = &scan->tables[table_of[kind][no]];
+                scan->dc[blkn] = used[table_of[kind][no]];
         }
         scan->component[blkn] = ci;
         /* at 1/8 the inverse DCT reads the DC term alone */

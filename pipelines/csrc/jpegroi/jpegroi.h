@@ -39,8 +39,21 @@ typedef struct {
 
 /* Sets the scan up after jpeg_start_decompress (the source at the scan's first byte).
  * Returns 0, or -1 where this decoder does not apply (not a one-scan baseline Huffman
- * JPEG of 8-bit samples, a memory source); libjpeg's own decoder is used then. */
+ * JPEG of 8-bit samples, a memory source, a table libjpeg would refuse); libjpeg's own
+ * decoder is used then. */
 int huff_scan_start(j_decompress_ptr cinfo, HuffScan *scan);
+
+/* A table built by huff_build_table for source (is_ac: an AC table), kept by the caller at
+ * least until the scan ends; NULL: the scan builds its own copy. */
+typedef const HuffTable *(*HuffTableSource)(void *context, const JHUFF_TBL *source,
+                                            int is_ac);
+
+/* huff_scan_start, taking its tables from table_for(context, ...) where it gives one */
+int huff_scan_start_with(j_decompress_ptr cinfo, HuffScan *scan, HuffTableSource table_for,
+                         void *context);
+
+/* The look-ups of one table; 0, or -1 for a table libjpeg refuses (JERR_BAD_HUFF_TABLE) */
+int huff_build_table(const JHUFF_TBL *source, int is_ac, HuffTable *table);
 
 /* One MCU, as struct jpeg_entropy_decoder's decode_mcu: coefficients into the zeroed
  * MCU_data blocks, or decoded and discarded where MCU_data is NULL. Corrupt data is
