@@ -138,7 +138,9 @@ fl_augment_interleave(PyObject *self, PyObject *args)
     const unsigned char *in = src.buf;
     unsigned char *out = dst.buf;
     Py_BEGIN_ALLOW_THREADS
-    if (channels == 3) {
+    if (n == 0) {
+        /* no pixels: nothing to copy (the loop over channels would run channels times) */
+    } else if (channels == 3) {
         const unsigned char *r = in, *g = in + n, *b = in + 2 * n;
         for (Py_ssize_t i = 0; i < n; i++) {
             out[3 * i] = r[i];
