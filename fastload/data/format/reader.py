@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import operator
 import os
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -33,12 +32,11 @@ from fastload.data.format.constants import (
     record_key,
 )
 from fastload.data.format.datum import datum_fields
+from fastload.data.format.envs import acquire_env, release_env
 from fastload.data.format.lmdb_meta import check_data_file
 from fastload.data.format.targets import Labels
 from fastload.data.format.untrusted import read_json, refuse_url, regular_file_size, short_repr
-from fastload.utils.threads import after_fork_in_child
 
-MAX_READERS = 1024
 MAX_META_BYTES = 16 << 20  # fastload.json holds identity and counts: kilobytes
 MAX_RECORDS = 10**KEY_DIGITS  # keys have KEY_DIGITS digits
 MAX_CLASSES = 1_000_000
@@ -60,72 +58,6 @@ def record_index(index: Any, count: int, path: str | os.PathLike) -> int:
         raise IndexError(f"record index {number} is out of range for {str(path)!r} "
                          f"({count} records)")
     return number + count if number < 0 else number
-
-# py-lmdb refuses to open one environment twice in a process, and a forked child inherits
-# the parent's handle (unusable there by LMDB's rules). So read-only environments are
-# shared per process: path -> [owner pid, environment, users] (changed under _ENVS_LOCK:
-# two threads opening one path at once would open it twice).
-_ENVS: dict[str, list] = {}
-_ENVS_LOCK = threading.Lock()
-
-
-def _new_envs_lock() -> None:  # a fork taken while another thread held it
-    global _ENVS_LOCK
-    _ENVS_LOCK = threading.Lock()
-
-
-after_fork_in_child(_new_envs_lock)
-
-
-def acquire_env(path: Path, count: int | None = None):
-    """This process's read-only environment for ``path`` (opened on first use).
-
-    Before opening, ``data.mdb`` is checked against LMDB's meta pages (and ``count``, the
-    sidecar's record count): a truncated file raises ``DamagedDatabase`` (an OSError)
-    instead of a SIGBUS on the first page past its end.
-    """
-    key = os.path.realpath(path)
-    with _ENVS_LOCK:
-        return _acquire_env(key, path, count)
-
-
-def _acquire_env(key: str, path: Path, count: int | None):
-    import lmdb
-
-    pid = os.getpid()
-    entry = _ENVS.get(key)
-    if entry is not None and entry[0] != pid:  # inherited through fork: drop our copy only
-        del _ENVS[key]
-        try:
-            entry[1].close()
-        except lmdb.Error:
-            pass
-        entry = None
-    if entry is None:
-        check_data_file(Path(key) / DATA_FILE, count)
-        try:
-            env = lmdb.open(
-                key, readonly=True, lock=False, readahead=False, subdir=True,
-                max_readers=MAX_READERS, meminit=False,
-            )
-        except lmdb.Error as exc:
-            raise OSError(f"cannot open the LMDB database in {str(path)!r}: {exc}") from None
-        entry = _ENVS[key] = [pid, env, 0]
-    entry[2] += 1
-    return entry[1]
-
-
-def release_env(path: Path) -> None:
-    """Give back :func:`acquire_env`'s environment; the last user closes it."""
-    key = os.path.realpath(path)
-    with _ENVS_LOCK:
-        entry = _ENVS.get(key)
-        if entry is not None and entry[0] == os.getpid():
-            entry[2] -= 1
-            if entry[2] <= 0:
-                del _ENVS[key]
-                entry[1].close()
-
 
 def load_meta(path: Path) -> dict:
     """The parsed ``fastload.json`` of ``path``; one clear sentence when it is not usable."""
@@ -374,8 +306,8 @@ class LMDBReader:
             self.checksums = load_checksums(self.path, self.meta)
 
     def __del__(self) -> None:
-        try:
-            self.close()
+        try:  # the collector may run this where acquire_env holds its lock: never wait
+            self.close(deferred=True)
         except Exception:  # noqa: BLE001 - interpreter shutdown
             pass
 
@@ -396,13 +328,14 @@ class LMDBReader:
                              f"{LABELS_FILE}")
         self.targets = labels
 
-    def close(self) -> None:
-        """Drop this process's LMDB handle (it is reopened on the next read)."""
+    def close(self, *, deferred: bool = False) -> None:
+        """Drop this process's LMDB handle (it is reopened on the next read); ``deferred``:
+        see :func:`fastload.data.format.envs.release_env`."""
         if self._env is not None and self._pid == os.getpid():
             txn, self._txn = self._txn, None
             if txn is not None:
                 txn.abort()
-            release_env(self.path)
+            release_env(self.path, deferred=deferred)
         self._env = self._txn = self._pid = None
 
     def open(self) -> None:

@@ -29,8 +29,9 @@ from fastload.data.format.constants import (
     record_key,
 )
 from fastload.data.format.datum import datum_fields
+from fastload.data.format.envs import acquire_env, release_env
 from fastload.data.format.jpeg_damage import damage_reason, jpeg_damage
-from fastload.data.format.reader import acquire_env, load_labels, load_meta, release_env
+from fastload.data.format.reader import load_labels, load_meta
 from fastload.data.format.untrusted import refuse_url
 
 
