@@ -307,7 +307,7 @@ class LMDBReader:
 
     def __del__(self) -> None:
         try:  # the collector may run this where acquire_env holds its lock: never wait
-            self.close(deferred=True)
+            self._drop(deferred=True)
         except Exception:  # noqa: BLE001 - interpreter shutdown
             pass
 
@@ -328,9 +328,13 @@ class LMDBReader:
                              f"{LABELS_FILE}")
         self.targets = labels
 
-    def close(self, *, deferred: bool = False) -> None:
-        """Drop this process's LMDB handle (it is reopened on the next read); ``deferred``:
-        see :func:`fastload.data.format.envs.release_env`."""
+    def close(self) -> None:
+        """Drop this process's LMDB handle (it is reopened on the next read)."""
+        self._drop(deferred=False)
+
+    def _drop(self, deferred: bool) -> None:
+        """:meth:`close`; ``deferred`` (a finaliser's): see
+        :func:`fastload.data.format.envs.release_env`."""
         if self._env is not None and self._pid == os.getpid():
             txn, self._txn = self._txn, None
             if txn is not None:
