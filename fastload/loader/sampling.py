@@ -120,9 +120,9 @@ class EpochSampler(Sampler[int]):
         """
         dtype = _order_dtype(self.num_items)
         how = self.permutation(self.epoch)
-        if how == "keyed":
-            return keyed_order.keyed_indices(np.arange(self.num_items), self.num_items,
-                                             self._key(), dtype)
+        if how == "keyed":  # every position, one rank of one: no array of positions
+            return keyed_order.rank_indices(self.num_items, self._key(), 0, 0, 1,
+                                            self.num_items, dtype)
         if how == "randperm":
             gen = torch.Generator()
             gen.manual_seed(self._key())

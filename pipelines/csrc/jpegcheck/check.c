@@ -104,7 +104,25 @@ unsupported(j_decompress_ptr cinfo)
     return NULL;
 }
 
-/* Runs without the GIL. Returns CLEAN, or NOT_CLEAN with message set. */
+/* A Huffman table's identity in this thread's caches: its code counts and symbols */
+typedef struct {
+    UINT8 bits[17], huffval[256];
+} TableKey;
+
+static int
+is_table(const TableKey *key, const JHUFF_TBL *source)
+{
+    return memcmp(key->bits, source->bits, sizeof key->bits) == 0 &&
+           memcmp(key->huffval, source->huffval, sizeof key->huffval) == 0;
+}
+
+static void
+set_table_key(TableKey *key, const JHUFF_TBL *source)
+{
+    memcpy(key->bits, source->bits, sizeof key->bits);
+    memcpy(key->huffval, source->huffval, sizeof key->huffval);
+}
+
 /* The AC tables' look-ups (HuffSkip, 16 KB each: ~0.1 ms to build two, a third of an 80 KB
  * photo's decoding) of the last tables met, per thread: files from one encoder share
  * their tables. Keyed by the table's bytes (counts and symbols); freed when the thread ends.
@@ -114,7 +132,7 @@ unsupported(j_decompress_ptr cinfo)
 enum { SLOT_EMPTY, SLOT_SEEN, SLOT_BUILT };
 typedef struct {
     int state;
-    UINT8 bits[17], huffval[256];
+    TableKey key;
     HuffSkip skip;
 } SkipSlot;
 /* The Huffman look-ups of the last tables met, per thread (built in huff_scan_start for
@@ -124,15 +142,16 @@ typedef struct {
 typedef struct {
     int built, is_ac;
     unsigned check; /* the check that last used it */
-    UINT8 bits[17], huffval[256];
+    TableKey key;
     HuffTable table;
 } TableSlot;
+/* One thread's caches (allocated on its first check, freed when it ends) */
 typedef struct {
     unsigned next;
     SkipSlot slot[SKIP_SLOTS];
     unsigned next_table, check;
     TableSlot table[TABLE_SLOTS];
-} SkipCache;
+} ThreadCache;
 
 static pthread_key_t cache_key;
 static pthread_once_t cache_once = PTHREAD_ONCE_INIT;
@@ -145,13 +164,13 @@ make_cache_key(void)
 }
 
 /* This thread's cache, or NULL (out of memory) */
-static SkipCache *
+static ThreadCache *
 thread_cache(void)
 {
     pthread_once(&cache_once, make_cache_key);
     if (!cache_key_made)
         return NULL;
-    SkipCache *cache = pthread_getspecific(cache_key);
+    ThreadCache *cache = pthread_getspecific(cache_key);
     if (cache == NULL) {
         cache = calloc(1, sizeof *cache);
         if (cache != NULL && pthread_setspecific(cache_key, cache) != 0) {
@@ -164,13 +183,11 @@ thread_cache(void)
 
 /* The look-up of this table, or NULL the first time it is met */
 static const HuffSkip *
-skip_for(SkipCache *cache, const JHUFF_TBL *source, const HuffTable *table)
+skip_for(ThreadCache *cache, const JHUFF_TBL *source, const HuffTable *table)
 {
     for (int i = 0; i < SKIP_SLOTS; i++) {
         SkipSlot *slot = &cache->slot[i];
-        if (slot->state != SLOT_EMPTY &&
-            memcmp(slot->bits, source->bits, sizeof slot->bits) == 0 &&
-            memcmp(slot->huffval, source->huffval, sizeof slot->huffval) == 0) {
+        if (slot->state != SLOT_EMPTY && is_table(&slot->key, source)) {
             if (slot->state == SLOT_SEEN) {
                 huff_skip_table(table, &slot->skip);
                 slot->state = SLOT_BUILT;
@@ -181,8 +198,7 @@ skip_for(SkipCache *cache, const JHUFF_TBL *source, const HuffTable *table)
     /* the least recently added slot: a built one gives way to a new table only once that
      * table is seen; empty slots first */
     SkipSlot *slot = &cache->slot[cache->next++ % SKIP_SLOTS];
-    memcpy(slot->bits, source->bits, sizeof slot->bits);
-    memcpy(slot->huffval, source->huffval, sizeof slot->huffval);
+    set_table_key(&slot->key, source);
     slot->state = SLOT_SEEN;
     return NULL;
 }
@@ -192,12 +208,10 @@ skip_for(SkipCache *cache, const JHUFF_TBL *source, const HuffTable *table)
 static const HuffTable *
 cached_table(void *context, const JHUFF_TBL *source, int is_ac)
 {
-    SkipCache *cache = context;
+    ThreadCache *cache = context;
     for (int i = 0; i < TABLE_SLOTS; i++) {
         TableSlot *slot = &cache->table[i];
-        if (slot->built && slot->is_ac == is_ac &&
-            memcmp(slot->bits, source->bits, sizeof slot->bits) == 0 &&
-            memcmp(slot->huffval, source->huffval, sizeof slot->huffval) == 0) {
+        if (slot->built && slot->is_ac == is_ac && is_table(&slot->key, source)) {
             slot->check = cache->check;
             return &slot->table;
         }
@@ -213,15 +227,15 @@ cached_table(void *context, const JHUFF_TBL *source, int is_ac)
             return NULL;
         slot->is_ac = is_ac;
         slot->check = cache->check;
-        memcpy(slot->bits, source->bits, sizeof slot->bits);
-        memcpy(slot->huffval, source->huffval, sizeof slot->huffval);
+        set_table_key(&slot->key, source);
         return &slot->table;
     }
     return NULL;
 }
 
+/* Runs without the GIL. Returns CLEAN, or NOT_CLEAN with message set. */
 static int
-check_with(const unsigned char *data, size_t size, HuffScan *scan, SkipCache *cache,
+check_with(const unsigned char *data, size_t size, HuffScan *scan, ThreadCache *cache,
            char *message)
 {
     struct jpeg_decompress_struct cinfo;
@@ -310,7 +324,7 @@ static int
 run(const unsigned char *data, size_t size, char *message)
 {
     HuffScan *scan = malloc(sizeof(HuffScan)); /* ~110 KB of tables: not on the stack */
-    SkipCache *cache = thread_cache();
+    ThreadCache *cache = thread_cache();
     if (scan == NULL || cache == NULL) {
         free(scan);
         snprintf(message, JMSG_LENGTH_MAX, "libjpeg decides: out of memory");

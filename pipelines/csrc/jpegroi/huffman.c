@@ -152,10 +152,8 @@ huff_scan_start_with(j_decompress_ptr cinfo, HuffScan *scan, HuffTableSource tab
         jpeg_has_multiple_scans(cinfo) || cinfo->src == NULL || cinfo->blocks_in_MCU < 1 ||
         cinfo->blocks_in_MCU > D_MAX_BLOCKS_IN_MCU)
         return -1;
-    int table_of[2][NUM_HUFF_TBLS];
-    memset(table_of, -1, sizeof table_of);
-    const HuffTable *used[2 * NUM_HUFF_TBLS];
-    int tables = 0;
+    const HuffTable *table_of[2][NUM_HUFF_TBLS] = {{NULL}};
+    int tables = 0; /* built in scan->tables */
     for (int blkn = 0; blkn < cinfo->blocks_in_MCU; blkn++) {
         int ci = cinfo->MCU_membership[blkn];
         jpeg_component_info *comp = cinfo->cur_comp_info[ci];
@@ -167,20 +165,18 @@ huff_scan_start_with(j_decompress_ptr cinfo, HuffScan *scan, HuffTableSource tab
             JHUFF_TBL *source = kind ? cinfo->ac_huff_tbl_ptrs[no] : cinfo->dc_huff_tbl_ptrs[no];
             if (source == NULL)
                 return -1;
-            if (table_of[kind][no] < 0) {
-                const HuffTable *built = table_for ? table_for(context, source, kind) : NULL;
-                if (built == NULL) {
+            if (table_of[kind][no] == NULL) {
+                table_of[kind][no] = table_for ? table_for(context, source, kind) : NULL;
+                if (table_of[kind][no] == NULL) {
                     if (huff_build_table(source, kind, &scan->tables[tables]) != 0)
                         return -1;
-                    built = &scan->tables[tables];
+                    table_of[kind][no] = &scan->tables[tables++];
                 }
-                table_of[kind][no] = tables;
-                used[tables++] = built;
             }
             if (kind)
-                scan->ac[blkn] = used[table_of[kind][no]];
+                scan->ac[blkn] = table_of[kind][no];
             else
-                scan->dc[blkn] = used[table_of[kind][no]];
+                scan->dc[blkn] = table_of[kind][no];
         }
         scan->component[blkn] = ci;
         /* at 1/8 the inverse DCT reads the DC term alone */
