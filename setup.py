@@ -83,8 +83,9 @@ setup(
         # fastload.pipelines), markers and entropy decoding only.
         Extension(
             "fastload.data.format._jpegcheck",
-            sources=["pipelines/csrc/jpegcheck/check.c", "pipelines/csrc/jpegroi/huffman.c"],
-            depends=["pipelines/csrc/jpegroi/jpegroi.h"],
+            sources=["pipelines/csrc/jpegcheck/check.c", "pipelines/csrc/jpegcheck/lanes.c",
+                     "pipelines/csrc/jpegroi/huffman.c"],
+            depends=["pipelines/csrc/jpegroi/jpegroi.h", "pipelines/csrc/jpegcheck/lanes.h"],
             libraries=["jpeg"],
             extra_compile_args=_flags("-O3"),
             extra_link_args=_LINK,

@@ -39,7 +39,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from fastload.data.format.jpeg_damage import damage_reason, jpeg_damage
+from fastload.data.format.jpeg_damage import damage_reason, jpeg_damages
 
 __all__ = ["DamageCheck", "damage_reason"]
 
@@ -64,12 +64,15 @@ class DamageCheck:
              pending: list[tuple[int, int, Any]]) -> dict[int, str]:
         """Check the ``pending`` samples (in parallel): ``{position: the decoder's report}``
         for the damaged ones; the intact ones are remembered."""
-        if len(pending) == 1 or self._threads == 1:
-            reports = [jpeg_damage(encoded[j]) for j, _, _ in pending]
+        files = [encoded[j] for j, _, _ in pending]
+        if len(pending) <= 2 or self._threads == 1:
+            reports = jpeg_damages(files)  # two files decoded at once in this thread
         else:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="fastload-check")
-            reports = list(self._pool.map(jpeg_damage, [encoded[j] for j, _, _ in pending]))
+            size = -(-len(files) // self._threads)
+            parts = [files[k:k + size] for k in range(0, len(files), size)]
+            reports = [report for part in self._pool.map(jpeg_damages, parts) for report in part]
         damaged = {}
         for (j, i, stamp), report in zip(pending, reports, strict=True):
             if report is None:

@@ -77,7 +77,23 @@ def _compare(files: dict[str, bytes]) -> Counter:
                else "false alarm"] += 1
     assert not let_through, let_through[:10]
     assert not differ, differ[:10]
+    _compare_together(files)
     return counts
+
+
+def _compare_together(files: dict[str, bytes]) -> None:
+    """Files checked together (two decoded at once, in a shuffled order) get the verdicts
+    each gets alone: the C check's "intact" or not, and the strict decode's message."""
+    names = sorted(files)
+    random.Random(len(names)).shuffle(names)
+    jpegs = [n for n in names if jpeg_damage._is_jpeg(files[n])]
+    together = _jpegcheck.check_many([files[n] for n in jpegs])
+    alone = [_jpegcheck.check(files[n]) for n in jpegs]
+    assert [(n, v is None) for n, v in zip(jpegs, together)] == [
+        (n, v is None) for n, v in zip(jpegs, alone)]
+    messages = jpeg_damage.strict_decode_errors([files[n] for n in names])
+    assert messages == [strict_decode_error(files[n]) for n in names]
+    assert jpeg_damage.jpeg_damages([files[n] for n in names]) == [damage(files[n]) for n in names]
 
 
 def test_valid_files_get_the_same_verdict_and_own_layouts_are_never_left_to_the_decode(valid):
@@ -196,3 +212,43 @@ def test_verdicts_do_not_depend_on_the_tables_earlier_files_left_in_the_cache():
     order = list(range(len(files))) * 2
     random.Random(3).shuffle(order)
     assert [_jpegcheck.check(files[i]) for i in order] == [alone[i] for i in order]
+
+
+def test_files_checked_together_keep_their_tables_apart():
+    """Two files in flight at once in one thread hold their tables in its cache together:
+    checked together in one call, files with tables of their own (more than the cache
+    holds), intact and cut, get the verdicts each gets alone in a fresh thread."""
+    import io
+    import threading
+
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(7)
+    files = []
+    for k in range(12):
+        pixels = rng.integers(0, 256, (48 + 8 * k, 64, 3), dtype=np.uint8)
+        out = io.BytesIO()
+        Image.fromarray(pixels).save(out, "JPEG", quality=35 + 5 * k, optimize=True)
+        data = out.getvalue()
+        files += [data, data[: len(data) * 3 // 4] + b"\xff\xd9"]
+    alone = []
+    for data in files:
+        thread = threading.Thread(target=lambda d=data: alone.append(_jpegcheck.check(d)))
+        thread.start()
+        thread.join()
+    assert alone[0::2] == [None] * 12 and all(v is not None for v in alone[1::2])
+    order = list(range(len(files))) * 3  # tables met a second and third time: built
+    random.Random(11).shuffle(order)
+    together = _jpegcheck.check_many([files[i] for i in order])
+    assert [v is None for v in together] == [alone[i] is None for i in order]
+
+
+def test_checking_together_takes_any_sequence_of_buffers_and_refuses_others():
+    assert _jpegcheck.check_many([]) == []
+    assert _jpegcheck.check_many((b"", bytearray(b"\xff\xd8"), memoryview(b"\x00" * 9))) == [
+        _jpegcheck.check(b""), _jpegcheck.check(b"\xff\xd8"), _jpegcheck.check(b"\x00" * 9)]
+    with pytest.raises(TypeError):
+        _jpegcheck.check_many([b"\xff\xd8", "not bytes"])
+    with pytest.raises(TypeError):
+        _jpegcheck.check_many(5)

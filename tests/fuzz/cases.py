@@ -276,13 +276,20 @@ def _region(spec, seed: int, height: int, width: int) -> tuple[int, int, int, in
 
 
 def _check(mods: dict, data: bytes):
-    """``_jpegcheck.check`` of the bytes: None (intact) or a reason."""
+    """``_jpegcheck.check`` of the bytes: None (intact) or a reason; ``check_many`` of
+    them twice gives the same."""
     try:
         verdict = mods["_jpegcheck"].check(data)
     except Exception as e:  # noqa: BLE001 - the finding is the type
         raise Finding(f"check: {type(e).__name__}: {e}") from None
     if verdict is not None and not isinstance(verdict, str):
         raise Finding(f"check returned {verdict!r}")
+    try:  # two at once (the lanes), beside itself: the same verdict each
+        together = mods["_jpegcheck"].check_many([data, data])
+    except Exception as e:  # noqa: BLE001 - the finding is the type
+        raise Finding(f"check_many: {type(e).__name__}: {e}") from None
+    if [v is None for v in together] != [verdict is None] * 2:
+        raise Finding(f"check_many gave {together!r} where check gave {verdict!r}")
     return verdict
 
 

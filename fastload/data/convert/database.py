@@ -16,11 +16,11 @@ import multiprocessing
 import os
 import threading
 from collections import deque
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from fastload.data.convert.check_batches import CheckBatches
 from fastload.data.convert.destination import prepare_destination
 from fastload.data.convert.dst_lock import unlock_destination
 from fastload.data.convert.image_check import (
@@ -28,7 +28,6 @@ from fastload.data.convert.image_check import (
     ScratchBuffer,
     check_file,
     check_file_task_copy,
-    kept_record_problem,
 )
 from fastload.data.convert.sources.base import iter_records
 from fastload.data.format.constants import (
@@ -207,8 +206,8 @@ def _run_from(start, samples, writer, workers, options, strict, bar, commit_ever
                                                                      is None else bytes(data)))
                 elif threaded and result[0] == "ok":
                     if checks is None:
-                        checks = ThreadPoolExecutor(workers, thread_name_prefix="fastload-check")
-                    result = _Checked(result, checks.submit(kept_record_problem, result[1]))
+                        checks = CheckBatches(workers)
+                    result = checks.add(result)
             pending.append((index, name, label, result))
             while pending and (len(pending) > window or _ready(pending[0][3])):
                 settle(*pending.popleft())
@@ -226,21 +225,6 @@ def _run_from(start, samples, writer, workers, options, strict, bar, commit_ever
 # The kept JPEGs' strict decode in threads of the main process (True) or in the worker
 # processes with everything that needs Pillow (False): see benchmarks/NOTES.md C10.
 _THREADED_STRICT = True
-
-
-class _Checked:
-    """A kept record whose strict decode runs in a thread: ``get()`` is its result tuple,
-    or ``("skip", reason)`` for damaged JPEG data (``ready``/``get`` as an AsyncResult)."""
-
-    def __init__(self, kept: tuple, problem: Future) -> None:
-        self._kept, self._problem = kept, problem
-
-    def ready(self) -> bool:
-        return self._problem.done()
-
-    def get(self, timeout: float | None = None) -> tuple:
-        problem = self._problem.result()  # a thread of this process: no crash to wait out
-        return self._kept if problem is None else ("skip", problem)
 
 
 def _ready(result) -> bool:

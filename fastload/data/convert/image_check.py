@@ -10,7 +10,7 @@ end-of-image marker after the scan data, and (with ``max_side``) no side longer 
 ``max_side``. That is decided from the markers (about 5 us per file). ``check="decode"``
 (the default) also decodes every JPEG strictly at 1/8 scale
 (:func:`fastload.data.format.jpeg_damage.strict_decode_error`: its entropy-only check, about
-0.36 ms for an 85 KB photo, the entropy decoding being the work): a JPEG whose
+0.24-0.30 ms for an 85 KB photo, the entropy decoding being the work): a JPEG whose
 entropy-coded data is damaged, which libjpeg, Pillow and DALI decode with only a warning,
 is refused with the decoder's report, kept or re-encoded alike. A kept JPEG that the
 strict decode refuses for another reason (a harmless
@@ -36,7 +36,12 @@ import warnings
 from fastload.data.format.constants import crc32
 from fastload.data.format.datum import datum_fields, datum_parts, encode_datum
 from fastload.data.format.jpeg import Unreadable, parse_jpeg
-from fastload.data.format.jpeg_damage import CORRUPT_PREFIXES, damage_reason, strict_decode_error
+from fastload.data.format.jpeg_damage import (
+    CORRUPT_PREFIXES,
+    damage_reason,
+    strict_decode_error,
+    strict_decode_errors,
+)
 
 # Start-of-frame markers a DALI decoder (libjpeg-turbo / nvJPEG) takes as they are.
 _SOF_KEEP = {0xC0, 0xC1, 0xC2}
@@ -155,7 +160,11 @@ def strict_problem(data: bytes | memoryview, kept: bool = True) -> str | None:
     damaged entropy-coded data as the strict decoder reports it. A ``kept`` file that the
     strict decode refuses for another reason is left to Pillow's reduced-scale decode; one
     to re-encode, to the re-encoding decode."""
-    error = strict_decode_error(data)
+    return _problem(data, strict_decode_error(data), kept)
+
+
+def _problem(data: bytes | memoryview, error: str | None, kept: bool) -> str | None:
+    """:func:`strict_problem` of ``data`` given its strict decode's ``error``."""
     if error is None:
         return None
     if error.startswith(CORRUPT_PREFIXES):
@@ -168,9 +177,13 @@ def strict_problem(data: bytes | memoryview, kept: bool = True) -> str | None:
     return None
 
 
-def kept_record_problem(record: bytes | memoryview) -> str | None:
-    """:func:`strict_problem` of the JPEG inside a kept file's Datum ``record``."""
-    return strict_problem(datum_fields(record)[0])
+def kept_records_problems(records: list[bytes | memoryview]) -> list[str | None]:
+    """:func:`strict_problem` of the JPEG inside each kept file's Datum record, the files
+    checked together (two decoded at once:
+    :func:`fastload.data.format.jpeg_damage.strict_decode_errors`)."""
+    jpegs = [datum_fields(record)[0] for record in records]
+    return [_problem(data, error, True)
+            for data, error in zip(jpegs, strict_decode_errors(jpegs), strict=True)]
 
 
 class NeedsDecode(Exception):

@@ -431,11 +431,12 @@ huff_libjpeg_decides(const HuffScan *s)
  * Only where each block ends matters there, not its values: one look-up of the next
  * HUFF_SKIP_BITS bits gives every whole AC symbol (code and value bits) they hold, up to an
  * end of block, as 16 bits: the bits they take (4), the zig-zag positions they advance (6)
- * and the positions advanced before the last of them (6), both at most 63. 63 ends any
- * block (its index starts at 1): an end of block (a symbol of size 0 but sixteen zeros)
- * advances 63, and a larger sum is 63 as well. Where the symbols before the last one would
- * reach the block's end (what follows is the next block's), or none fits, the block goes on
- * one symbol at a time as ac_block does. The bit reader, the restart markers and the
+ * and the last zig-zag index at which the entry holds (6: 63 less the positions advanced
+ * before the last symbol). 63 ends any block (its index starts at 1): an end of block (a
+ * symbol of size 0 but sixteen zeros) advances 63, and a larger sum is 63 as well. Where
+ * the index is past the entry's last (the symbols before the last one would reach the
+ * block's end: what follows is the next block's), or none fits (an entry of 0 holds at no
+ * index), the block goes on one symbol at a time as ac_block does. The bit reader, the restart markers and the
  * warnings are huff_decode_mcu's.
  */
 
@@ -444,7 +445,8 @@ huff_libjpeg_decides(const HuffScan *s)
 static inline uint32_t
 skip_entry(uint32_t bits, uint32_t adv, uint32_t pre)
 {
-    return bits | (adv < SKIP_MAX ? adv : SKIP_MAX) << 4 | (pre < SKIP_MAX ? pre : SKIP_MAX) << 10;
+    return bits | (adv < SKIP_MAX ? adv : SKIP_MAX) << 4 |
+           (SKIP_MAX - (pre < SKIP_MAX ? pre : SKIP_MAX)) << 10;
 }
 
 /* The entry of the ``avail`` bits ``v``, from the entry of the bits left after v's first
@@ -472,7 +474,7 @@ huff_skip_table(const HuffTable *t, HuffSkip *out)
                 uint32_t rest = step == SKIP_MAX ? 0 : level[(1u << (avail - used)) +
                                                             (v & ((1u << (avail - used)) - 1))];
                 e = rest ? skip_entry((uint32_t)used + (rest & 15), step + ((rest >> 4) & 63),
-                                      step + (rest >> 10))
+                                      step + SKIP_MAX - (rest >> 10))
                          : skip_entry((uint32_t)used, step, 0);
             }
             level[(1u << avail) + v] = (uint16_t)e;
@@ -488,7 +490,7 @@ skip_ac(j_decompress_ptr cinfo, HuffScan *s, Bits *b, const HuffTable *t, const 
     for (int k = 1; k < 64;) {
         refill(s, b);
         uint32_t e = sk->e[b->buf >> (64 - HUFF_SKIP_BITS)];
-        if (e && k + (int)(e >> 10) <= 63) {
+        if (k <= (int)(e >> 10)) { /* 0: no index */
             drop(b, (int)(e & 15));
             k += (int)(e >> 4) & 63;
             continue;

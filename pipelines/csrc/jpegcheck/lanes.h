@@ -1,0 +1,67 @@
+/* The check's entropy pass, two files at a time (pipelines/csrc/jpegcheck/lanes.c). */
+#ifndef FASTLOAD_JPEGCHECK_LANES_H
+#define FASTLOAD_JPEGCHECK_LANES_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../jpegroi/jpegroi.h"
+
+/* A DC table's look-up of LANE_DC_BITS bits, in HuffSkip's entry format (one symbol, its
+ * code and value bits, advancing one position); 0 where the code is longer. */
+#define LANE_DC_BITS 12
+typedef struct {
+    uint16_t e[1 << LANE_DC_BITS];
+} LaneDcSkip;
+
+void lane_dc_table(const HuffTable *table, LaneDcSkip *skip);
+
+/* Bytes of zeros after a lane's data: more than one MCU can read (at most 10 blocks of
+ * 64 symbols of at most 31 bits) plus the bit reader's 8 bytes ahead. */
+#define LANE_PADDING 4096
+
+/* One file's entropy-coded data, unstuffed, and where its decoding stands. */
+typedef struct {
+    const uint8_t *data; /* the data bytes (0xFF 0x00 -> 0xFF), LANE_PADDING zeros after */
+    uint64_t bits;       /* 8 x the data bytes */
+    uint64_t mcus;       /* MCUs still to decode */
+    int blocks;          /* per MCU */
+    /* per block of the MCU: its DC look-up, its AC look-up, and their tables (for codes
+     * longer than a look-up holds) */
+    const uint16_t *dc[D_MAX_BLOCKS_IN_MCU], *ac[D_MAX_BLOCKS_IN_MCU];
+    const HuffTable *dc_table[D_MAX_BLOCKS_IN_MCU], *ac_table[D_MAX_BLOCKS_IN_MCU];
+    /* the cursor: bit buffer (first bit in the top), bits in it, the next byte to load,
+     * the block of the MCU and the zig-zag index in it (64: the block has ended) */
+    uint64_t buf;
+    const uint8_t *p;
+    int count, block, k;
+    int bad; /* LANE_BAD_CODE or LANE_PAST_END, else 0 */
+} EntropyLane;
+
+enum {
+    LANE_BAD_CODE = 1, /* a code no table holds */
+    LANE_PAST_END = 2, /* bits past the data's end (the marker's zeros) were used */
+};
+
+/* Where a scan's data ends in [p, end): its unstuffed bytes into out (room for end - p
+ * bytes and LANE_PADDING), and the marker that ends it. Returns the bytes written, or -1
+ * where libjpeg may answer otherwise than this check (no marker before the end, fill bytes
+ * before a stuffed zero). */
+ptrdiff_t lane_unstuff(const uint8_t *p, const uint8_t *end, uint8_t *out,
+                       const uint8_t **marker);
+
+/* Starts lane over its data (data, bits, mcus, blocks and the tables set by the caller). */
+void lane_start(EntropyLane *lane);
+
+/* Decodes both lanes' MCUs, interleaved, until one of them is done (all its MCUs decoded,
+ * or bad); the other keeps its place. */
+void lanes_run2(EntropyLane *a, EntropyLane *b);
+
+/* Decodes the lane's MCUs until it is done. */
+void lanes_run1(EntropyLane *a);
+
+/* Whether the lane ended intact: every MCU decoded with known codes, no bit past the data
+ * used, and no whole byte left over. */
+int lane_intact(const EntropyLane *lane);
+
+#endif
