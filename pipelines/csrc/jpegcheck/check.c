@@ -149,25 +149,41 @@ typedef struct {
     HuffTable table;
     LaneDcSkip dc_skip;
 } TableSlot;
+#define LANES 2 /* files decoded at once (lanes.c) */
+typedef struct FileCheck FileCheck;
+
 /* One thread's caches (allocated on its first check, freed when it ends). Checks are
  * numbered; a slot used by a check still running (numbered live_from or later: two run at
- * once in the lanes) is never given to another table. */
+ * once in the lanes) is never given to another table. The lanes' state is kept too (each
+ * ~110 KB of scan and a file's unstuffed data: allocated once, not per call). */
 typedef struct {
     unsigned next;
     SkipSlot slot[SKIP_SLOTS];
     unsigned next_table;
     uint64_t check, live_from;
     TableSlot table[TABLE_SLOTS];
+    FileCheck *lane[LANES];
 } ThreadCache;
 
 static pthread_key_t cache_key;
 static pthread_once_t cache_once = PTHREAD_ONCE_INIT;
 static int cache_key_made;
 
+static void free_lane(FileCheck *fc);
+
+static void
+free_cache(void *p)
+{
+    ThreadCache *cache = p;
+    for (int i = 0; i < LANES; i++)
+        free_lane(cache->lane[i]);
+    free(cache);
+}
+
 static void
 make_cache_key(void)
 {
-    cache_key_made = pthread_key_create(&cache_key, free) == 0;
+    cache_key_made = pthread_key_create(&cache_key, free_cache) == 0;
 }
 
 /* This thread's cache, or NULL (out of memory) */
@@ -267,7 +283,7 @@ dc_skip_for(ThreadCache *cache, const HuffTable *table)
 
 /* One file's check, across the calls below: prepared (markers up to the scan), its
  * entropy-coded data in a lane, finished (markers after the scan). */
-typedef struct {
+struct FileCheck {
     struct jpeg_decompress_struct cinfo;
     ErrorManager err;
     int created;
@@ -278,7 +294,35 @@ typedef struct {
     uint8_t *unstuffed;    /* the lane's data (room bytes) */
     size_t room;
     char message[JMSG_LENGTH_MAX];
-} FileCheck;
+};
+
+/* The unstuffed data kept between calls: up to this many bytes (a larger file's is freed) */
+#define KEPT_ROOM ((size_t)4 << 20)
+
+static void
+free_lane(FileCheck *fc)
+{
+    if (fc != NULL) {
+        free(fc->unstuffed);
+        free(fc->scan);
+        free(fc);
+    }
+}
+
+/* This thread's lane i, allocated on first use; NULL when out of memory */
+static FileCheck *
+lane_check(ThreadCache *cache, int i)
+{
+    if (cache->lane[i] == NULL) {
+        FileCheck *fc = calloc(1, sizeof(FileCheck));
+        if (fc != NULL && (fc->scan = malloc(sizeof(HuffScan))) == NULL) {
+            free(fc);
+            fc = NULL;
+        }
+        cache->lane[i] = fc;
+    }
+    return cache->lane[i];
+}
 
 enum { PENDING = 2 }; /* beside CLEAN and NOT_CLEAN: its lane has data to decode */
 
@@ -442,17 +486,14 @@ finish(FileCheck *fc)
 
 /* Checks files[0..n) into status[] and messages[] (JMSG_LENGTH_MAX each), two in flight
  * at a time; runs without the GIL. Returns 0, or -1 when out of memory. */
-#define LANES 2
 static int
 run(const Py_buffer *files, Py_ssize_t n, int *status, char *messages)
 {
     ThreadCache *cache = thread_cache();
     FileCheck *fc[LANES] = {NULL};
     int ok = cache != NULL;
-    for (int i = 0; i < LANES && ok; i++) {
-        fc[i] = calloc(1, sizeof(FileCheck));
-        ok = fc[i] != NULL && (fc[i]->scan = malloc(sizeof(HuffScan))) != NULL;
-    }
+    for (int i = 0; i < LANES && ok; i++)
+        ok = (fc[i] = lane_check(cache, i)) != NULL;
     Py_ssize_t lane_file[LANES], next = 0;
     for (int i = 0; i < LANES; i++)
         lane_file[i] = -1;
@@ -492,12 +533,10 @@ run(const Py_buffer *files, Py_ssize_t n, int *status, char *messages)
         }
     }
     for (int i = 0; i < LANES; i++) {
-        if (fc[i] != NULL) {
-            if (fc[i]->created)
-                jpeg_destroy_decompress(&fc[i]->cinfo);
+        if (fc[i] != NULL && fc[i]->room > KEPT_ROOM) {
             free(fc[i]->unstuffed);
-            free(fc[i]->scan);
-            free(fc[i]);
+            fc[i]->unstuffed = NULL;
+            fc[i]->room = 0;
         }
     }
     return ok ? 0 : -1;
