@@ -125,18 +125,19 @@ set_table_key(TableKey *key, const JHUFF_TBL *source)
     memcpy(key->huffval, source->huffval, sizeof key->huffval);
 }
 
-/* The AC tables' look-ups (HuffSkip, 16 KB each: ~0.1 ms to build two, a third of an 80 KB
- * photo's decoding) of the last tables met, per thread: files from one encoder share
- * their tables. Keyed by the table's bytes (counts and symbols); freed when the thread ends.
- * A table is built the second time it is met: files whose tables are their own (optimised
- * per file) never pay for one, and are decoded by huff_decode_mcu's pair look-ups. */
+/* The AC tables' look-ups (HuffSkip for a scan with restart markers, LaneAcSkip for the
+ * lanes; 16 and 32 KB, ~0.1 ms to build two, a third of an 80 KB photo's decoding) of the
+ * last tables met, per thread: files from one encoder share their tables. Keyed by the
+ * table's bytes (counts and symbols); freed when the thread ends. A look-up is built the
+ * second time its table is met: files whose tables are their own (optimised per file)
+ * never pay for one, and are decoded by huff_decode_mcu's pair look-ups. */
 #define SKIP_SLOTS 4
-enum { SLOT_EMPTY, SLOT_SEEN, SLOT_BUILT };
 typedef struct {
-    int state;
+    int seen, built_skip, built_lane;
     uint64_t check; /* the check that last used it */
     TableKey key;
     HuffSkip skip;
+    LaneAcSkip lane;
 } SkipSlot;
 /* The Huffman look-ups of the last tables met, per thread (built in huff_scan_start for
  * every file otherwise: an eighth of an 80 KB photo's check), and a DC table's look-up for
@@ -204,33 +205,42 @@ thread_cache(void)
     return cache;
 }
 
-/* The look-up of this table, or NULL the first time it is met */
-static const HuffSkip *
-skip_for(ThreadCache *cache, const JHUFF_TBL *source, const HuffTable *table)
+/* The look-up of this table (a LaneAcSkip for the lanes, else a HuffSkip), or NULL the
+ * first time the table is met */
+static const void *
+skip_for(ThreadCache *cache, const JHUFF_TBL *source, const HuffTable *table, int lanes)
 {
-    for (int i = 0; i < SKIP_SLOTS; i++) {
-        SkipSlot *slot = &cache->slot[i];
-        if (slot->state != SLOT_EMPTY && is_table(&slot->key, source)) {
-            if (slot->state == SLOT_SEEN) {
-                huff_skip_table(table, &slot->skip);
-                slot->state = SLOT_BUILT;
-            }
-            slot->check = cache->check;
-            return &slot->skip;
+    SkipSlot *slot = NULL;
+    for (int i = 0; i < SKIP_SLOTS && slot == NULL; i++)
+        if (cache->slot[i].seen && is_table(&cache->slot[i].key, source))
+            slot = &cache->slot[i];
+    if (slot == NULL) {
+        /* the least recently added slot not in use: a built one gives way to a new table
+         * only once that table is seen; empty slots first */
+        for (int i = 0; i < SKIP_SLOTS; i++) {
+            SkipSlot *free_slot = &cache->slot[cache->next++ % SKIP_SLOTS];
+            if ((free_slot->built_skip || free_slot->built_lane) &&
+                free_slot->check >= cache->live_from)
+                continue;
+            set_table_key(&free_slot->key, source);
+            free_slot->seen = 1;
+            free_slot->built_skip = free_slot->built_lane = 0;
+            free_slot->check = cache->check;
+            break;
         }
-    }
-    /* the least recently added slot not in use: a built one gives way to a new table only
-     * once that table is seen; empty slots first */
-    for (int i = 0; i < SKIP_SLOTS; i++) {
-        SkipSlot *slot = &cache->slot[cache->next++ % SKIP_SLOTS];
-        if (slot->state == SLOT_BUILT && slot->check >= cache->live_from)
-            continue;
-        set_table_key(&slot->key, source);
-        slot->state = SLOT_SEEN;
-        slot->check = cache->check;
         return NULL;
     }
-    return NULL;
+    slot->check = cache->check;
+    if (lanes) {
+        if (!slot->built_lane)
+            lane_ac_table(table, &slot->lane);
+        slot->built_lane = 1;
+        return &slot->lane;
+    }
+    if (!slot->built_skip)
+        huff_skip_table(table, &slot->skip);
+    slot->built_skip = 1;
+    return &slot->skip;
 }
 
 /* huff_scan_start_with's source of tables: this thread's cache (NULL: the scan builds its
@@ -418,8 +428,8 @@ prepare(FileCheck *fc, const unsigned char *data, size_t size, ThreadCache *cach
     if (huff_scan_start_with(cinfo, scan, cached_table, cache) != 0)
         return not_clean(fc, "libjpeg decides: a scan fastload's decoder does not take");
     uint64_t mcus = (uint64_t)cinfo->MCUs_per_row * (uint64_t)cinfo->MCU_rows_in_scan;
-    const HuffSkip *ac_skip[D_MAX_BLOCKS_IN_MCU];
-    int skips = 1;
+    const void *ac_skip[D_MAX_BLOCKS_IN_MCU];
+    int skips = 1, lanes = cinfo->restart_interval == 0; /* the lanes' kind of scan */
     for (int blkn = 0; blkn < scan->blocks; blkn++) {
         int same = 0; /* a table asked for once per file (see skip_for) */
         while (same < blkn && scan->ac[same] != scan->ac[blkn])
@@ -429,19 +439,19 @@ prepare(FileCheck *fc, const unsigned char *data, size_t size, ThreadCache *cach
             continue;
         }
         int no = cinfo->cur_comp_info[cinfo->MCU_membership[blkn]]->ac_tbl_no; /* checked */
-        ac_skip[blkn] = skip_for(cache, cinfo->ac_huff_tbl_ptrs[no], scan->ac[blkn]);
+        ac_skip[blkn] = skip_for(cache, cinfo->ac_huff_tbl_ptrs[no], scan->ac[blkn], lanes);
         skips &= ac_skip[blkn] != NULL;
     }
-    if (skips && cinfo->restart_interval == 0) { /* the lanes' kind of scan */
+    if (skips && lanes) {
         EntropyLane *lane = &fc->lane;
         for (int blkn = 0; blkn < scan->blocks && skips; blkn++) {
             const LaneDcSkip *dc = dc_skip_for(cache, scan->dc[blkn]);
             skips = dc != NULL;
             if (!skips)
                 break;
-            lane->dc[blkn] = dc->e;
+            lane->dc[blkn] = dc->bits;
             lane->dc_table[blkn] = scan->dc[blkn];
-            lane->ac[blkn] = ac_skip[blkn]->e;
+            lane->ac[blkn] = ((const LaneAcSkip *)ac_skip[blkn])->e;
             lane->ac_table[blkn] = scan->ac[blkn];
         }
         if (skips) {
@@ -454,8 +464,12 @@ prepare(FileCheck *fc, const unsigned char *data, size_t size, ThreadCache *cach
         }
     }
     /* in one go, here: a warning longjmps */
-    if (skips)
-        huff_skip_mcus(cinfo, scan, ac_skip, mcus);
+    if (skips && !lanes) {
+        const HuffSkip *skip[D_MAX_BLOCKS_IN_MCU];
+        for (int blkn = 0; blkn < scan->blocks; blkn++)
+            skip[blkn] = ac_skip[blkn];
+        huff_skip_mcus(cinfo, scan, skip, mcus);
+    }
     else
         for (uint64_t i = 0; i < mcus; i++)
             huff_decode_mcu(cinfo, scan, NULL);

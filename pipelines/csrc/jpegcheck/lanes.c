@@ -5,14 +5,18 @@
  * the core idle (benchmarks/NOTES.md C12). Two files have no step in common: decoded in
  * turns in one loop, the core runs both chains at once.
  *
- * The same decoding as huff_skip_mcus (pipelines/csrc/jpegroi/huffman.c), organised for
- * that: the data is unstuffed first (0xFF 0x00 -> 0xFF, up to the marker that ends it, zeros
- * after), so the bit reader refills without a branch; DC codes have a look-up in HuffSkip's
- * entry format too, and a lane's place is one number (64 per block: 64 * block + zig-zag
- * index), so one step serves DC and AC alike. Nothing here warns or jumps: a bad code or
- * bits used past the data's end mark the lane bad, and the caller (check.c) reports it.
- * Only scans without restart markers come here.
+ * The same symbols as huff_skip_mcus (pipelines/csrc/jpegroi/huffman.c), with fewer steps
+ * and fewer mispredicted branches: the data is unstuffed first (0xFF 0x00 -> 0xFF, up to the
+ * marker that ends it, zeros after), so the bit reader refills without a branch, every
+ * other look-up; an AC look-up's last symbol may have its value bits past the look-up's
+ * bits, and codes up to the look-up's length are in it (huff_skip_mcus's look-up holds
+ * whole symbols of codes up to 10 bits: two in three of its slow symbols on photographs were
+ * a value past its bits); a DC look-up holds the code alone, the difference's bits being
+ * skipped. Nothing here warns or jumps: a bad code or bits used past the data's end mark
+ * the lane bad, and the caller (check.c) reports it with libjpeg's words. Only scans
+ * without restart markers come here.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "lanes.h"
@@ -20,14 +24,74 @@
 void
 lane_dc_table(const HuffTable *t, LaneDcSkip *skip)
 {
-    for (uint32_t v = 0; v < (1u << LANE_DC_BITS); v++) {
-        unsigned f = t->fast[v >> (LANE_DC_BITS - HUFF_FAST_BITS)];
+    for (uint32_t v = 0; v < (1u << HUFF_FAST_BITS); v++) {
+        unsigned f = t->fast[v];
         unsigned len = f >> 8, size = f & 0xFF;
-        /* bits | one position advanced << 4 | none before the last symbol << 10 */
-        skip->e[v] = f && size <= 15 && len + size <= LANE_DC_BITS
-                         ? (uint16_t)((len + size) | 1u << 4)
-                         : 0;
+        skip->bits[v] = f && size <= 15 ? (uint8_t)(len + size) : 0;
     }
+}
+
+/* An entry: the bits its symbols take (5 bits: up to 13 of the look-up and the value bits
+ * of the last symbol past them, at most 28), the zig-zag positions they advance (6, at most
+ * 63: 63 ends any block, an end of block advances 63), and the last zig-zag index at which
+ * the entry holds (6: 63 less the positions advanced before its last symbol); 0: none. */
+#define AC_MAX 63
+
+static uint32_t
+ac_entry(uint32_t bits, uint32_t advance, uint32_t before)
+{
+    return bits | (advance < AC_MAX ? advance : AC_MAX) << 8 |
+           (AC_MAX - (before < AC_MAX ? before : AC_MAX)) << 16;
+}
+
+/* The symbol a code of at most avail bits at the top of the avail bits v holds: its code
+ * length (0: no code that short) */
+static int
+code_in(const HuffTable *t, uint32_t v, int avail, int *symbol)
+{
+    for (int len = 1; len <= avail && len <= 16; len++) {
+        int32_t code = (int32_t)(v >> (avail - len));
+        if (code <= t->maxcode[len]) {
+            *symbol = t->huffval[(code + t->valoffset[len]) & 0xFF];
+            return len;
+        }
+    }
+    return 0;
+}
+
+/* As huff_skip_table: the entry of the avail bits v from the entry of the bits left after
+ * its first symbol, every (avail, v) once, shortest first, at (1 << avail) + v of level;
+ * a symbol whose value bits run past v's is the entry's last. */
+void
+lane_ac_table(const HuffTable *t, LaneAcSkip *out)
+{
+    uint32_t *level = malloc(sizeof(uint32_t) << (LANE_AC_BITS + 1));
+    if (level == NULL) { /* no look-up: every symbol the slow way */
+        memset(out->e, 0, sizeof out->e);
+        return;
+    }
+    level[1] = 0; /* no bits: no symbol */
+    for (int avail = 1; avail <= LANE_AC_BITS; avail++) {
+        for (uint32_t v = 0; v < (1u << avail); v++) {
+            int sym = 0, len = code_in(t, v, avail, &sym);
+            int run = sym >> 4, size = sym & 15, used = len + size;
+            uint32_t e = 0;
+            if (len) {
+                uint32_t step = size ? (uint32_t)run + 1 : run == 15 ? 16 : AC_MAX;
+                uint32_t rest = step == AC_MAX || used >= avail
+                                    ? 0
+                                    : level[(1u << (avail - used)) +
+                                            (v & ((1u << (avail - used)) - 1))];
+                e = rest ? ac_entry((uint32_t)used + (rest & 0xFF),
+                                    step + ((rest >> 8) & 0xFF),
+                                    step + AC_MAX - (rest >> 16))
+                         : ac_entry((uint32_t)used, step, 0);
+            }
+            level[(1u << avail) + v] = e;
+        }
+    }
+    memcpy(out->e, level + (1u << LANE_AC_BITS), sizeof out->e);
+    free(level);
 }
 
 ptrdiff_t
@@ -155,18 +219,18 @@ slow_ac(const HuffTable *t, Reader r, int k)
  * new zig-zag index: 64 or more where the block ended, negative where the lane went bad.
  * fill: refill first (else the caller knows that 13 bits are held). */
 static inline __attribute__((always_inline)) int
-ac_step(Reader *r, int k, const uint16_t *ac, const HuffTable *ac_table, int fill)
+ac_step(Reader *r, int k, const uint32_t *ac, const HuffTable *ac_table, int fill)
 {
     if (fill)
         refill(r);
-    uint32_t e = ac[r->buf >> (64 - HUFF_SKIP_BITS)];
-    if (__builtin_expect(k > (int)(e >> 10), 0)) { /* past the entry's last index */
+    uint32_t e = ac[r->buf >> (64 - LANE_AC_BITS)];
+    if (__builtin_expect(k > (int)(e >> 16), 0)) { /* past the entry's last index */
         SlowStep s = slow_ac(ac_table, *r, k);
         *r = s.r;
         return s.k;
     }
-    drop(r, (int)(e & 15));
-    return k + (int)((e >> 4) & 63);
+    drop(r, (int)(e & 0xFF));
+    return k + (int)((e >> 8) & 0xFF);
 }
 
 /* After a block: the next block's DC (and the MCU's end: counted, and the data's end
@@ -188,10 +252,10 @@ next_block(EntropyLane *lane, Reader *r, int *block, int *k)
         if (lane->mcus == 0)
             return 1;
     }
-    refill(r);
-    uint32_t e = lane->dc[*block][r->buf >> (64 - LANE_DC_BITS)];
-    if (__builtin_expect(e != 0, 1)) {
-        drop(r, (int)(e & 15));
+    refill(r); /* 56 bits: a code and its difference take at most 31 */
+    int bits = lane->dc[*block][r->buf >> (64 - HUFF_FAST_BITS)];
+    if (__builtin_expect(bits != 0, 1)) {
+        drop(r, bits);
     } else {
         int size = symbol(r, lane->dc_table[*block]);
         if (size < 0 || size > 15) {
@@ -226,9 +290,9 @@ lanes_run2(EntropyLane *a, EntropyLane *b)
     if ((ak >= 64 && next_block(a, &ra, &ablock, &ak)) ||
         (bk >= 64 && next_block(b, &rb, &bblock, &bk)))
         goto out;
-    const uint16_t *aac = a->ac[ablock], *bac = b->ac[bblock];
-    /* Each lane refills every fourth look-up: after a refill 56 bits are held, a look-up
-     * takes at most 13, and a slow symbol or a block's start refills after itself. */
+    const uint32_t *aac = a->ac[ablock], *bac = b->ac[bblock];
+    /* Each lane refills every other look-up: after a refill 56 bits are held, a look-up
+     * takes at most 28, and a slow symbol or a block's start refills after itself. */
 #define A_STEP(fill)                                                                   \
     ak = ac_step(&ra, ak, aac, a->ac_table[ablock], fill);                             \
     if ((unsigned)ak >= 64) {                                                          \
@@ -244,7 +308,7 @@ lanes_run2(EntropyLane *a, EntropyLane *b)
         bac = b->ac[bblock];                                                           \
     }
     for (;;) {
-        A_STEP(1) B_STEP(1) A_STEP(0) B_STEP(0) A_STEP(0) B_STEP(0) A_STEP(0) B_STEP(0)
+        A_STEP(1) B_STEP(1) A_STEP(0) B_STEP(0)
     }
 #undef A_STEP
 #undef B_STEP
@@ -262,7 +326,7 @@ lanes_run1(EntropyLane *a)
     int block = a->block, k = a->k;
     if (k >= 64 && next_block(a, &r, &block, &k))
         goto out;
-    const uint16_t *ac = a->ac[block];
+    const uint32_t *ac = a->ac[block];
 #define STEP(fill)                                                                     \
     k = ac_step(&r, k, ac, a->ac_table[block], fill);                                  \
     if ((unsigned)k >= 64) {                                                           \
@@ -271,7 +335,7 @@ lanes_run1(EntropyLane *a)
         ac = a->ac[block];                                                             \
     }
     for (;;) { /* as in lanes_run2 */
-        STEP(1) STEP(0) STEP(0) STEP(0)
+        STEP(1) STEP(0)
     }
 #undef STEP
 out:

@@ -7,14 +7,23 @@
 
 #include "../jpegroi/jpegroi.h"
 
-/* A DC table's look-up of LANE_DC_BITS bits, in HuffSkip's entry format (one symbol, its
- * code and value bits, advancing one position); 0 where the code is longer. */
-#define LANE_DC_BITS 12
+/* A DC table's look-up: for the HUFF_FAST_BITS bits a code starts with, the bits of the
+ * code and of the difference after it (its size is the symbol), or 0 for a longer code.
+ * The difference's bits need not be in the look-up's bits: a block's DC is skipped. */
 typedef struct {
-    uint16_t e[1 << LANE_DC_BITS];
+    uint8_t bits[1 << HUFF_FAST_BITS];
 } LaneDcSkip;
 
 void lane_dc_table(const HuffTable *table, LaneDcSkip *skip);
+
+/* An AC table's look-up of LANE_AC_BITS bits: every whole AC symbol they hold, to an end of
+ * block, where the value bits of the last one may lie past them (see lanes.c). */
+#define LANE_AC_BITS 12
+typedef struct {
+    uint32_t e[1 << LANE_AC_BITS];
+} LaneAcSkip;
+
+void lane_ac_table(const HuffTable *table, LaneAcSkip *skip);
 
 /* Bytes of zeros after a lane's data: more than one MCU can read (at most 10 blocks of
  * 64 symbols of at most 31 bits) plus the bit reader's 8 bytes ahead. */
@@ -28,7 +37,8 @@ typedef struct {
     int blocks;          /* per MCU */
     /* per block of the MCU: its DC look-up, its AC look-up, and their tables (for codes
      * longer than a look-up holds) */
-    const uint16_t *dc[D_MAX_BLOCKS_IN_MCU], *ac[D_MAX_BLOCKS_IN_MCU];
+    const uint8_t *dc[D_MAX_BLOCKS_IN_MCU];
+    const uint32_t *ac[D_MAX_BLOCKS_IN_MCU];
     const HuffTable *dc_table[D_MAX_BLOCKS_IN_MCU], *ac_table[D_MAX_BLOCKS_IN_MCU];
     /* the cursor: bit buffer (first bit in the top), bits in it, the next byte to load,
      * the block of the MCU and the zig-zag index in it (64: the block has ended) */
