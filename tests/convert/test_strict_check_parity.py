@@ -89,8 +89,8 @@ def _compare_together(files: dict[str, bytes]) -> None:
     jpegs = [n for n in names if jpeg_damage._is_jpeg(files[n])]
     together = _jpegcheck.check_many([files[n] for n in jpegs])
     alone = [_jpegcheck.check(files[n]) for n in jpegs]
-    assert [(n, v is None) for n, v in zip(jpegs, together)] == [
-        (n, v is None) for n, v in zip(jpegs, alone)]
+    assert [(n, v is None) for n, v in zip(jpegs, together, strict=True)] == [
+        (n, v is None) for n, v in zip(jpegs, alone, strict=True)]
     messages = jpeg_damage.strict_decode_errors([files[n] for n in names])
     assert messages == [strict_decode_error(files[n]) for n in names]
     assert jpeg_damage.jpeg_damages([files[n] for n in names]) == [damage(files[n]) for n in names]
