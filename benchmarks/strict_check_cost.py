@@ -14,6 +14,10 @@ alternating so that load on a shared machine falls on both alike:
   ``fastload convert`` gives them to each check thread (two decoded at once);
 * ``markers``: ``parse_jpeg``, what ``check="markers"`` reads of every file.
 
+With ``--against SO`` (another build of the ``_jpegcheck`` extension, e.g. an older
+commit's ``fastload/data/format/_jpegcheck*.so``) its ``check`` is timed in the same rounds
+(``other build``, one file a call), and its verdicts compared.
+
 Prints, for each, the median CPU-ms per image (``time.process_time``) with the range over
 rounds, the ratio strict decode / entropy check, and how many files the entropy check left
 to the strict decode. Nothing is asserted: see benchmarks/NOTES.md.
@@ -97,11 +101,23 @@ def _convert_rounds(src: Path, rounds: int) -> None:
         print(f"  {name} / markers: wall {w:.2f}x, CPU {c:.2f}x")
 
 
+def _load_build(path: Path):
+    """The ``_jpegcheck`` extension built at ``path``, beside this tree's."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("other_build._jpegcheck", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("folder", type=Path)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--limit", type=int, default=2000)
+    parser.add_argument("--against", type=Path, default=None,
+                        help="another build of _jpegcheck (.so) to time beside this one")
     parser.add_argument("--convert", action="store_true",
                         help="time whole conversions of FOLDER instead")
     args = parser.parse_args()
@@ -126,6 +142,11 @@ def main() -> None:
         "entropy, 4 a call": (jpeg_damage.strict_decode_errors, _by_fours(files)),
         "markers": (parse_jpeg, files),
     }
+    if args.against is not None:
+        other = _load_build(args.against)
+        differ += sum((a is None) != (b is None) for a, b in
+                      zip(map(other.check, files), map(check, files), strict=True))
+        candidates["other build"] = (other.check, files)
     times: dict[str, list[float]] = {name: [] for name in candidates}
     for _ in range(args.rounds):
         for name, (fn, calls) in candidates.items():
