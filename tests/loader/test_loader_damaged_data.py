@@ -180,3 +180,44 @@ def test_hostile_lmdb_of_pickles_is_a_format_error_and_never_runs_the_payload(db
     assert len(report.bad) == 48
     assert "not a valid Datum" in report.bad[0][1]
     assert not witness.exists()
+
+
+def test_the_first_read_check_finds_each_damaged_sample_whatever_the_threads():
+    """DamageCheck.find hands each thread a share of the batch (two files decoded at once in
+    each): the damaged samples are reported at their own positions, the intact ones
+    remembered, with one thread or several."""
+    import io
+
+    import numpy as np
+    from damage import scramble_scan
+    from PIL import Image
+
+    from fastload.loader.damage import DamageCheck
+
+    def jpeg(seed: int) -> bytes:
+        pixels = np.random.default_rng(seed).integers(0, 256, (48, 64, 3), dtype=np.uint8)
+        out = io.BytesIO()
+        Image.fromarray(pixels).save(out, "JPEG", quality=90)
+        return out.getvalue()
+
+    class Marks:  # the source's bookkeeping of samples found intact
+        def __init__(self) -> None:
+            self.intact: dict[int, object] = {}
+
+        def mark_checked(self, index: int, stamp: object) -> None:
+            self.intact[index] = stamp
+
+    encoded = [jpeg(seed) for seed in range(9)]
+    damaged_at = {2, 5, 6}
+    for j in damaged_at:
+        encoded[j] = scramble_scan(encoded[j])
+    pending = [(j, 100 + j, f"stamp {j}") for j in range(len(encoded))]
+    for threads in (1, 2, 3):
+        check, marks = DamageCheck(threads), Marks()
+        try:
+            found = check.find(marks, encoded, pending)
+        finally:
+            check.close()
+        assert set(found) == damaged_at
+        assert all(report.startswith("Corrupt JPEG data") for report in found.values())
+        assert marks.intact == {100 + j: f"stamp {j}" for j in range(9) if j not in damaged_at}
