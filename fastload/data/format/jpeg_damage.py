@@ -59,13 +59,18 @@ def strict_decode_error(data) -> str | None:
     return decoded_error(data)
 
 
+_CHECKED_TOGETHER = 256  # files per call of the C check (it holds a reason's room for each)
+
+
 def strict_decode_errors(files) -> list[str | None]:
     """:func:`strict_decode_error` of each of ``files`` (a sequence of JPEG buffers), faster
     than one call each: the C check decodes two files at once in the calling thread."""
     if _jpegcheck is None:
         return [strict_decode_error(data) for data in files]
     jpegs = [i for i, data in enumerate(files) if _is_jpeg(data)]
-    quick = _jpegcheck.check_many([files[i] for i in jpegs])
+    quick = []
+    for start in range(0, len(jpegs), _CHECKED_TOGETHER):  # bounded: a reason slot per file
+        quick += _jpegcheck.check_many([files[i] for i in jpegs[start:start + _CHECKED_TOGETHER]])
     errors: list[str | None] = [None] * len(files)
     for i, verdict in zip(jpegs, quick, strict=True):
         if verdict is not None:
