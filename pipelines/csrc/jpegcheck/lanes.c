@@ -49,14 +49,11 @@ ac_entry(uint32_t bits, uint32_t advance, uint32_t before)
 static int
 code_in(const HuffTable *t, uint32_t v, int avail, int *symbol)
 {
-    for (int len = 1; len <= avail && len <= 16; len++) {
-        int32_t code = (int32_t)(v >> (avail - len));
-        if (code <= t->maxcode[len]) {
-            *symbol = t->huffval[(code + t->valoffset[len]) & 0xFF];
-            return len;
-        }
-    }
-    return 0;
+    int len, sym = huff_lookup(t, (uint64_t)v << (64 - avail), &len);
+    if (sym < 0 || len > avail)
+        return 0;
+    *symbol = sym;
+    return len;
 }
 
 /* As huff_skip_table: the entry of the avail bits v from the entry of the bits left after
@@ -174,19 +171,10 @@ drop(Reader *r, int bits)
 static inline __attribute__((always_inline)) int
 symbol(Reader *r, const HuffTable *t)
 {
-    unsigned f = t->fast[r->buf >> (64 - HUFF_FAST_BITS)];
-    if (f) {
-        drop(r, (int)(f >> 8));
-        return (int)(f & 0xFF);
-    }
-    for (int len = HUFF_FAST_BITS + 1; len <= 16; len++) {
-        int32_t code = (int32_t)(r->buf >> (64 - len));
-        if (code <= t->maxcode[len]) {
-            drop(r, len);
-            return t->huffval[(code + t->valoffset[len]) & 0xFF];
-        }
-    }
-    return -1;
+    int len, sym = huff_lookup(t, r->buf, &len);
+    if (sym >= 0)
+        drop(r, len);
+    return sym;
 }
 
 /* The slow way for one AC symbol (its code longer than the look-up, or the look-up's

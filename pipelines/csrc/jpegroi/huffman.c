@@ -265,17 +265,10 @@ drop(Bits *b, int n)
 static inline int
 symbol(j_decompress_ptr cinfo, Bits *b, const HuffTable *t)
 {
-    unsigned e = t->fast[b->buf >> (64 - HUFF_FAST_BITS)];
-    if (e) {
-        drop(b, (int)(e >> 8));
-        return (int)(e & 0xFF);
-    }
-    for (int len = HUFF_FAST_BITS + 1; len <= 16; len++) {
-        int32_t code = (int32_t)(b->buf >> (64 - len));
-        if (code <= t->maxcode[len]) {
-            drop(b, len);
-            return t->huffval[(code + t->valoffset[len]) & 0xFF];
-        }
+    int len, sym = huff_lookup(t, b->buf, &len);
+    if (sym >= 0) {
+        drop(b, len);
+        return sym;
     }
     WARNMS(cinfo, JWRN_HUFF_BAD_CODE); /* an error in the region decoder */
     return 0;

@@ -20,6 +20,26 @@ typedef struct {
     uint8_t huffval[256];
 } HuffTable;
 
+/* The symbol whose code starts the bits (first bit in the top), with the code's length in
+ * *length; -1 where no code of at most 16 bits matches (corrupt data). */
+static inline int
+huff_lookup(const HuffTable *t, uint64_t bits, int *length)
+{
+    unsigned f = t->fast[bits >> (64 - HUFF_FAST_BITS)];
+    if (f) {
+        *length = (int)(f >> 8);
+        return (int)(f & 0xFF);
+    }
+    for (int len = HUFF_FAST_BITS + 1; len <= 16; len++) {
+        int32_t code = (int32_t)(bits >> (64 - len));
+        if (code <= t->maxcode[len]) {
+            *length = len;
+            return t->huffval[(code + t->valoffset[len]) & 0xFF];
+        }
+    }
+    return -1;
+}
+
 /* The scan's state: the bit reader over the entropy-coded bytes and the DC predictions. */
 typedef struct {
     uint64_t buf;  /* the next bits, first bit in the top */
