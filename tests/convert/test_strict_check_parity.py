@@ -104,6 +104,38 @@ def test_valid_files_get_the_same_verdict_and_own_layouts_are_never_left_to_the_
     assert [n for n, d in own.items() if _jpegcheck.check(d) is not None] == []
 
 
+def test_restart_markers_out_of_place_get_the_strict_decodes_verdicts(valid):
+    """The entropy pass decodes a restart interval's data up to its marker: markers swapped,
+    dropped, renumbered, moved, or after a stray data byte or a fill byte get the strict
+    decode's verdicts (the C check never finds intact what the strict decode refuses)."""
+    rng = random.Random(7)
+    damaged: dict[str, bytes] = {}
+    for name, data in valid.items():
+        sos = data.find(b"\xff\xda")
+        at = [i for i in range(sos, len(data) - 1)
+              if data[i] == 0xFF and 0xD0 <= data[i + 1] <= 0xD7]
+        if len(at) < 3:
+            continue
+        for round_ in range(3):
+            i, j = sorted(rng.sample(at, 2))
+            swapped = bytearray(data)
+            swapped[i + 1], swapped[j + 1] = data[j + 1], data[i + 1]
+            renumbered = bytearray(data)
+            renumbered[i + 1] = 0xD0 + (data[i + 1] - 0xD0 + 3) % 8
+            damaged.update({
+                f"{name} {round_} swapped": bytes(swapped),
+                f"{name} {round_} renumbered": bytes(renumbered),
+                f"{name} {round_} dropped": data[:i] + data[i + 2:],
+                f"{name} {round_} moved": data[:i] + data[i + 2:i + 12] + data[i:i + 2]
+                + data[i + 12:],
+                f"{name} {round_} byte before": data[:i] + b"\x55" + data[i:],
+                f"{name} {round_} fill byte before": data[:i] + b"\xff" + data[i:],
+            })
+    assert len(damaged) >= 30
+    counts = _compare(damaged)
+    assert counts["refused"] > len(damaged) // 2
+
+
 def test_scrambled_scans_truncations_and_bit_flips_get_the_strict_decodes_verdicts(valid):
     rng = random.Random(41)
     damaged: dict[str, bytes] = {}

@@ -125,19 +125,18 @@ set_table_key(TableKey *key, const JHUFF_TBL *source)
     memcpy(key->huffval, source->huffval, sizeof key->huffval);
 }
 
-/* The AC tables' look-ups (HuffSkip for a scan with restart markers, LaneAcSkip for the
- * lanes; 16 and 32 KB, ~0.1 ms to build two, a third of an 80 KB photo's decoding) of the
- * last tables met, per thread: files from one encoder share their tables. Keyed by the
- * table's bytes (counts and symbols); freed when the thread ends. A look-up is built the
- * second time its table is met: files whose tables are their own (optimised per file)
- * never pay for one, and are decoded by huff_decode_mcu's pair look-ups. */
+/* The AC tables' look-ups (LaneAcSkip, 16 KB each: ~0.1 ms to build two, half an 80 KB
+ * photo's check) of the last tables met, per thread: files from one encoder share their
+ * tables. Keyed by the table's bytes (counts and symbols); freed when the thread ends. A
+ * look-up is built the second time its table is met: files whose tables are their own
+ * (optimised per file) never pay for one, and are decoded by huff_decode_mcu's pair
+ * look-ups. */
 #define SKIP_SLOTS 4
 typedef struct {
-    int seen, built_skip, built_lane;
+    int seen, built;
     uint64_t check; /* the check that last used it */
     TableKey key;
-    HuffSkip skip;
-    LaneAcSkip lane;
+    LaneAcSkip skip;
 } SkipSlot;
 /* The Huffman look-ups of the last tables met, per thread (built in huff_scan_start for
  * every file otherwise: an eighth of an 80 KB photo's check), and a DC table's look-up for
@@ -205,42 +204,33 @@ thread_cache(void)
     return cache;
 }
 
-/* The look-up of this table (a LaneAcSkip for the lanes, else a HuffSkip), or NULL the
- * first time the table is met */
-static const void *
-skip_for(ThreadCache *cache, const JHUFF_TBL *source, const HuffTable *table, int lanes)
+/* The look-up of this table, or NULL the first time it is met */
+static const LaneAcSkip *
+skip_for(ThreadCache *cache, const JHUFF_TBL *source, const HuffTable *table)
 {
-    SkipSlot *slot = NULL;
-    for (int i = 0; i < SKIP_SLOTS && slot == NULL; i++)
-        if (cache->slot[i].seen && is_table(&cache->slot[i].key, source))
-            slot = &cache->slot[i];
-    if (slot == NULL) {
-        /* the least recently added slot not in use: a built one gives way to a new table
-         * only once that table is seen; empty slots first */
-        for (int i = 0; i < SKIP_SLOTS; i++) {
-            SkipSlot *free_slot = &cache->slot[cache->next++ % SKIP_SLOTS];
-            if ((free_slot->built_skip || free_slot->built_lane) &&
-                free_slot->check >= cache->live_from)
-                continue;
-            set_table_key(&free_slot->key, source);
-            free_slot->seen = 1;
-            free_slot->built_skip = free_slot->built_lane = 0;
-            free_slot->check = cache->check;
-            break;
+    for (int i = 0; i < SKIP_SLOTS; i++) {
+        SkipSlot *slot = &cache->slot[i];
+        if (slot->seen && is_table(&slot->key, source)) {
+            if (!slot->built)
+                lane_ac_table(table, &slot->skip);
+            slot->built = 1;
+            slot->check = cache->check;
+            return &slot->skip;
         }
-        return NULL;
     }
-    slot->check = cache->check;
-    if (lanes) {
-        if (!slot->built_lane)
-            lane_ac_table(table, &slot->lane);
-        slot->built_lane = 1;
-        return &slot->lane;
+    /* the least recently added slot not in use: a built one gives way to a new table only
+     * once that table is seen; empty slots first */
+    for (int i = 0; i < SKIP_SLOTS; i++) {
+        SkipSlot *slot = &cache->slot[cache->next++ % SKIP_SLOTS];
+        if (slot->built && slot->check >= cache->live_from)
+            continue;
+        set_table_key(&slot->key, source);
+        slot->seen = 1;
+        slot->built = 0;
+        slot->check = cache->check;
+        break;
     }
-    if (!slot->built_skip)
-        huff_skip_table(table, &slot->skip);
-    slot->built_skip = 1;
-    return &slot->skip;
+    return NULL;
 }
 
 /* huff_scan_start_with's source of tables: this thread's cache (NULL: the scan builds its
@@ -303,6 +293,9 @@ struct FileCheck {
     const uint8_t *marker; /* the marker after the scan's data */
     uint8_t *unstuffed;    /* the lane's data (room bytes) */
     size_t room;
+    uint64_t *ends; /* the lane's restart intervals (restart_room of each) */
+    uint8_t *rst;
+    size_t restart_room;
     char message[JMSG_LENGTH_MAX];
 };
 
@@ -314,6 +307,8 @@ free_lane(FileCheck *fc)
 {
     if (fc != NULL) {
         free(fc->unstuffed);
+        free(fc->ends);
+        free(fc->rst);
         free(fc->scan);
         free(fc);
     }
@@ -363,12 +358,33 @@ finish_from(FileCheck *fc, const uint8_t *p)
     return CLEAN;
 }
 
-/* The lane's data: the scan's bytes unstuffed into fc's buffer. 0, or -1 (out of memory,
- * or a scan's end the lanes leave to libjpeg: its message set). */
+/* Room for n restart intervals' ends in fc; 0, or -1 when out of memory */
 static int
-unstuff(FileCheck *fc)
+restart_room(FileCheck *fc, size_t n)
 {
-    size_t need = (size_t)(fc->scan->end - fc->scan->p) + LANE_PADDING;
+    if (n <= fc->restart_room)
+        return 0;
+    uint64_t *ends = realloc(fc->ends, n * sizeof *ends);
+    if (ends != NULL)
+        fc->ends = ends;
+    uint8_t *rst = ends != NULL ? realloc(fc->rst, n) : NULL;
+    if (rst == NULL)
+        return -1;
+    fc->rst = rst;
+    fc->restart_room = n;
+    return 0;
+}
+
+/* The lane's data: the scan's bytes unstuffed into fc's buffer, and its restart intervals.
+ * 0, or -1 (out of memory, or a scan's end the lanes leave to libjpeg: its message set). */
+static int
+unstuff(FileCheck *fc, uint64_t mcus, unsigned interval)
+{
+    size_t span = (size_t)(fc->scan->end - fc->scan->p), need = span + LANE_PADDING;
+    /* restart markers between intervals; never more than the data could hold */
+    uint64_t wanted = interval ? (mcus - 1) / interval : 0;
+    if (wanted > span / 2 + 1)
+        wanted = span / 2 + 1; /* the data holds fewer: lane_unstuff says so */
     if (need > fc->room) {
         uint8_t *bigger = realloc(fc->unstuffed, need);
         if (bigger == NULL) {
@@ -378,13 +394,22 @@ unstuff(FileCheck *fc)
         fc->unstuffed = bigger;
         fc->room = need;
     }
-    ptrdiff_t bytes = lane_unstuff(fc->scan->p, fc->scan->end, fc->unstuffed, &fc->marker);
-    if (bytes < 0) {
+    if (restart_room(fc, (size_t)wanted) != 0) {
+        snprintf(fc->message, JMSG_LENGTH_MAX, "libjpeg decides: out of memory");
+        return -1;
+    }
+    EntropyLane *lane = &fc->lane;
+    ptrdiff_t bytes = lane_unstuff(fc->scan->p, fc->scan->end, fc->unstuffed, &fc->marker,
+                                   (size_t)wanted, fc->ends, fc->rst, &lane->restarts);
+    if (bytes < 0 || (interval && lane->restarts < (mcus - 1) / interval)) {
         snprintf(fc->message, JMSG_LENGTH_MAX, "libjpeg decides: what follows the scan's data");
         return -1;
     }
-    fc->lane.data = fc->unstuffed;
-    fc->lane.bits = (uint64_t)bytes * 8;
+    lane->data = fc->unstuffed;
+    lane->total_bits = (uint64_t)bytes * 8;
+    lane->interval = interval;
+    lane->ends = fc->ends;
+    lane->rst = fc->rst;
     return 0;
 }
 
@@ -428,8 +453,8 @@ prepare(FileCheck *fc, const unsigned char *data, size_t size, ThreadCache *cach
     if (huff_scan_start_with(cinfo, scan, cached_table, cache) != 0)
         return not_clean(fc, "libjpeg decides: a scan fastload's decoder does not take");
     uint64_t mcus = (uint64_t)cinfo->MCUs_per_row * (uint64_t)cinfo->MCU_rows_in_scan;
-    const void *ac_skip[D_MAX_BLOCKS_IN_MCU];
-    int skips = 1, lanes = cinfo->restart_interval == 0; /* the lanes' kind of scan */
+    const LaneAcSkip *ac_skip[D_MAX_BLOCKS_IN_MCU];
+    int skips = 1;
     for (int blkn = 0; blkn < scan->blocks; blkn++) {
         int same = 0; /* a table asked for once per file (see skip_for) */
         while (same < blkn && scan->ac[same] != scan->ac[blkn])
@@ -439,10 +464,10 @@ prepare(FileCheck *fc, const unsigned char *data, size_t size, ThreadCache *cach
             continue;
         }
         int no = cinfo->cur_comp_info[cinfo->MCU_membership[blkn]]->ac_tbl_no; /* checked */
-        ac_skip[blkn] = skip_for(cache, cinfo->ac_huff_tbl_ptrs[no], scan->ac[blkn], lanes);
+        ac_skip[blkn] = skip_for(cache, cinfo->ac_huff_tbl_ptrs[no], scan->ac[blkn]);
         skips &= ac_skip[blkn] != NULL;
     }
-    if (skips && lanes) {
+    if (skips) {
         EntropyLane *lane = &fc->lane;
         for (int blkn = 0; blkn < scan->blocks && skips; blkn++) {
             const LaneDcSkip *dc = dc_skip_for(cache, scan->dc[blkn]);
@@ -451,11 +476,11 @@ prepare(FileCheck *fc, const unsigned char *data, size_t size, ThreadCache *cach
                 break;
             lane->dc[blkn] = dc->bits;
             lane->dc_table[blkn] = scan->dc[blkn];
-            lane->ac[blkn] = ((const LaneAcSkip *)ac_skip[blkn])->e;
+            lane->ac[blkn] = ac_skip[blkn]->e;
             lane->ac_table[blkn] = scan->ac[blkn];
         }
         if (skips) {
-            if (unstuff(fc) != 0)
+            if (unstuff(fc, mcus, cinfo->restart_interval) != 0)
                 return not_clean(fc, fc->message);
             lane->mcus = mcus;
             lane->blocks = scan->blocks;
@@ -464,15 +489,8 @@ prepare(FileCheck *fc, const unsigned char *data, size_t size, ThreadCache *cach
         }
     }
     /* in one go, here: a warning longjmps */
-    if (skips && !lanes) {
-        const HuffSkip *skip[D_MAX_BLOCKS_IN_MCU];
-        for (int blkn = 0; blkn < scan->blocks; blkn++)
-            skip[blkn] = ac_skip[blkn];
-        huff_skip_mcus(cinfo, scan, skip, mcus);
-    }
-    else
-        for (uint64_t i = 0; i < mcus; i++)
-            huff_decode_mcu(cinfo, scan, NULL);
+    for (uint64_t i = 0; i < mcus; i++)
+        huff_decode_mcu(cinfo, scan, NULL);
     /* The scan's end: only the padding of its last byte may be left unread (see the top) */
     const uint8_t *q = scan->p;
     while (q < scan->end && *q == 0xFF)
@@ -493,6 +511,10 @@ finish(FileCheck *fc)
         WARNMS(&fc->cinfo, JWRN_HUFF_BAD_CODE); /* jumps, with its message */
     if (fc->lane.bad == LANE_PAST_END)
         WARNMS(&fc->cinfo, JWRN_HIT_MARKER);
+    if (fc->lane.bad == LANE_EXTRANEOUS)
+        return not_clean(fc, "libjpeg decides: data before a restart marker");
+    if (fc->lane.bad == LANE_RESYNC)
+        return not_clean(fc, "libjpeg decides: a restart marker out of place");
     if (!lane_intact(&fc->lane))
         return not_clean(fc, "libjpeg decides: what follows the scan's data");
     return finish_from(fc, fc->marker);

@@ -5,16 +5,15 @@
  * the core idle (benchmarks/NOTES.md C12). Two files have no step in common: decoded in
  * turns in one loop, the core runs both chains at once.
  *
- * The same symbols as huff_skip_mcus (pipelines/csrc/jpegroi/huffman.c), with fewer steps
- * and fewer mispredicted branches: the data is unstuffed first (0xFF 0x00 -> 0xFF, up to the
- * marker that ends it, zeros after), so the bit reader refills without a branch, every
- * other look-up; an AC look-up's last symbol may have its value bits past the look-up's
- * bits, and codes up to the look-up's length are in it (huff_skip_mcus's look-up holds
- * whole symbols of codes up to 10 bits: two in three of its slow symbols on photographs were
- * a value past its bits); a DC look-up holds the code alone, the difference's bits being
- * skipped. Nothing here warns or jumps: a bad code or bits used past the data's end mark
- * the lane bad, and the caller (check.c) reports it with libjpeg's words. Only scans
- * without restart markers come here.
+ * The same symbols as huff_decode_mcu (pipelines/csrc/jpegroi/huffman.c), the values not
+ * kept, with fewer steps and fewer mispredicted branches: the data is unstuffed first (0xFF
+ * 0x00 -> 0xFF, up to the marker that ends it, zeros after), so the bit reader refills
+ * without a branch, every other look-up; one AC look-up gives every whole symbol its bits
+ * hold, to an end of block, and its last symbol may have its value bits past them (before,
+ * two in three slow symbols on photographs were a value past the look-up's bits); a DC
+ * look-up holds the code alone, the difference's bits being skipped; restart markers are where the unstuffed data's intervals end. Nothing here warns
+ * or jumps: a bad code, bits used past the data's end, a restart marker out of place mark
+ * the lane bad, and the caller (check.c) reports it.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -56,9 +55,9 @@ code_in(const HuffTable *t, uint32_t v, int avail, int *symbol)
     return len;
 }
 
-/* As huff_skip_table: the entry of the avail bits v from the entry of the bits left after
- * its first symbol, every (avail, v) once, shortest first, at (1 << avail) + v of level;
- * a symbol whose value bits run past v's is the entry's last. */
+/* The entry of the avail bits v from the entry of the bits left after its first symbol,
+ * every (avail, v) once, shortest first, at (1 << avail) + v of level; a symbol whose
+ * value bits run past v's is the entry's last. */
 void
 lane_ac_table(const HuffTable *t, LaneAcSkip *out)
 {
@@ -92,9 +91,11 @@ lane_ac_table(const HuffTable *t, LaneAcSkip *out)
 }
 
 ptrdiff_t
-lane_unstuff(const uint8_t *p, const uint8_t *end, uint8_t *out, const uint8_t **marker)
+lane_unstuff(const uint8_t *p, const uint8_t *end, uint8_t *out, const uint8_t **marker,
+             size_t wanted, uint64_t *ends, uint8_t *rst, size_t *restarts)
 {
     uint8_t *o = out;
+    *restarts = 0;
     while (p < end) {
         const uint8_t *ff = memchr(p, 0xFF, (size_t)(end - p));
         if (ff == NULL)
@@ -106,7 +107,15 @@ lane_unstuff(const uint8_t *p, const uint8_t *end, uint8_t *out, const uint8_t *
             q++;
         if (q == end)
             return -1;
+        if (*q >= 0xD0 && *q <= 0xD7 && *restarts < wanted) { /* an interval's end */
+            ends[*restarts] = (uint64_t)(o - out);
+            rst[(*restarts)++] = (uint8_t)(*q - 0xD0);
+            p = q + 1;
+            continue;
+        }
         if (*q != 0) { /* a marker ends the data */
+            if (*restarts < wanted)
+                return -1; /* libjpeg warns of the missing restart marker */
             *marker = ff;
             memset(o, 0, LANE_PADDING);
             return o - out;
@@ -128,6 +137,9 @@ lane_start(EntropyLane *lane)
     lane->block = -1; /* before the first block of the first MCU */
     lane->k = 64;
     lane->bad = 0;
+    lane->to_go = lane->interval;
+    lane->next_restart = 0;
+    lane->bits = lane->restarts ? 8 * lane->ends[0] : lane->total_bits;
 }
 
 static inline uint64_t
@@ -221,6 +233,32 @@ ac_step(Reader *r, int k, const uint32_t *ac, const HuffTable *ac_table, int fil
     return k + (int)((e >> 8) & 0xFF);
 }
 
+/* An interval's end (its last MCU decoded, the data not passed): nothing but the padding
+ * of its last byte left, its restart marker next in order; the bit reader starts again on
+ * the next interval's first byte. Returns whether the lane went bad. As huffman.c's
+ * restart(), which warns where this marks the lane bad. */
+static __attribute__((noinline)) int
+restart(EntropyLane *lane, Reader *r)
+{
+    uint64_t used = (uint64_t)(r->p - lane->data) * 8 - (uint64_t)r->count;
+    size_t n = lane->next_restart;
+    if (lane->bits - used >= 8) {
+        lane->bad = LANE_EXTRANEOUS;
+        return 1;
+    }
+    if (n >= lane->restarts || lane->rst[n] != (n & 7)) {
+        lane->bad = LANE_RESYNC;
+        return 1;
+    }
+    r->p = lane->data + lane->ends[n];
+    r->buf = 0;
+    r->count = 0;
+    lane->next_restart = ++n;
+    lane->bits = n < lane->restarts ? 8 * lane->ends[n] : lane->total_bits;
+    lane->to_go = lane->interval;
+    return 0;
+}
+
 /* After a block: the next block's DC (and the MCU's end: counted, and the data's end
  * checked). Returns whether the lane is done (k < 0 on entry: bad). */
 static inline __attribute__((always_inline)) int
@@ -234,10 +272,12 @@ next_block(EntropyLane *lane, Reader *r, int *block, int *k)
         *block = 0;
         lane->mcus--;
         if ((uint64_t)(r->p - lane->data) * 8 - (uint64_t)r->count > lane->bits) {
-            lane->bad = LANE_PAST_END; /* the bits used ran into the marker's zeros */
+            lane->bad = LANE_PAST_END; /* the bits used ran past the data or interval */
             return 1;
         }
         if (lane->mcus == 0)
+            return 1;
+        if (lane->interval && --lane->to_go == 0 && restart(lane, r))
             return 1;
     }
     refill(r); /* 56 bits: a code and its difference take at most 31 */

@@ -32,8 +32,16 @@ void lane_ac_table(const HuffTable *table, LaneAcSkip *skip);
 /* One file's entropy-coded data, unstuffed, and where its decoding stands. */
 typedef struct {
     const uint8_t *data; /* the data bytes (0xFF 0x00 -> 0xFF), LANE_PADDING zeros after */
-    uint64_t bits;       /* 8 x the data bytes */
+    uint64_t bits;       /* where the current restart interval's data ends (8 x bytes) */
+    uint64_t total_bits; /* where the data ends (8 x its bytes) */
     uint64_t mcus;       /* MCUs still to decode */
+    /* a scan with restart markers: MCUs per interval (0: none), MCUs left in this one,
+     * where each interval but the last ends in data (bytes) and the number (0-7) of the
+     * marker that ends it, how many, and the next interval's */
+    unsigned interval, to_go;
+    const uint64_t *ends;
+    const uint8_t *rst;
+    size_t restarts, next_restart;
     int blocks;          /* per MCU */
     /* per block of the MCU: its DC look-up, its AC look-up, and their tables (for codes
      * longer than a look-up holds) */
@@ -45,22 +53,29 @@ typedef struct {
     uint64_t buf;
     const uint8_t *p;
     int count, block, k;
-    int bad; /* LANE_BAD_CODE or LANE_PAST_END, else 0 */
+    int bad; /* one of the LANE_ reasons below, else 0 */
 } EntropyLane;
 
 enum {
-    LANE_BAD_CODE = 1, /* a code no table holds */
-    LANE_PAST_END = 2, /* bits past the data's end (the marker's zeros) were used */
+    LANE_BAD_CODE = 1,   /* a code no table holds */
+    LANE_PAST_END = 2,   /* bits past the data's (or interval's) end were used */
+    LANE_EXTRANEOUS = 3, /* a whole byte of an interval left before its restart marker */
+    LANE_RESYNC = 4,     /* a restart marker out of order */
 };
 
 /* Where a scan's data ends in [p, end): its unstuffed bytes into out (room for end - p
- * bytes and LANE_PADDING), and the marker that ends it. Returns the bytes written, or -1
- * where libjpeg may answer otherwise than this check (no marker before the end, fill bytes
- * before a stuffed zero). */
+ * bytes and LANE_PADDING), and the marker that ends it. With restart markers, the first
+ * ``wanted`` restart markers (RST0-7) are the ends of intervals, not of the data: where
+ * each one was in the unstuffed data and its number go to ends and rst (room for wanted),
+ * how many to *restarts. Returns the bytes written, or -1 where libjpeg may answer
+ * otherwise than this check (no marker before the end, fill bytes before a stuffed zero,
+ * fewer restart markers than wanted). */
 ptrdiff_t lane_unstuff(const uint8_t *p, const uint8_t *end, uint8_t *out,
-                       const uint8_t **marker);
+                       const uint8_t **marker, size_t wanted, uint64_t *ends, uint8_t *rst,
+                       size_t *restarts);
 
-/* Starts lane over its data (data, bits, mcus, blocks and the tables set by the caller). */
+/* Starts lane over its data (data, total_bits, mcus, blocks, the tables and the restart
+ * intervals set by the caller). */
 void lane_start(EntropyLane *lane);
 
 /* Decodes both lanes' MCUs, interleaved, until one of them is done (all its MCUs decoded,

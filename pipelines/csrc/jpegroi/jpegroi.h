@@ -87,19 +87,4 @@ boolean huff_decode_mcu(j_decompress_ptr cinfo, HuffScan *scan, JBLOCKROW *MCU_d
  * marker and leaves coefficients of zero bits in the block it then decodes again). */
 int huff_libjpeg_decides(const HuffScan *scan);
 
-/* The data layer's check (pipelines/csrc/jpegcheck/check.c): blocks decoded for where they
- * end only. HuffSkip: one AC table's look-up of HUFF_SKIP_BITS bits (see huffman.c). */
-#define HUFF_SKIP_BITS 13 /* at most 15: 4 bits of an entry hold it */
-typedef struct {
-    uint16_t e[1 << HUFF_SKIP_BITS];
-} HuffSkip;
-
-/* The look-up of an AC table (one of scan->tables, after huff_scan_start) */
-void huff_skip_table(const HuffTable *table, HuffSkip *skip);
-
-/* mcus MCUs decoded and discarded as huff_decode_mcu(..., NULL) does each, with the same
- * warnings; ac_skip[b]: the look-up of the AC table of the MCU's block b (scan->ac[b]). */
-void huff_skip_mcus(j_decompress_ptr cinfo, HuffScan *scan, const HuffSkip *const *ac_skip,
-                    uint64_t mcus);
-
 #endif
