@@ -276,6 +276,32 @@ def test_files_checked_together_keep_their_tables_apart():
     assert [v is None for v in together] == [alone[i] is None for i in order]
 
 
+def test_large_files_with_tables_of_their_own_get_the_strict_decodes_verdicts():
+    """A file of 32 KB or more of scan data gets its tables' look-ups at once (its own
+    optimised tables are not met again): such files, intact, cut and with scrambled scans,
+    together and alone, more of them than the cache holds, get the strict decode's
+    verdicts."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(13)
+    files: dict[str, bytes] = {}
+    for k in range(10):
+        pixels = rng.integers(0, 256, (320 + 8 * k, 320, 3), dtype=np.uint8)
+        pixels[:, : 40 + 16 * k] //= 3  # tables differ from file to file
+        out = io.BytesIO()
+        Image.fromarray(pixels).save(out, "JPEG", quality=80 + k, optimize=True)
+        data = out.getvalue()
+        assert len(data) > 50_000
+        files[f"own tables {k}"] = data
+        files[f"own tables {k} cut"] = data[: len(data) * 3 // 4] + b"\xff\xd9"
+        files[f"own tables {k} scrambled"] = scramble_scan(data)
+    counts = _compare(files)
+    assert counts["intact"] == 10 and counts["refused"] == 20
+
+
 def test_checking_together_takes_any_sequence_of_buffers_and_refuses_others():
     assert _jpegcheck.check_many([]) == []
     assert _jpegcheck.check_many((b"", bytearray(b"\xff\xd8"), memoryview(b"\x00" * 9))) == [

@@ -125,13 +125,14 @@ set_table_key(TableKey *key, const JHUFF_TBL *source)
     memcpy(key->huffval, source->huffval, sizeof key->huffval);
 }
 
-/* The AC tables' look-ups (LaneAcSkip, 16 KB each: ~0.1 ms to build two, half an 80 KB
- * photo's check) of the last tables met, per thread: files from one encoder share their
- * tables. Keyed by the table's bytes (counts and symbols); freed when the thread ends. A
- * look-up is built the second time its table is met: files whose tables are their own
- * (optimised per file) never pay for one, and are decoded by huff_decode_mcu's pair
- * look-ups. */
-#define SKIP_SLOTS 4
+/* The AC tables' look-ups (LaneAcSkip, 16 KB each, about 0.05 ms to build) of the last
+ * tables met, per thread: files from one encoder share their tables. Keyed by the table's
+ * bytes (counts and symbols); freed when the thread ends. A look-up is built the first time
+ * its table is met in a file of EAGER_BYTES or more of scan data (tables optimised for each
+ * file: the lanes' pass pays back its build there), else the second time: a small file
+ * whose tables are its own is decoded by huff_decode_mcu's pair look-ups, no look-up built. */
+#define SKIP_SLOTS 8
+#define EAGER_BYTES ((size_t)32 << 10)
 typedef struct {
     int seen, built;
     uint64_t check; /* the check that last used it */
@@ -141,7 +142,7 @@ typedef struct {
 /* The Huffman look-ups of the last tables met, per thread (built in huff_scan_start for
  * every file otherwise: an eighth of an 80 KB photo's check), and a DC table's look-up for
  * the lanes (lanes.h). Keyed by the table's kind and bytes. */
-#define TABLE_SLOTS 8 /* a scan uses at most 2 * NUM_HUFF_TBLS tables */
+#define TABLE_SLOTS 16 /* a scan uses at most 2 * NUM_HUFF_TBLS; two scans run at once */
 typedef struct {
     int built, is_ac, dc_built;
     uint64_t check; /* the check that last used it */
@@ -204,9 +205,9 @@ thread_cache(void)
     return cache;
 }
 
-/* The look-up of this table, or NULL the first time it is met */
+/* The look-up of this table, or NULL the first time it is met (unless eager) */
 static const LaneAcSkip *
-skip_for(ThreadCache *cache, const JHUFF_TBL *source, const HuffTable *table)
+skip_for(ThreadCache *cache, const JHUFF_TBL *source, const HuffTable *table, int eager)
 {
     for (int i = 0; i < SKIP_SLOTS; i++) {
         SkipSlot *slot = &cache->slot[i];
@@ -226,9 +227,11 @@ skip_for(ThreadCache *cache, const JHUFF_TBL *source, const HuffTable *table)
             continue;
         set_table_key(&slot->key, source);
         slot->seen = 1;
-        slot->built = 0;
+        slot->built = eager;
         slot->check = cache->check;
-        break;
+        if (eager)
+            lane_ac_table(table, &slot->skip);
+        return eager ? &slot->skip : NULL;
     }
     return NULL;
 }
@@ -464,7 +467,8 @@ prepare(FileCheck *fc, const unsigned char *data, size_t size, ThreadCache *cach
             continue;
         }
         int no = cinfo->cur_comp_info[cinfo->MCU_membership[blkn]]->ac_tbl_no; /* checked */
-        ac_skip[blkn] = skip_for(cache, cinfo->ac_huff_tbl_ptrs[no], scan->ac[blkn]);
+        ac_skip[blkn] = skip_for(cache, cinfo->ac_huff_tbl_ptrs[no], scan->ac[blkn],
+                                 (size_t)(scan->end - scan->p) >= EAGER_BYTES);
         skips &= ac_skip[blkn] != NULL;
     }
     if (skips) {
