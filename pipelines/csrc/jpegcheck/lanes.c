@@ -30,10 +30,11 @@ lane_dc_table(const HuffTable *t, LaneDcSkip *skip)
     }
 }
 
-/* An entry: the bits its symbols take (5 bits: up to 13 of the look-up and the value bits
- * of the last symbol past them, at most 28), the zig-zag positions they advance (6, at most
- * 63: 63 ends any block, an end of block advances 63), and the last zig-zag index at which
- * the entry holds (6: 63 less the positions advanced before its last symbol); 0: none. */
+/* An entry, a byte each: the bits its symbols take (the LANE_AC_BITS of the look-up at most,
+ * and the value bits of the last symbol past them: at most 27), the zig-zag positions they
+ * advance (at most 63: 63 ends any block, an end of block advances 63), and the last
+ * zig-zag index at which the entry holds (63 less the positions advanced before its last
+ * symbol); 0: none. */
 #define AC_MAX 63
 
 static uint32_t
@@ -217,7 +218,8 @@ slow_ac(const HuffTable *t, Reader r, int k)
 
 /* One look-up: every whole AC symbol the next bits hold, to the block's end. Returns the
  * new zig-zag index: 64 or more where the block ended, negative where the lane went bad.
- * fill: refill first (else the caller knows that 13 bits are held). */
+ * fill: refill first (else the caller knows that 27 bits are held, the most one look-up
+ * takes: a code within its LANE_AC_BITS bits and up to 15 value bits after). */
 static inline __attribute__((always_inline)) int
 ac_step(Reader *r, int k, const uint32_t *ac, const HuffTable *ac_table, int fill)
 {
@@ -320,7 +322,7 @@ lanes_run2(EntropyLane *a, EntropyLane *b)
         goto out;
     const uint32_t *aac = a->ac[ablock], *bac = b->ac[bblock];
     /* Each lane refills every other look-up: after a refill 56 bits are held, a look-up
-     * takes at most 28, and a slow symbol or a block's start refills after itself. */
+     * takes at most 27, and a slow symbol or a block's start refills after itself. */
 #define A_STEP(fill)                                                                   \
     ak = ac_step(&ra, ak, aac, a->ac_table[ablock], fill);                             \
     if ((unsigned)ak >= 64) {                                                          \
