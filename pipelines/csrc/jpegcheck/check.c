@@ -302,7 +302,8 @@ struct FileCheck {
     char message[JMSG_LENGTH_MAX];
 };
 
-/* The unstuffed data kept between calls: up to this many bytes (a larger file's is freed) */
+/* The unstuffed data (and restart intervals) kept between calls: up to this many bytes (a
+ * larger file's are freed) */
 #define KEPT_ROOM ((size_t)4 << 20)
 
 static void
@@ -577,6 +578,13 @@ run(const Py_buffer *files, Py_ssize_t n, int *status, char *messages)
             free(fc[i]->unstuffed);
             fc[i]->unstuffed = NULL;
             fc[i]->room = 0;
+        }
+        if (fc[i] != NULL && fc[i]->restart_room * 9 > KEPT_ROOM) {
+            free(fc[i]->ends);
+            free(fc[i]->rst);
+            fc[i]->ends = NULL;
+            fc[i]->rst = NULL;
+            fc[i]->restart_room = 0;
         }
     }
     return ok ? 0 : -1;
