@@ -9,14 +9,17 @@
  * message) asks it whenever the answer is not None: None is the only answer that is final
  * (fastload/data/format/jpeg_damage.py).
  *
+ * check_many(files) -> list: the same for each buffer, two files decoded at once.
+ *
  * How: libjpeg-turbo reads the markers up to the scan (its own marker reader: its warnings
  * and errors are the strict decode's) and sets the scan up, as for a 1/8-scale grey decode;
- * then fastload's Huffman decoder (pipelines/csrc/jpegroi/huffman.c, the one the region
- * decoder uses) entropy-decodes every MCU, discarding the coefficients: no inverse DCT,
- * no upsampling, no colour conversion, no output rows. Its warnings are libjpeg's (a bad
- * code, data that ends or hits a marker early, restart markers missing or out of order,
- * bytes before a restart marker), and it reports some damage libjpeg's fast path lets pass:
- * every warning is "not None", never a false "None". After the last MCU libjpeg's marker
+ * then fastload's entropy decoding goes over every MCU, discarding the coefficients: no
+ * inverse DCT, no upsampling, no colour conversion, no output rows. That is the lanes
+ * (lanes.c: two files at once) where this thread's cache holds the file's look-ups, else
+ * the region decoder's Huffman decoder (pipelines/csrc/jpegroi/huffman.c). Either reports
+ * what libjpeg would warn of (a bad code, data that ends or hits a marker early, restart
+ * markers missing or out of order, bytes before a restart marker) and some damage
+ * libjpeg's fast path lets pass: every warning is "not None", never a false "None". After the last MCU libjpeg's marker
  * reader reads on to the end of the image from where the scan ended (bytes before the
  * next marker, a missing end of image: its warnings again).
  *
@@ -318,6 +321,24 @@ free_lane(FileCheck *fc)
     }
 }
 
+/* Frees the lane's buffers past KEPT_ROOM (a large file's), kept otherwise */
+static void
+trim(FileCheck *fc)
+{
+    if (fc->room > KEPT_ROOM) {
+        free(fc->unstuffed);
+        fc->unstuffed = NULL;
+        fc->room = 0;
+    }
+    if (fc->restart_room * (sizeof *fc->ends + sizeof *fc->rst) > KEPT_ROOM) {
+        free(fc->ends);
+        free(fc->rst);
+        fc->ends = NULL;
+        fc->rst = NULL;
+        fc->restart_room = 0;
+    }
+}
+
 /* This thread's lane i, allocated on first use; NULL when out of memory */
 static FileCheck *
 lane_check(ThreadCache *cache, int i)
@@ -385,10 +406,9 @@ static int
 unstuff(FileCheck *fc, uint64_t mcus, unsigned interval)
 {
     size_t span = (size_t)(fc->scan->end - fc->scan->p), need = span + LANE_PADDING;
-    /* restart markers between intervals; never more than the data could hold */
-    uint64_t wanted = interval ? (mcus - 1) / interval : 0;
-    if (wanted > span / 2 + 1)
-        wanted = span / 2 + 1; /* the data holds fewer: lane_unstuff says so */
+    /* restart markers between intervals, room for no more than the data could hold */
+    uint64_t needed = interval ? (mcus - 1) / interval : 0;
+    uint64_t wanted = needed < span / 2 + 1 ? needed : span / 2 + 1;
     if (need > fc->room) {
         uint8_t *bigger = realloc(fc->unstuffed, need);
         if (bigger == NULL) {
@@ -405,7 +425,7 @@ unstuff(FileCheck *fc, uint64_t mcus, unsigned interval)
     EntropyLane *lane = &fc->lane;
     ptrdiff_t bytes = lane_unstuff(fc->scan->p, fc->scan->end, fc->unstuffed, &fc->marker,
                                    (size_t)wanted, fc->ends, fc->rst, &lane->restarts);
-    if (bytes < 0 || (interval && lane->restarts < (mcus - 1) / interval)) {
+    if (bytes < 0 || lane->restarts < needed) {
         snprintf(fc->message, JMSG_LENGTH_MAX, "libjpeg decides: what follows the scan's data");
         return -1;
     }
@@ -573,20 +593,9 @@ run(const Py_buffer *files, Py_ssize_t n, int *status, char *messages)
             lane_file[i] = -1;
         }
     }
-    for (int i = 0; i < LANES; i++) {
-        if (fc[i] != NULL && fc[i]->room > KEPT_ROOM) {
-            free(fc[i]->unstuffed);
-            fc[i]->unstuffed = NULL;
-            fc[i]->room = 0;
-        }
-        if (fc[i] != NULL && fc[i]->restart_room * 9 > KEPT_ROOM) {
-            free(fc[i]->ends);
-            free(fc[i]->rst);
-            fc[i]->ends = NULL;
-            fc[i]->rst = NULL;
-            fc[i]->restart_room = 0;
-        }
-    }
+    for (int i = 0; i < LANES; i++)
+        if (fc[i] != NULL)
+            trim(fc[i]);
     return ok ? 0 : -1;
 }
 
@@ -613,24 +622,18 @@ check_buffers(Py_buffer *files, Py_ssize_t n)
     Py_BEGIN_ALLOW_THREADS
     failed = run(files, n, status, messages);
     Py_END_ALLOW_THREADS
-    PyObject *verdicts = failed ? NULL : PyList_New(n);
+    for (Py_ssize_t i = 0; failed && i < n; i++) { /* out of memory: not decided here */
+        status[i] = NOT_CLEAN;
+        snprintf(messages + i * JMSG_LENGTH_MAX, JMSG_LENGTH_MAX,
+                 "libjpeg decides: out of memory");
+    }
+    PyObject *verdicts = PyList_New(n);
     for (Py_ssize_t i = 0; verdicts != NULL && i < n; i++) {
         PyObject *one = verdict(status[i], messages + i * JMSG_LENGTH_MAX);
         if (one == NULL)
             Py_CLEAR(verdicts);
         else
             PyList_SET_ITEM(verdicts, i, one);
-    }
-    if (failed) {
-        /* out of memory: every file's answer is "not decided here" */
-        verdicts = PyList_New(n);
-        for (Py_ssize_t i = 0; verdicts != NULL && i < n; i++) {
-            PyObject *one = PyUnicode_FromString("libjpeg decides: out of memory");
-            if (one == NULL)
-                Py_CLEAR(verdicts);
-            else
-                PyList_SET_ITEM(verdicts, i, one);
-        }
     }
     PyMem_Free(status);
     PyMem_Free(messages);

@@ -11,9 +11,10 @@
  * without a branch, every other look-up; one AC look-up gives every whole symbol its bits
  * hold, to an end of block, and its last symbol may have its value bits past them (before,
  * two in three slow symbols on photographs were a value past the look-up's bits); a DC
- * look-up holds the code alone, the difference's bits being skipped; restart markers are where the unstuffed data's intervals end. Nothing here warns
- * or jumps: a bad code, bits used past the data's end, a restart marker out of place mark
- * the lane bad, and the caller (check.c) reports it.
+ * look-up holds the code alone, the difference's bits being skipped; restart markers are
+ * where the unstuffed data's intervals end. Nothing here warns or jumps: a bad code, bits
+ * used past the data's end, a restart marker out of place mark the lane bad, and the caller
+ * (check.c) reports it.
  */
 #include <stdlib.h>
 #include <string.h>
