@@ -84,7 +84,7 @@ setup(
         Extension(
             "fastload.data.format._jpegcheck",
             sources=["pipelines/csrc/jpegcheck/check.c", "pipelines/csrc/jpegcheck/lanes.c",
-                     "pipelines/csrc/jpegroi/huffman.c"],
+                     "pipelines/csrc/jpegcheck/wide.c", "pipelines/csrc/jpegroi/huffman.c"],
             depends=["pipelines/csrc/jpegroi/jpegroi.h", "pipelines/csrc/jpegcheck/lanes.h"],
             libraries=["jpeg"],
             extra_compile_args=_flags("-O3"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 
@@ -104,6 +105,10 @@ _FLAGS = {"workers": "--workers", "max_side": "--max-side", "quality": "--qualit
 def run(args: argparse.Namespace) -> int:
     """Exit status as ``fastload --help`` says: 2 for an option value out of range (nothing
     written), 1 for a conversion that failed."""
+    if "numpy" not in sys.modules:  # a conversion does no linear algebra: numpy's OpenBLAS
+        # would start a thread per core that spins about 0.1 CPU-s after numpy's import, on
+        # the cores the strict check runs on
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     from fastload.data.convert.folder import (
         DEFAULT_COMMIT_EVERY,
         ConvertError,

@@ -82,15 +82,16 @@ def _compare(files: dict[str, bytes]) -> Counter:
 
 
 def _compare_together(files: dict[str, bytes]) -> None:
-    """Files checked together (two decoded at once, in a shuffled order) get the verdicts
-    each gets alone: the C check's "intact" or not, and the strict decode's message."""
+    """Files checked together (in a shuffled order: 32 decoded at once with AVX-512, two
+    otherwise or with wide=False) get the verdicts each gets alone: the C check's "intact"
+    or not, and the strict decode's message."""
     names = sorted(files)
     random.Random(len(names)).shuffle(names)
     jpegs = [n for n in names if jpeg_damage._is_jpeg(files[n])]
-    together = _jpegcheck.check_many([files[n] for n in jpegs])
-    alone = [_jpegcheck.check(files[n]) for n in jpegs]
-    assert [(n, v is None) for n, v in zip(jpegs, together, strict=True)] == [
-        (n, v is None) for n, v in zip(jpegs, alone, strict=True)]
+    alone = [(n, _jpegcheck.check(files[n]) is None) for n in jpegs]
+    for wide in (True, False):
+        together = _jpegcheck.check_many([files[n] for n in jpegs], wide=wide)
+        assert [(n, v is None) for n, v in zip(jpegs, together, strict=True)] == alone
     messages = jpeg_damage.strict_decode_errors([files[n] for n in names])
     assert messages == [strict_decode_error(files[n]) for n in names]
     assert jpeg_damage.jpeg_damages([files[n] for n in names]) == [damage(files[n]) for n in names]
@@ -302,6 +303,14 @@ def test_large_files_with_tables_of_their_own_get_the_strict_decodes_verdicts():
     assert counts["intact"] == 10 and counts["refused"] == 20
 
 
+def test_the_wide_pass_is_there_exactly_where_the_cpu_has_avx512():
+    with open("/proc/cpuinfo", encoding="ascii", errors="replace") as handle:
+        flags = next((line.split(":", 1)[1].split() for line in handle
+                      if line.startswith("flags")), [])
+    wanted = {"avx512f", "avx512bw", "avx512dq"}
+    assert _jpegcheck.WIDE_LANES == (32 if wanted <= set(flags) else 0)
+
+
 def test_checking_together_takes_any_sequence_of_buffers_and_refuses_others():
     assert _jpegcheck.check_many([]) == []
     assert _jpegcheck.check_many((b"", bytearray(b"\xff\xd8"), memoryview(b"\x00" * 9))) == [
@@ -310,3 +319,5 @@ def test_checking_together_takes_any_sequence_of_buffers_and_refuses_others():
         _jpegcheck.check_many([b"\xff\xd8", "not bytes"])
     with pytest.raises(TypeError):
         _jpegcheck.check_many(5)
+    with pytest.raises(TypeError):
+        _jpegcheck.check_many([], True)  # wide is a keyword

@@ -277,7 +277,7 @@ def _region(spec, seed: int, height: int, width: int) -> tuple[int, int, int, in
 
 def _check(mods: dict, data: bytes):
     """``_jpegcheck.check`` of the bytes: None (intact) or a reason; ``check_many`` of
-    them twice gives the same."""
+    them twice gives the same, and of many (cut and whole) the same wide as two at a time."""
     try:
         verdict = mods["_jpegcheck"].check(data)
     except Exception as e:  # noqa: BLE001 - the finding is the type
@@ -290,6 +290,18 @@ def _check(mods: dict, data: bytes):
         raise Finding(f"check_many: {type(e).__name__}: {e}") from None
     if [v is None for v in together] != [verdict is None] * 2:
         raise Finding(f"check_many gave {together!r} where check gave {verdict!r}")
+    # many at once (the wide pass with AVX-512), the lanes at different places: the verdicts
+    # of two at a time
+    size = len(data)
+    many = [data, data[: size // 2], data[: size - 1], data] * 3
+    try:
+        wide = mods["_jpegcheck"].check_many(many)
+        narrow = mods["_jpegcheck"].check_many(many, wide=False)
+    except Exception as e:  # noqa: BLE001 - the finding is the type
+        raise Finding(f"check_many of many: {type(e).__name__}: {e}") from None
+    if ([v is None for v in wide] != [v is None for v in narrow]
+            or [v is None for v in wide[0::4]] != [verdict is None] * 3):
+        raise Finding(f"check_many gave {wide!r} wide and {narrow!r} two at a time")
     return verdict
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from fastload.data.convert.check_batches import CheckBatches
+from fastload.data.convert.check_batches import CheckBatches, CheckedRecord
 from fastload.data.convert.destination import prepare_destination
 from fastload.data.convert.dst_lock import unlock_destination
 from fastload.data.convert.image_check import (
@@ -83,9 +83,12 @@ class ConvertReport:
 
 
 def convert_one(samples, dst_path: Path, identity: dict, total_bytes: int, overwrite: bool,
-                 run: tuple, progress_state: dict | None = None) -> ConvertReport:
+                 run: tuple, progress_state: dict | None = None,
+                 checks: CheckBatches | None = None) -> ConvertReport:
     """Convert ``samples`` into the one LMDB directory ``dst_path`` (resuming a partial);
-    ``progress_state`` is :func:`prepare_destination`'s answer when the caller took it."""
+    ``progress_state`` is :func:`prepare_destination`'s answer when the caller took it;
+    ``checks``: the strict check's threads, kept by a caller that converts several
+    databases in turn (else started and ended here)."""
     if progress_state is None:
         progress_state = prepare_destination(dst_path, identity, overwrite=overwrite)
     try:
@@ -95,7 +98,7 @@ def convert_one(samples, dst_path: Path, identity: dict, total_bytes: int, overw
         unlock_destination(dst_path)
         raise
     try:
-        _run(samples, writer, *run)
+        _run(samples, writer, *run, checks=checks)
     except BaseException:
         writer.close()
         raise
@@ -119,7 +122,7 @@ def _initial_map_size(total_bytes: int, count: int) -> int:
 
 
 def _run(samples, writer: LMDBWriter, workers: int, max_side, quality, check, composite,
-         strict, progress, commit_every) -> None:
+         strict, progress, commit_every, checks: CheckBatches | None = None) -> None:
     from fastload.utils.progress import progress as progress_bar
 
     # a tqdm bar on a terminal, a plain line every 30 s in a log (never one per redraw)
@@ -129,7 +132,8 @@ def _run(samples, writer: LMDBWriter, workers: int, max_side, quality, check, co
         while True:
             try:
                 _run_from(writer.seen, samples, writer, workers,
-                          (max_side, quality, check, composite), strict, bar, commit_every)
+                          (max_side, quality, check, composite), strict, bar, commit_every,
+                          checks)
                 return
             except MapFull:  # the batch was rolled back and the map grown: redo it
                 bar.n = writer.seen
@@ -138,7 +142,8 @@ def _run(samples, writer: LMDBWriter, workers: int, max_side, quality, check, co
         bar.close()
 
 
-def _run_from(start, samples, writer, workers, options, strict, bar, commit_every) -> None:
+def _run_from(start, samples, writer, workers, options, strict, bar, commit_every,
+              shared_checks: CheckBatches | None) -> None:
     """Convert ``samples[start:]``; the main process reads every record and keeps the JPEGs
     that pass the marker check itself (their strict decode, with ``check="decode"``, in
     threads), and only files that need Pillow (re-encoding, or the strict decode when
@@ -146,17 +151,19 @@ def _run_from(start, samples, writer, workers, options, strict, bar, commit_ever
     (after those threads are drained: no fork beside them). Results are taken
     in source order from a bounded window, so the output never depends on timing."""
     pool = None
-    checks = None  # threads for the strict decode of kept JPEGs (check="decode")
+    checks = shared_checks  # threads for the strict decode of kept JPEGs (check="decode")
     max_side, quality, check, composite = options
     threaded = check == "decode" and workers > 1 and _THREADED_STRICT
     # with threads the main process keeps JPEGs by their markers, then checks them there
     first = (max_side, quality, "markers", composite) if threaded else options
-    window = max(64, workers * 16)
+    window = max(WINDOW, workers * 16)
     pending: deque = deque()
+    held = 0  # bytes of the records in the window
     last_commit = start
 
-    def settle(index: int, path: str, label: int, result) -> None:
-        nonlocal last_commit
+    def settle(index: int, path: str, label: int, result, size: int) -> None:
+        nonlocal last_commit, held
+        held -= size
         if not isinstance(result, tuple):
             try:
                 result = result.get(timeout=WORKER_TIMEOUT_S)
@@ -196,8 +203,7 @@ def _run_from(start, samples, writer, workers, options, strict, bar, commit_ever
                 if result is None:
                     if pool is None:
                         if checks is not None:  # never fork beside our threads (a lock they
-                            checks.shutdown()  # hold, an import's, would stay held there)
-                            checks = None
+                            checks.stop_threads()  # hold, an import's, would stay held there)
                         context = default_context()
                         with FORK_LOCK, interrupts_held(context.get_start_method()):
                             pool = context.Pool(  # no worker sees a Ctrl-C before it ignores it
@@ -208,19 +214,31 @@ def _run_from(start, samples, writer, workers, options, strict, bar, commit_ever
                     if checks is None:
                         checks = CheckBatches(workers)
                     result = checks.add(result)
-            pending.append((index, name, label, result))
-            while pending and (len(pending) > window or _ready(pending[0][3])):
+            size = _record_bytes(result)
+            held += size
+            pending.append((index, name, label, result, size))
+            while pending and (len(pending) > window or held > WINDOW_BYTES
+                               or _ready(pending[0][3])):
                 settle(*pending.popleft())
         while pending:
             settle(*pending.popleft())
         writer.commit(len(samples))
+    except BaseException:
+        if checks is not None:  # what is in flight is of no use now
+            checks.shutdown(cancel_futures=True)
+        raise
     finally:
-        if checks is not None:
+        if checks is not None and checks is not shared_checks:
             checks.shutdown(cancel_futures=True)
         if pool is not None:
             pool.terminate()
             pool.join()
 
+
+# Records read ahead of the one written next, at most: room for a few strict-check tasks
+# (check_batches.MOST records each) while a task runs, within WINDOW_BYTES of records.
+WINDOW = 256
+WINDOW_BYTES = 256 << 20
 
 # The kept JPEGs' strict decode in threads of the main process (True) or in the worker
 # processes with everything that needs Pillow (False): see benchmarks/NOTES.md C10.
@@ -229,6 +247,13 @@ _THREADED_STRICT = True
 
 def _ready(result) -> bool:
     return isinstance(result, tuple) or result.ready()
+
+
+def _record_bytes(result) -> int:
+    """The bytes a window's entry holds in this process (a kept record's)"""
+    if isinstance(result, CheckedRecord):
+        return len(result.kept[1])
+    return len(result[1]) if isinstance(result, tuple) and result[0] == "ok" else 0
 
 
 def is_complete(path: str | os.PathLike) -> bool:

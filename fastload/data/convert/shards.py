@@ -13,6 +13,7 @@ import logging
 import os
 from pathlib import Path
 
+from fastload.data.convert.check_batches import CheckBatches
 from fastload.data.convert.database import ConvertReport, convert_one, is_complete
 from fastload.data.convert.destination import prepare_destination
 from fastload.data.convert.dst_lock import set_lock, unlock_destination
@@ -53,6 +54,7 @@ def convert_shards(samples, dst_path: Path, identity: dict, total_bytes: int, ov
     todo = range(shards) if shard_index is None else [shard_index]
     total = ConvertReport(path=dst_path, stored=0, skipped=0, seen=0)
     claimed: list[tuple[int, Path, dict, dict]] = []  # (index, folder, identity, progress)
+    checks = CheckBatches(run[0])  # one strict check's threads for every shard (if it runs)
     try:
         with set_lock(dst_path, LOCK_FILE):
             claim_shard_count(dst_path, shards, shard_index, overwrite)
@@ -70,10 +72,11 @@ def convert_shards(samples, dst_path: Path, identity: dict, total_bytes: int, ov
             begin, stop = bounds[k]
             share = total_bytes * (stop - begin) // max(1, len(samples))
             report = convert_one(samples[begin:stop], folder, shard_identity, share, False,
-                                  run, progress_state)
+                                  run, progress_state, checks)
             claimed.pop(0)
             _add_shard(total, report, begin)
     finally:
+        checks.shutdown(cancel_futures=True)
         for _, folder, _, _ in claimed:  # claimed but not converted: let a rerun take them
             unlock_destination(folder)
     total.manifest = complete_manifest(dst_path, shards) if manifest else None

@@ -128,43 +128,46 @@ set_table_key(TableKey *key, const JHUFF_TBL *source)
     memcpy(key->huffval, source->huffval, sizeof key->huffval);
 }
 
+#define LANES WIDE_LANES /* files in flight at most (lanes.c, wide.c) */
+#define WIDE_MIN 10 /* files in flight from which wide.c takes them (else two at a time) */
+
 /* The AC tables' look-ups (LaneAcSkip, 16 KB each, about 0.05 ms to build) of the last
  * tables met, per thread: files from one encoder share their tables. Keyed by the table's
  * bytes (counts and symbols); freed when the thread ends. A look-up is built the first time
  * its table is met in a file of EAGER_BYTES or more of scan data (tables optimised for each
  * file: the lanes' pass pays back its build there), else the second time: a small file
  * whose tables are its own is decoded by huff_decode_mcu's pair look-ups, no look-up built. */
-#define SKIP_SLOTS 8
+#define SKIP_SLOTS (2 * LANES + 8) /* two AC tables per file in flight, and some kept */
 #define EAGER_BYTES ((size_t)32 << 10)
 typedef struct {
     int seen, built;
-    uint64_t check; /* the check that last used it */
+    unsigned users; /* files in flight that use it: never given to another table */
     TableKey key;
     LaneAcSkip skip;
 } SkipSlot;
 /* The Huffman look-ups of the last tables met, per thread (built in huff_scan_start for
  * every file otherwise: an eighth of an 80 KB photo's check), and a DC table's look-up for
  * the lanes (lanes.h). Keyed by the table's kind and bytes. */
-#define TABLE_SLOTS 16 /* a scan uses at most 2 * NUM_HUFF_TBLS; two scans run at once */
+#define TABLE_SLOTS (4 * LANES + 16) /* four tables per file in flight (wide.c takes two pairs) */
 typedef struct {
     int built, is_ac, dc_built;
-    uint64_t check; /* the check that last used it */
+    unsigned users; /* files in flight that use it: never given to another table */
     TableKey key;
     HuffTable table;
     LaneDcSkip dc_skip;
 } TableSlot;
-#define LANES 2 /* files decoded at once (lanes.c) */
 typedef struct FileCheck FileCheck;
+#define HELD (2 * NUM_HUFF_TBLS) /* slots of each kind a file holds at most */
 
-/* One thread's caches (allocated on its first check, freed when it ends). Checks are
- * numbered; a slot used by a check still running (numbered live_from or later: two run at
- * once in the lanes) is never given to another table. The lanes' state is kept too (each
- * ~110 KB of scan and a file's unstuffed data: allocated once, not per call). */
+/* One thread's caches (allocated on its first check, freed when it ends). A slot used by a
+ * file in flight (counted in its users: see hold and release) is never given to another
+ * table. The lanes' state is kept too (each ~110 KB of scan and a file's unstuffed data:
+ * allocated once, not per call). */
 typedef struct {
     unsigned next;
     SkipSlot slot[SKIP_SLOTS];
     unsigned next_table;
-    uint64_t check, live_from;
+    FileCheck *taking; /* the file whose scan is being set up: the slots it is given */
     TableSlot table[TABLE_SLOTS];
     FileCheck *lane[LANES];
 } ThreadCache;
@@ -208,6 +211,8 @@ thread_cache(void)
     return cache;
 }
 
+static int hold(ThreadCache *cache, void *slot, int is_skip);
+
 /* The look-up of this table, or NULL the first time it is met (unless eager) */
 static const LaneAcSkip *
 skip_for(ThreadCache *cache, const JHUFF_TBL *source, const HuffTable *table, int eager)
@@ -218,23 +223,22 @@ skip_for(ThreadCache *cache, const JHUFF_TBL *source, const HuffTable *table, in
             if (!slot->built)
                 lane_ac_table(table, &slot->skip);
             slot->built = 1;
-            slot->check = cache->check;
-            return &slot->skip;
+            return hold(cache, slot, 1) == 0 ? &slot->skip : NULL;
         }
     }
     /* the least recently added slot not in use: a built one gives way to a new table only
      * once that table is seen; empty slots first */
     for (int i = 0; i < SKIP_SLOTS; i++) {
         SkipSlot *slot = &cache->slot[cache->next++ % SKIP_SLOTS];
-        if (slot->built && slot->check >= cache->live_from)
-            continue;
+        if (slot->users > 0)
+            continue; /* a file in flight reads it */
         set_table_key(&slot->key, source);
         slot->seen = 1;
         slot->built = eager;
-        slot->check = cache->check;
-        if (eager)
-            lane_ac_table(table, &slot->skip);
-        return eager ? &slot->skip : NULL;
+        if (!eager)
+            return NULL;
+        lane_ac_table(table, &slot->skip);
+        return hold(cache, slot, 1) == 0 ? &slot->skip : NULL;
     }
     return NULL;
 }
@@ -247,25 +251,22 @@ cached_table(void *context, const JHUFF_TBL *source, int is_ac)
     ThreadCache *cache = context;
     for (int i = 0; i < TABLE_SLOTS; i++) {
         TableSlot *slot = &cache->table[i];
-        if (slot->built && slot->is_ac == is_ac && is_table(&slot->key, source)) {
-            slot->check = cache->check;
-            return &slot->table;
-        }
+        if (slot->built && slot->is_ac == is_ac && is_table(&slot->key, source))
+            return hold(cache, slot, 0) == 0 ? &slot->table : NULL;
     }
     for (int i = 0; i < TABLE_SLOTS; i++) {
         unsigned k = (cache->next_table + (unsigned)i) % TABLE_SLOTS;
         TableSlot *slot = &cache->table[k];
-        if (slot->built && slot->check >= cache->live_from)
-            continue; /* a running check's scan points at it */
+        if (slot->users > 0)
+            continue; /* a file in flight's scan points at it */
         cache->next_table = k + 1;
         slot->built = huff_build_table(source, is_ac, &slot->table) == 0;
         slot->dc_built = 0;
         if (!slot->built)
             return NULL;
         slot->is_ac = is_ac;
-        slot->check = cache->check;
         set_table_key(&slot->key, source);
-        return &slot->table;
+        return hold(cache, slot, 0) == 0 ? &slot->table : NULL;
     }
     return NULL;
 }
@@ -294,7 +295,10 @@ struct FileCheck {
     ErrorManager err;
     int created;
     HuffScan *scan;
-    uint64_t check; /* its number in the thread's cache */
+    /* the cache's slots its scan and lane use, held until its verdict (release) */
+    SkipSlot *skips_held[HELD];
+    TableSlot *tables_held[HELD];
+    int skips, tables;
     EntropyLane lane;
     const uint8_t *marker; /* the marker after the scan's data */
     uint8_t *unstuffed;    /* the lane's data (room bytes) */
@@ -304,6 +308,40 @@ struct FileCheck {
     size_t restart_room;
     char message[JMSG_LENGTH_MAX];
 };
+
+/* The slot (a SkipSlot, or a TableSlot) counted as used by the file being set up, once;
+ * -1 where the file holds as many as it may (the caller gives it no slot then) */
+static int
+hold(ThreadCache *cache, void *slot, int is_skip)
+{
+    FileCheck *fc = cache->taking;
+    if (fc == NULL)
+        return -1; /* no file being set up: give no slot */
+    void **held = is_skip ? (void **)fc->skips_held : (void **)fc->tables_held;
+    int *count = is_skip ? &fc->skips : &fc->tables;
+    for (int i = 0; i < *count; i++)
+        if (held[i] == slot)
+            return 0;
+    if (*count == HELD)
+        return -1;
+    held[(*count)++] = slot;
+    if (is_skip)
+        ((SkipSlot *)slot)->users++;
+    else
+        ((TableSlot *)slot)->users++;
+    return 0;
+}
+
+/* The file's verdict is given: the slots it held may go to other tables */
+static void
+release(FileCheck *fc)
+{
+    for (int i = 0; i < fc->skips; i++)
+        fc->skips_held[i]->users--;
+    for (int i = 0; i < fc->tables; i++)
+        fc->tables_held[i]->users--;
+    fc->skips = fc->tables = 0;
+}
 
 /* The unstuffed data (and restart intervals) kept between calls: up to this many bytes (a
  * larger file's are freed) */
@@ -473,7 +511,6 @@ prepare(FileCheck *fc, const unsigned char *data, size_t size, ThreadCache *cach
     cinfo->scale_denom = 8;
     cinfo->dct_method = JDCT_ISLOW;
     jpeg_start_decompress(cinfo);
-    fc->check = ++cache->check; /* a new check: slots of finished ones may be given away */
     if (huff_scan_start_with(cinfo, scan, cached_table, cache) != 0)
         return not_clean(fc, "libjpeg decides: a scan fastload's decoder does not take");
     uint64_t mcus = (uint64_t)cinfo->MCUs_per_row * (uint64_t)cinfo->MCU_rows_in_scan;
@@ -545,55 +582,72 @@ finish(FileCheck *fc)
     return finish_from(fc, fc->marker);
 }
 
-/* Checks files[0..n) into status[] and messages[] (JMSG_LENGTH_MAX each), two in flight
- * at a time; runs without the GIL. Returns 0, or -1 when out of memory. */
+/* Checks files[0..n) into status[] and messages[] (JMSG_LENGTH_MAX each), up to width in
+ * flight at a time (2: lanes_run2; more: lanes_run_wide); runs without the GIL. Returns 0,
+ * or -1 when out of memory. */
 static int
-run(const Py_buffer *files, Py_ssize_t n, int *status, char *messages)
+run(const Py_buffer *files, Py_ssize_t n, int *status, char *messages, int width)
 {
     ThreadCache *cache = thread_cache();
+    const uint8_t *base = (const uint8_t *)cache; /* the look-ups lie in the cache */
     FileCheck *fc[LANES] = {NULL};
-    int ok = cache != NULL;
-    for (int i = 0; i < LANES && ok; i++)
-        ok = (fc[i] = lane_check(cache, i)) != NULL;
+    EntropyLane *lanes[LANES];
     Py_ssize_t lane_file[LANES], next = 0;
+    int ok = cache != NULL;
+    for (int i = 0; i < width && ok; i++)
+        ok = (fc[i] = lane_check(cache, i)) != NULL;
     for (int i = 0; i < LANES; i++)
         lane_file[i] = -1;
     while (ok) {
-        for (int i = 0; i < LANES; i++) {
+        int running = 0;
+        for (int i = 0; i < width; i++) {
             while (lane_file[i] < 0 && next < n) {
-                /* slots in use by the other lane's file stay its own */
-                cache->live_from = cache->check + 1;
-                for (int j = 0; j < LANES; j++)
-                    if (lane_file[j] >= 0 && fc[j]->check < cache->live_from)
-                        cache->live_from = fc[j]->check;
                 Py_ssize_t f = next++;
                 size_t size = files[f].len > 0 ? (size_t)files[f].len : 0;
+                cache->taking = fc[i]; /* the slots it is given stay its own till its verdict */
                 status[f] = prepare(fc[i], files[f].buf, size, cache);
-                if (status[f] == PENDING)
+                cache->taking = NULL;
+                if (status[f] == PENDING && width > 2 && !lane_wide_ok(&fc[i]->lane, base)) {
+                    lanes_run1(&fc[i]->lane); /* beyond the wide pass's counts or tables */
+                    status[f] = finish(fc[i]);
+                }
+                if (status[f] == PENDING) {
                     lane_file[i] = f;
-                else
+                } else {
+                    release(fc[i]);
                     memcpy(messages + f * JMSG_LENGTH_MAX, fc[i]->message, JMSG_LENGTH_MAX);
+                }
+            }
+            if (lane_file[i] >= 0) { /* the files in flight first, in order */
+                FileCheck *c = fc[running];
+                Py_ssize_t g = lane_file[running];
+                fc[running] = fc[i];
+                lane_file[running] = lane_file[i];
+                fc[i] = c;
+                lane_file[i] = g;
+                lanes[running] = &fc[running]->lane;
+                running++;
             }
         }
-        int running = 0;
-        for (int i = 0; i < LANES; i++)
-            running += lane_file[i] >= 0;
         if (running == 0)
             break;
-        if (running == LANES)
-            lanes_run2(&fc[0]->lane, &fc[1]->lane);
+        if (running >= WIDE_MIN)
+            lanes_run_wide(lanes, running, base);
+        else if (running == 2)
+            lanes_run2(lanes[0], lanes[1]);
         else
-            lanes_run1(&fc[lane_file[0] >= 0 ? 0 : 1]->lane);
-        for (int i = 0; i < LANES; i++) {
+            lanes_run1(lanes[0]);
+        for (int i = 0; i < running; i++) {
             Py_ssize_t f = lane_file[i];
-            if (f < 0 || !(fc[i]->lane.bad || fc[i]->lane.mcus == 0))
+            if (!(fc[i]->lane.bad || fc[i]->lane.mcus == 0))
                 continue;
             status[f] = finish(fc[i]);
+            release(fc[i]);
             memcpy(messages + f * JMSG_LENGTH_MAX, fc[i]->message, JMSG_LENGTH_MAX);
             lane_file[i] = -1;
         }
     }
-    for (int i = 0; i < LANES; i++)
+    for (int i = 0; i < width; i++)
         if (fc[i] != NULL)
             trim(fc[i]);
     return ok ? 0 : -1;
@@ -608,8 +662,21 @@ verdict(int status, const char *message)
 }
 
 /* Runs files (n buffers) and returns their verdicts as a list, or NULL with an error set */
+/* Files in flight for a call of n files: as many as the wide pass takes where the CPU has
+ * it (and wide), else two */
+static int
+width_for(Py_ssize_t n, int wide)
+{
+    static int supported = -1;
+    if (supported < 0)
+        supported = lanes_wide_supported();
+    if (!wide || !supported || n < WIDE_MIN)
+        return 2;
+    return n < LANES ? (int)n : LANES;
+}
+
 static PyObject *
-check_buffers(Py_buffer *files, Py_ssize_t n)
+check_buffers(Py_buffer *files, Py_ssize_t n, int wide)
 {
     int *status = PyMem_Calloc((size_t)(n ? n : 1), sizeof(int));
     char *messages = PyMem_Calloc((size_t)(n ? n : 1), JMSG_LENGTH_MAX);
@@ -620,7 +687,7 @@ check_buffers(Py_buffer *files, Py_ssize_t n)
     }
     int failed;
     Py_BEGIN_ALLOW_THREADS
-    failed = run(files, n, status, messages);
+    failed = run(files, n, status, messages, width_for(n, wide));
     Py_END_ALLOW_THREADS
     for (Py_ssize_t i = 0; failed && i < n; i++) { /* out of memory: not decided here */
         status[i] = NOT_CLEAN;
@@ -646,7 +713,7 @@ check(PyObject *Py_UNUSED(self), PyObject *arg)
     Py_buffer data;
     if (PyObject_GetBuffer(arg, &data, PyBUF_SIMPLE) != 0)
         return NULL;
-    PyObject *verdicts = check_buffers(&data, 1);
+    PyObject *verdicts = check_buffers(&data, 1, 0);
     PyBuffer_Release(&data);
     if (verdicts == NULL)
         return NULL;
@@ -657,8 +724,13 @@ check(PyObject *Py_UNUSED(self), PyObject *arg)
 }
 
 static PyObject *
-check_many(PyObject *Py_UNUSED(self), PyObject *arg)
+check_many(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwargs)
 {
+    static char *keywords[] = {"files", "wide", NULL};
+    PyObject *arg;
+    int wide = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$p:check_many", keywords, &arg, &wide))
+        return NULL;
     PyObject *items = PySequence_Fast(arg, "check_many() takes a sequence of buffers");
     if (items == NULL)
         return NULL;
@@ -673,7 +745,7 @@ check_many(PyObject *Py_UNUSED(self), PyObject *arg)
         if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(items, got), &files[got],
                                PyBUF_SIMPLE) != 0)
             goto done;
-    verdicts = check_buffers(files, n);
+    verdicts = check_buffers(files, n, wide);
 done:
     for (Py_ssize_t i = 0; i < got; i++)
         PyBuffer_Release(&files[i]);
@@ -686,9 +758,10 @@ static PyMethodDef methods[] = {
     {"check", check, METH_O,
      "check(data) -> None | str: None where libjpeg-turbo decodes the JPEG data without a "
      "warning, else a reason (its message, or 'libjpeg decides: ...')."},
-    {"check_many", check_many, METH_O,
-     "check_many(files) -> list[None | str]: check() of each buffer in a sequence, two "
-     "files decoded at once in this thread (faster than one at a time)."},
+    {"check_many", (PyCFunction)(void (*)(void))check_many, METH_VARARGS | METH_KEYWORDS,
+     "check_many(files, *, wide=True) -> list[None | str]: check() of each buffer in a "
+     "sequence, several files decoded at once in this thread (faster than one at a time): "
+     "up to WIDE_LANES with AVX-512 (wide=False: two, as without it)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -701,5 +774,9 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC
 PyInit__jpegcheck(void)
 {
-    return PyModule_Create(&module);
+    PyObject *m = PyModule_Create(&module);
+    if (m != NULL && PyModule_AddIntConstant(m, "WIDE_LANES",
+                                             lanes_wide_supported() ? WIDE_LANES : 0) != 0)
+        Py_CLEAR(m);
+    return m;
 }

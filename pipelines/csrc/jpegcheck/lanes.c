@@ -373,9 +373,44 @@ out:
     keep(a, &r, block, k);
 }
 
+uint64_t
+lane_position(const EntropyLane *lane)
+{
+    return (uint64_t)(lane->p - lane->data) * 8 - (uint64_t)lane->count;
+}
+
+void
+lane_seek(EntropyLane *lane, uint64_t bit)
+{
+    Reader r = {0, lane->data + bit / 8, 0};
+    refill(&r);
+    drop(&r, (int)(bit % 8));
+    lane->buf = r.buf;
+    lane->p = r.p;
+    lane->count = (int)r.count;
+}
+
+int
+lane_settle(EntropyLane *lane, int slow)
+{
+    if (lane_done(lane))
+        return 1;
+    Reader r = {lane->buf, lane->p, lane->count};
+    int block = lane->block, k = lane->k;
+    if (slow) {
+        SlowStep s = slow_ac(lane->ac_table[block], r, k);
+        r = s.r;
+        k = s.k;
+    }
+    if (k < 0 || k >= 64)
+        next_block(lane, &r, &block, &k);
+    keep(lane, &r, block, k);
+    return lane_done(lane);
+}
+
 int
 lane_intact(const EntropyLane *lane)
 {
-    uint64_t used = (uint64_t)(lane->p - lane->data) * 8 - (uint64_t)lane->count;
+    uint64_t used = lane_position(lane);
     return !lane->bad && lane->mcus == 0 && used <= lane->bits && lane->bits - used < 8;
 }

@@ -85,6 +85,29 @@ void lanes_run2(EntropyLane *a, EntropyLane *b);
 /* Decodes the lane's MCUs until it is done. */
 void lanes_run1(EntropyLane *a);
 
+/* Where the lane's cursor is, in bits from its data's start; and the cursor set there */
+uint64_t lane_position(const EntropyLane *lane);
+void lane_seek(EntropyLane *lane, uint64_t bit);
+
+/* The lane moved on the slow way from where a faster pass stopped: with slow, one AC
+ * symbol by its table (1 <= k <= 63); then, where the block has ended (k >= 64, or k < 0:
+ * a bad code), the block's end as lanes_run1 does it (the MCU's end, the data's end, a
+ * restart) and the next block's DC. Returns whether the lane is done. */
+int lane_settle(EntropyLane *lane, int slow);
+
+/* The lanes' pass with AVX-512 (wide.c): up to WIDE_LANES files at once in one thread, on
+ * CPUs that have it (lanes_wide_supported). */
+#define WIDE_LANES 32
+int lanes_wide_supported(void);
+
+/* Whether lanes_run_wide takes the lane (its data and MCU count within 32-bit counts, its
+ * tables within 1 GB of base); else lanes_run1 decodes it. */
+int lane_wide_ok(const EntropyLane *lane, const uint8_t *base);
+
+/* Decodes the lanes' MCUs (n <= WIDE_LANES, each taken by lane_wide_ok, none done) until
+ * one of them is done; the others keep their place. base: as for lane_wide_ok. */
+void lanes_run_wide(EntropyLane *const *lanes, int n, const uint8_t *base);
+
 /* Whether the lane ended intact: every MCU decoded with known codes, no bit past the data
  * used, and no whole byte left over. */
 int lane_intact(const EntropyLane *lane);
