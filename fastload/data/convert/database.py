@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from fastload.data.convert.check_batches import CheckBatches, CheckedRecord
+from fastload.data.convert.check_batches import CheckBatches
 from fastload.data.convert.destination import prepare_destination
 from fastload.data.convert.dst_lock import unlock_destination
 from fastload.data.convert.image_check import (
@@ -29,6 +29,7 @@ from fastload.data.convert.image_check import (
     check_file,
     check_file_task_copy,
 )
+from fastload.data.convert.read_ahead import ReadAhead, record_bytes
 from fastload.data.convert.sources.base import iter_records
 from fastload.data.format.constants import (
     JPEG_CHECK_STRICT,
@@ -84,11 +85,15 @@ class ConvertReport:
 
 def convert_one(samples, dst_path: Path, identity: dict, total_bytes: int, overwrite: bool,
                  run: tuple, progress_state: dict | None = None,
-                 checks: CheckBatches | None = None) -> ConvertReport:
+                 checks: CheckBatches | None = None, ahead: ReadAhead | None = None,
+                 next_ahead: ReadAhead | None = None) -> ConvertReport:
     """Convert ``samples`` into the one LMDB directory ``dst_path`` (resuming a partial);
-    ``progress_state`` is :func:`prepare_destination`'s answer when the caller took it;
-    ``checks``: the strict check's threads, kept by a caller that converts several
-    databases in turn (else started and ended here)."""
+    ``progress_state`` is :func:`prepare_destination`'s answer when the caller took it.
+
+    For a caller that converts several databases in turn: ``checks``, the strict check's
+    threads (else started and ended here); ``ahead``, this database's first records read
+    while the one before finished (``samples`` is then ``ahead.samples``); ``next_ahead``,
+    the next one's, to read while this one's last checks finish."""
     if progress_state is None:
         progress_state = prepare_destination(dst_path, identity, overwrite=overwrite)
     try:
@@ -98,7 +103,7 @@ def convert_one(samples, dst_path: Path, identity: dict, total_bytes: int, overw
         unlock_destination(dst_path)
         raise
     try:
-        _run(samples, writer, *run, checks=checks)
+        _run(samples, writer, *run, checks=checks, ahead=ahead, next_ahead=next_ahead)
     except BaseException:
         writer.close()
         raise
@@ -122,7 +127,8 @@ def _initial_map_size(total_bytes: int, count: int) -> int:
 
 
 def _run(samples, writer: LMDBWriter, workers: int, max_side, quality, check, composite,
-         strict, progress, commit_every, checks: CheckBatches | None = None) -> None:
+         strict, progress, commit_every, checks: CheckBatches | None = None,
+         ahead: ReadAhead | None = None, next_ahead: ReadAhead | None = None) -> None:
     from fastload.utils.progress import progress as progress_bar
 
     # a tqdm bar on a terminal, a plain line every 30 s in a log (never one per redraw)
@@ -133,7 +139,7 @@ def _run(samples, writer: LMDBWriter, workers: int, max_side, quality, check, co
             try:
                 _run_from(writer.seen, samples, writer, workers,
                           (max_side, quality, check, composite), strict, bar, commit_every,
-                          checks)
+                          (checks, ahead, next_ahead))
                 return
             except MapFull:  # the batch was rolled back and the map grown: redo it
                 bar.n = writer.seen
@@ -143,14 +149,18 @@ def _run(samples, writer: LMDBWriter, workers: int, max_side, quality, check, co
 
 
 def _run_from(start, samples, writer, workers, options, strict, bar, commit_every,
-              shared_checks: CheckBatches | None) -> None:
+              shared: tuple) -> None:
     """Convert ``samples[start:]``; the main process reads every record and keeps the JPEGs
     that pass the marker check itself (their strict decode, with ``check="decode"``, in
     threads), and only files that need Pillow (re-encoding, or the strict decode when
     ``_THREADED_STRICT`` is off) go to the worker pool, started on the first such file
     (after those threads are drained: no fork beside them). Results are taken
-    in source order from a bounded window, so the output never depends on timing."""
+    in source order from a bounded window, so the output never depends on timing.
+
+    ``shared``: the caller's (check threads, this database's records read ahead, the next
+    one's to read ahead), each or None (see :func:`convert_one`)."""
     pool = None
+    shared_checks, ahead, next_ahead = shared
     checks = shared_checks  # threads for the strict decode of kept JPEGs (check="decode")
     max_side, quality, check, composite = options
     threaded = check == "decode" and workers > 1 and _THREADED_STRICT
@@ -159,6 +169,9 @@ def _run_from(start, samples, writer, workers, options, strict, bar, commit_ever
     window = max(WINDOW, workers * 16)
     pending: deque = deque()
     held = 0  # bytes of the records in the window
+    taken = ahead.take(start) if ahead is not None else None
+    if taken is not None:  # read while the database before finished: first, in order
+        pending, held = taken
     last_commit = start
 
     def settle(index: int, path: str, label: int, result, size: int) -> None:
@@ -190,7 +203,8 @@ def _run_from(start, samples, writer, workers, options, strict, bar, commit_ever
 
     scratch = ScratchBuffer()  # every kept record is put before the next file is read
     try:
-        for index, record in enumerate(iter_records(samples, start), start):
+        first_read = start + len(pending)
+        for index, record in enumerate(iter_records(samples, first_read), first_read):
             name, label, path, span, data, problem = record
             task = (path, label, *options)
             if problem is not None:  # a container's record without a usable image or label
@@ -214,13 +228,18 @@ def _run_from(start, samples, writer, workers, options, strict, bar, commit_ever
                     if checks is None:
                         checks = CheckBatches(workers)
                     result = checks.add(result)
-            size = _record_bytes(result)
+            size = record_bytes(result)
             held += size
             pending.append((index, name, label, result, size))
             while pending and (len(pending) > window or held > WINDOW_BYTES
                                or _ready(pending[0][3])):
                 settle(*pending.popleft())
+        if checks is not None:
+            checks.flush()  # the last records' checks start now, not at the first wait
         while pending:
+            if (next_ahead is not None and checks is not None and not _ready(pending[0][3])
+                    and next_ahead.read_one(first, checks, window, WINDOW_BYTES)):
+                continue  # the next database's records while the last checks run
             settle(*pending.popleft())
         writer.commit(len(samples))
     except BaseException:
@@ -247,13 +266,6 @@ _THREADED_STRICT = True
 
 def _ready(result) -> bool:
     return isinstance(result, tuple) or result.ready()
-
-
-def _record_bytes(result) -> int:
-    """The bytes a window's entry holds in this process (a kept record's)"""
-    if isinstance(result, CheckedRecord):
-        return len(result.kept[1])
-    return len(result[1]) if isinstance(result, tuple) and result[0] == "ok" else 0
 
 
 def is_complete(path: str | os.PathLike) -> bool:

@@ -17,6 +17,7 @@ from fastload.data.convert.check_batches import CheckBatches
 from fastload.data.convert.database import ConvertReport, convert_one, is_complete
 from fastload.data.convert.destination import prepare_destination
 from fastload.data.convert.dst_lock import set_lock, unlock_destination
+from fastload.data.convert.read_ahead import ReadAhead
 from fastload.data.format.constants import META_FILE
 from fastload.data.sets.manifest import (
     LOCK_FILE,
@@ -55,6 +56,7 @@ def convert_shards(samples, dst_path: Path, identity: dict, total_bytes: int, ov
     total = ConvertReport(path=dst_path, stored=0, skipped=0, seen=0)
     claimed: list[tuple[int, Path, dict, dict]] = []  # (index, folder, identity, progress)
     checks = CheckBatches(run[0])  # one strict check's threads for every shard (if it runs)
+    ahead = None  # the next shard's first records, read while the one before finished
     try:
         with set_lock(dst_path, LOCK_FILE):
             claim_shard_count(dst_path, shards, shard_index, overwrite)
@@ -71,8 +73,14 @@ def convert_shards(samples, dst_path: Path, identity: dict, total_bytes: int, ov
             k, folder, shard_identity, progress_state = claimed[0]
             begin, stop = bounds[k]
             share = total_bytes * (stop - begin) // max(1, len(samples))
-            report = convert_one(samples[begin:stop], folder, shard_identity, share, False,
-                                  run, progress_state, checks)
+            part = ahead.samples if ahead is not None else samples[begin:stop]
+            following = None
+            if len(claimed) > 1:
+                k_next, _, _, state_next = claimed[1]
+                following = ReadAhead(samples[slice(*bounds[k_next])], int(state_next["seen"]))
+            report = convert_one(part, folder, shard_identity, share, False, run,
+                                 progress_state, checks, ahead, following)
+            ahead = following
             claimed.pop(0)
             _add_shard(total, report, begin)
     finally:

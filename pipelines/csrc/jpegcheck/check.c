@@ -536,7 +536,7 @@ prepare(FileCheck *fc, const unsigned char *data, size_t size, ThreadCache *cach
             skips = dc != NULL;
             if (!skips)
                 break;
-            lane->dc[blkn] = dc->bits;
+            lane->dc[blkn] = dc->e;
             lane->dc_table[blkn] = scan->dc[blkn];
             lane->ac[blkn] = ac_skip[blkn]->e;
             lane->ac_table[blkn] = scan->ac[blkn];
@@ -664,13 +664,12 @@ verdict(int status, const char *message)
 /* Runs files (n buffers) and returns their verdicts as a list, or NULL with an error set */
 /* Files in flight for a call of n files: as many as the wide pass takes where the CPU has
  * it (and wide), else two */
+static int wide_supported; /* this CPU runs wide.c (AVX-512): asked at the module's import */
+
 static int
 width_for(Py_ssize_t n, int wide)
 {
-    static int supported = -1;
-    if (supported < 0)
-        supported = lanes_wide_supported();
-    if (!wide || !supported || n < WIDE_MIN)
+    if (!wide || !wide_supported || n < WIDE_MIN)
         return 2;
     return n < LANES ? (int)n : LANES;
 }
@@ -774,9 +773,10 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC
 PyInit__jpegcheck(void)
 {
+    wide_supported = lanes_wide_supported();
     PyObject *m = PyModule_Create(&module);
-    if (m != NULL && PyModule_AddIntConstant(m, "WIDE_LANES",
-                                             lanes_wide_supported() ? WIDE_LANES : 0) != 0)
+    if (m != NULL &&
+        PyModule_AddIntConstant(m, "WIDE_LANES", wide_supported ? WIDE_LANES : 0) != 0)
         Py_CLEAR(m);
     return m;
 }

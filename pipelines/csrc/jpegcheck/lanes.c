@@ -27,22 +27,22 @@ lane_dc_table(const HuffTable *t, LaneDcSkip *skip)
     for (uint32_t v = 0; v < (1u << HUFF_FAST_BITS); v++) {
         unsigned f = t->fast[v];
         unsigned len = f >> 8, size = f & 0xFF;
-        skip->bits[v] = f && size <= 15 ? (uint8_t)(len + size) : 0;
+        skip->e[v] = f && size <= 15 ? (len + size) | 1u << 8 | 1u << 16 : 0;
     }
 }
 
 /* An entry, a byte each: the bits its symbols take (the LANE_AC_BITS of the look-up at most,
  * and the value bits of the last symbol past them: at most 27), the zig-zag positions they
- * advance (at most 63: 63 ends any block, an end of block advances 63), and the last
- * zig-zag index at which the entry holds (63 less the positions advanced before its last
- * symbol); 0: none. */
+ * advance (at most 63: 63 ends any block, an end of block advances 63), and the first
+ * zig-zag index at which the entry no longer holds (64 less the positions advanced before
+ * its last symbol); 0: none, at any index. */
 #define AC_MAX 63
 
 static uint32_t
 ac_entry(uint32_t bits, uint32_t advance, uint32_t before)
 {
     return bits | (advance < AC_MAX ? advance : AC_MAX) << 8 |
-           (AC_MAX - (before < AC_MAX ? before : AC_MAX)) << 16;
+           (AC_MAX + 1 - (before < AC_MAX ? before : AC_MAX)) << 16;
 }
 
 /* The symbol a code of at most avail bits at the top of the avail bits v holds: its code
@@ -82,7 +82,7 @@ lane_ac_table(const HuffTable *t, LaneAcSkip *out)
                                             (v & ((1u << (avail - used)) - 1))];
                 e = rest ? ac_entry((uint32_t)used + (rest & 0xFF),
                                     step + ((rest >> 8) & 0xFF),
-                                    step + AC_MAX - (rest >> 16))
+                                    step + AC_MAX + 1 - (rest >> 16))
                          : ac_entry((uint32_t)used, step, 0);
             }
             level[(1u << avail) + v] = e;
@@ -227,7 +227,7 @@ ac_step(Reader *r, int k, const uint32_t *ac, const HuffTable *ac_table, int fil
     if (fill)
         refill(r);
     uint32_t e = ac[r->buf >> (64 - LANE_AC_BITS)];
-    if (__builtin_expect(k > (int)(e >> 16), 0)) { /* past the entry's last index */
+    if (__builtin_expect(k >= (int)(e >> 16), 0)) { /* where the entry does not hold */
         SlowStep s = slow_ac(ac_table, *r, k);
         *r = s.r;
         return s.k;
@@ -284,7 +284,7 @@ next_block(EntropyLane *lane, Reader *r, int *block, int *k)
             return 1;
     }
     refill(r); /* 56 bits: a code and its difference take at most 31 */
-    int bits = lane->dc[*block][r->buf >> (64 - HUFF_FAST_BITS)];
+    int bits = (int)(lane->dc[*block][r->buf >> (64 - HUFF_FAST_BITS)] & 0xFF);
     if (__builtin_expect(bits != 0, 1)) {
         drop(r, bits);
     } else {

@@ -7,11 +7,12 @@
 
 #include "../jpegroi/jpegroi.h"
 
-/* A DC table's look-up: for the HUFF_FAST_BITS bits a code starts with, the bits of the
- * code and of the difference after it (its size is the symbol), or 0 for a longer code.
- * The difference's bits need not be in the look-up's bits: a block's DC is skipped. */
+/* A DC table's look-up: for the HUFF_FAST_BITS bits a code starts with, an entry as an AC
+ * look-up's (below): the bits of the code and of the difference after it (its size is the
+ * symbol), one position, held at k = 0; or 0 for a longer code. The difference's bits need
+ * not be in the look-up's bits: a block's DC is skipped. */
 typedef struct {
-    uint8_t bits[1 << HUFF_FAST_BITS];
+    uint32_t e[1 << HUFF_FAST_BITS];
 } LaneDcSkip;
 
 void lane_dc_table(const HuffTable *table, LaneDcSkip *skip);
@@ -45,7 +46,7 @@ typedef struct {
     int blocks;          /* per MCU */
     /* per block of the MCU: its DC look-up, its AC look-up, and their tables (for codes
      * longer than a look-up holds) */
-    const uint8_t *dc[D_MAX_BLOCKS_IN_MCU];
+    const uint32_t *dc[D_MAX_BLOCKS_IN_MCU];
     const uint32_t *ac[D_MAX_BLOCKS_IN_MCU];
     const HuffTable *dc_table[D_MAX_BLOCKS_IN_MCU], *ac_table[D_MAX_BLOCKS_IN_MCU];
     /* the cursor: bit buffer (first bit in the top), bits in it, the next byte to load,

@@ -59,7 +59,8 @@ lane_wide_ok(const EntropyLane *lane, const uint8_t *base)
         lane->interval >= NEAR || second_tables(lane) < 0)
         return 0;
     for (int b = 0; b < lane->blocks; b++) {
-        int64_t dc = lane->dc[b] - base, ac = (const uint8_t *)lane->ac[b] - base;
+        int64_t dc = (const uint8_t *)lane->dc[b] - base;
+        int64_t ac = (const uint8_t *)lane->ac[b] - base;
         if (dc < 0 || dc >= NEAR || ac < 0 || ac >= NEAR)
             return 0;
     }
@@ -211,24 +212,21 @@ step(Group *g, const GroupFixed *f, const uint8_t *base, __mmask16 *slow)
         _mm512_i64gather_epi32(high, NULL, 1), 1);
     bits = _mm512_shuffle_epi8(bits, bswap);
     bits = _mm512_sllv_epi32(bits, _mm512_and_si512(g->pos, _mm512_set1_epi32(7)));
-    /* the entry: an AC look-up's (4 bytes each), a DC look-up's (a byte each) */
-    __m512i ac_at = _mm512_and_si512(_mm512_srli_epi32(bits, 32 - LANE_AC_BITS - 2),
-                                     _mm512_set1_epi32(((1 << LANE_AC_BITS) - 1) << 2));
-    __m512i dc_at = _mm512_srli_epi32(bits, 32 - HUFF_FAST_BITS);
+    /* the entry, of the AC look-up or (at k = 0) the DC one */
+    __m512i at = _mm512_slli_epi32(
+        _mm512_srlv_epi32(bits, _mm512_mask_blend_epi32(
+                                    at_dc, _mm512_set1_epi32(32 - LANE_AC_BITS),
+                                    _mm512_set1_epi32(32 - HUFF_FAST_BITS))),
+        2);
     __mmask16 second = _mm512_test_epi32_mask(
         _mm512_srlv_epi32(_mm512_loadu_si512(f->second), g->block), one);
     __m512i dc = _mm512_mask_blend_epi32(second, _mm512_loadu_si512(f->dc[0]),
                                          _mm512_loadu_si512(f->dc[1]));
     __m512i ac = _mm512_mask_blend_epi32(second, _mm512_loadu_si512(f->ac[0]),
                                          _mm512_loadu_si512(f->ac[1]));
-    __m512i at = _mm512_mask_blend_epi32(at_dc, _mm512_add_epi32(ac_at, ac),
-                                         _mm512_add_epi32(dc_at, dc));
+    at = _mm512_add_epi32(at, _mm512_mask_blend_epi32(at_dc, ac, dc));
     __m512i e = _mm512_mask_i32gather_epi32(zero, g->active, at, base, 1);
-    __m512i dc_bits = _mm512_and_si512(e, byte_mask);
-    __mmask16 dc_slow = _mm512_mask_cmpeq_epi32_mask(at_dc, dc_bits, zero);
-    /* a DC entry as an AC one: its bits, one position, held at k = 0 */
-    e = _mm512_mask_or_epi32(e, at_dc, dc_bits, _mm512_set1_epi32(1 << 8));
-    *slow = _mm512_mask_cmpgt_epi32_mask(g->active, g->k, _mm512_srli_epi32(e, 16)) | dc_slow;
+    *slow = _mm512_mask_cmpge_epi32_mask(g->active, g->k, _mm512_srli_epi32(e, 16));
     __mmask16 ok = g->active & (__mmask16)~*slow;
     g->pos = _mm512_mask_add_epi32(g->pos, ok, g->pos, _mm512_and_si512(e, byte_mask));
     g->k = _mm512_mask_add_epi32(g->k, ok, g->k,
@@ -270,9 +268,9 @@ group_in(Group *g, GroupFixed *f, EntropyLane *const *lanes, int n, const uint8_
         f->blocks[i] = lane->blocks;
         int second = second_tables(lane), other = second ? __builtin_ctz(second) : 0;
         f->second[i] = second;
-        f->dc[0][i] = (int32_t)(lane->dc[0] - base);
+        f->dc[0][i] = (int32_t)((const uint8_t *)lane->dc[0] - base);
         f->ac[0][i] = (int32_t)((const uint8_t *)lane->ac[0] - base);
-        f->dc[1][i] = (int32_t)(lane->dc[other] - base);
+        f->dc[1][i] = (int32_t)((const uint8_t *)lane->dc[other] - base);
         f->ac[1][i] = (int32_t)((const uint8_t *)lane->ac[other] - base);
         if (lane->interval)
             g->restarts |= (__mmask16)(1u << i);
