@@ -10,13 +10,18 @@ alternating so that load on a shared machine falls on both alike:
   (simplejpeg), the check before issue 41;
 * ``entropy check``: ``strict_decode_error`` as it runs now: the C entropy-only check
   (``_jpegcheck``), the strict decode only where it does not find a file intact;
-* ``entropy, 4 a call``: ``strict_decode_errors`` over the files four at a time, as
-  ``fastload convert`` gives them to each check thread (two decoded at once);
+* ``entropy, 4 a call``: ``strict_decode_errors`` over the files four at a time (two
+  decoded at once);
+* ``entropy, 64 a call``: the same 64 at a time, as ``fastload convert`` gives them to a
+  check thread (32 to 128): with AVX-512, 32 decoded at once (``wide.c``);
+* ``64, two at once``: the C check of 64 a call with ``wide=False`` (where the CPU has
+  AVX-512: what the wide pass saves);
 * ``markers``: ``parse_jpeg``, what ``check="markers"`` reads of every file.
 
 With ``--against SO`` (another build of the ``_jpegcheck`` extension, e.g. an older
 commit's ``fastload/data/format/_jpegcheck*.so``) its ``check`` is timed in the same rounds
-(``other build``, one file a call), and its verdicts compared.
+(``other build``, one file a call; ``other, 64 a call`` where it has ``check_many``), and
+its verdicts compared.
 
 Prints, for each, the median CPU-ms per image (``time.process_time``) with the range over
 rounds, the ratio strict decode / entropy check, and how many files the entropy check left
@@ -50,8 +55,8 @@ def _cpu_ms_per_image(fn, files: list[bytes]) -> float:
     return (time.process_time() - start) * 1000 / len(files)
 
 
-def _by_fours(files: list[bytes]) -> list[list[bytes]]:
-    return [files[i:i + 4] for i in range(0, len(files), 4)]
+def _groups(files: list[bytes], size: int) -> list[list[bytes]]:
+    return [files[i:i + size] for i in range(0, len(files), size)]
 
 
 _CONVERT = """
@@ -134,19 +139,29 @@ def main() -> None:
     left = sum(check(d) is not None for d in files)
     differ = sum(jpeg_damage.strict_decode_error(d) != jpeg_damage.decoded_error(d)
                  for d in files)
-    together = [e for four in _by_fours(files) for e in jpeg_damage.strict_decode_errors(four)]
-    differ += sum(a != jpeg_damage.decoded_error(d) for a, d in zip(together, files, strict=True))
+    for size in (4, 64):
+        together = [e for group in _groups(files, size)
+                    for e in jpeg_damage.strict_decode_errors(group)]
+        differ += sum(a != jpeg_damage.decoded_error(d)
+                      for a, d in zip(together, files, strict=True))
     candidates = {  # (what is called, over what): CPU-ms per file of the files
         "strict decode": (jpeg_damage.decoded_error, files),
         "entropy check": (jpeg_damage.strict_decode_error, files),
-        "entropy, 4 a call": (jpeg_damage.strict_decode_errors, _by_fours(files)),
+        "entropy, 4 a call": (jpeg_damage.strict_decode_errors, _groups(files, 4)),
+        "entropy, 64 a call": (jpeg_damage.strict_decode_errors, _groups(files, 64)),
         "markers": (parse_jpeg, files),
     }
+    if getattr(jpeg_damage._jpegcheck, "WIDE_LANES", 0):
+        candidates["64, two at once"] = (
+            lambda group: jpeg_damage._jpegcheck.check_many(group, wide=False),
+            _groups(files, 64))
     if args.against is not None:
         other = _load_build(args.against)
         differ += sum((a is None) != (b is None) for a, b in
                       zip(map(other.check, files), map(check, files), strict=True))
         candidates["other build"] = (other.check, files)
+        if hasattr(other, "check_many"):
+            candidates["other, 64 a call"] = (other.check_many, _groups(files, 64))
     times: dict[str, list[float]] = {name: [] for name in candidates}
     for _ in range(args.rounds):
         for name, (fn, calls) in candidates.items():
@@ -155,13 +170,13 @@ def main() -> None:
     print(f"{len(files)} files, mean {mean_kb:.1f} KB, {args.rounds} rounds, "
           f"load average {os.getloadavg()[0]:.1f} at the end")
     for name, values in times.items():
-        print(f"  {name:17s} {statistics.median(values):7.3f} CPU-ms/image "
+        print(f"  {name:18s} {statistics.median(values):7.3f} CPU-ms/image "
               f"(range {min(values):.3f}-{max(values):.3f})")
     ratio = statistics.median(times["strict decode"]) / statistics.median(times["entropy check"])
-    ratio4 = (statistics.median(times["entropy check"]) /
-              statistics.median(times["entropy, 4 a call"]))
-    print(f"  strict decode / entropy check: {ratio:.2f}x; one file a call / 4 a call: "
-          f"{ratio4:.2f}x; files left to the strict decode: "
+    ratio64 = (statistics.median(times["entropy check"]) /
+               statistics.median(times["entropy, 64 a call"]))
+    print(f"  strict decode / entropy check: {ratio:.2f}x; one file a call / 64 a call: "
+          f"{ratio64:.2f}x; files left to the strict decode: "
           f"{left}; verdicts that differ: {differ}")
 
 

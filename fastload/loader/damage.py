@@ -18,7 +18,7 @@ What is checked, and when:
   (``BatchDecoder.submit``). Otherwise
   (progressive JPEGs, a GPU, a plan that resizes in DALI) each unchecked file gets the
   strict check (:func:`fastload.data.format.jpeg_damage.jpeg_damages`: an entropy pass
-  without pixels, two files at once per thread, the strict 1/8-scale decode only where it
+  without pixels, several files at once per thread, the strict 1/8-scale decode only where it
   does not find a file intact) in this module's threads (``fastload-check``, started by the
   first such check of an epoch iterator and stopped with it) before its bytes go to DALI
   (about 0.25 CPU-ms per 85 KB photo). Either way a damaged file is an error of its sample, raised or skipped like an
@@ -67,7 +67,7 @@ class DamageCheck:
         for the damaged ones; the intact ones are remembered."""
         files = [encoded[j] for j, _, _ in pending]
         if len(pending) <= 2 or self._threads == 1:
-            reports = jpeg_damages(files)  # two files decoded at once in this thread
+            reports = jpeg_damages(files)  # several decoded at once in this thread
         else:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="fastload-check")

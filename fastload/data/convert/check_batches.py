@@ -2,8 +2,8 @@
 
 ``fastload convert`` keeps a JPEG by its markers in the main process, then checks its
 entropy-coded data (``check="decode"``) in ``workers`` threads. The C check decodes many
-files at once in one thread (``pipelines/csrc/jpegcheck``: 32 with AVX-512, from
-``WIDE_LANES // 3`` files; two otherwise), so a task takes several records: a task starts
+files at once in one thread (``pipelines/csrc/jpegcheck``: 32 with AVX-512, from 10 files
+a call; two otherwise), so a task takes several records: a task starts
 once :data:`LEAST` records are gathered and a thread is free (or :data:`MOST` are gathered,
 or a record's verdict is asked for). The main thread reads on meanwhile; while the threads
 keep up, little is left to check at a shard's end.

@@ -64,7 +64,8 @@ _CHECKED_TOGETHER = 256  # files per call of the C check (it holds a reason's ro
 
 def strict_decode_errors(files) -> list[str | None]:
     """:func:`strict_decode_error` of each of ``files`` (a sequence of JPEG buffers), faster
-    than one call each: the C check decodes two files at once in the calling thread."""
+    than one call each: the C check decodes several files at once in the calling thread (32
+    with AVX-512 from 10 files, else two)."""
     if _jpegcheck is None:
         return [strict_decode_error(data) for data in files]
     jpegs = [i for i, data in enumerate(files) if _is_jpeg(data)]
@@ -104,7 +105,7 @@ def jpeg_damage(data) -> str | None:
 
 
 def jpeg_damages(files) -> list[str | None]:
-    """:func:`jpeg_damage` of each of ``files`` (a sequence of buffers), two at once as
+    """:func:`jpeg_damage` of each of ``files`` (a sequence of buffers), several at once as
     :func:`strict_decode_errors` decodes them."""
     return [message if message is not None and message.startswith(CORRUPT_PREFIXES) else None
             for message in strict_decode_errors(files)]

@@ -9,14 +9,16 @@
  * message) asks it whenever the answer is not None: None is the only answer that is final
  * (fastload/data/format/jpeg_damage.py).
  *
- * check_many(files) -> list: the same for each buffer, two files decoded at once.
+ * check_many(files, *, wide=True) -> list: the same for each buffer, several files decoded
+ * at once: 32 (wide.c, AVX-512) where the CPU has it and 10 or more are given, else two.
  *
  * How: libjpeg-turbo reads the markers up to the scan (its own marker reader: its warnings
  * and errors are the strict decode's) and sets the scan up, as for a 1/8-scale grey decode;
  * then fastload's entropy decoding goes over every MCU, discarding the coefficients: no
  * inverse DCT, no upsampling, no colour conversion, no output rows. That is the lanes
- * (lanes.c: two files at once) where this thread's cache holds the file's look-ups, else
- * the region decoder's Huffman decoder (pipelines/csrc/jpegroi/huffman.c). Either reports
+ * (lanes.c: two files at once; wide.c: 32) where this thread's cache holds the file's
+ * look-ups, else the region decoder's Huffman decoder (pipelines/csrc/jpegroi/huffman.c).
+ * Either reports
  * what libjpeg would warn of (a bad code, data that ends or hits a marker early, restart
  * markers missing or out of order, bytes before a restart marker) and some damage
  * libjpeg's fast path lets pass: every warning is "not None", never a false "None". After the last MCU libjpeg's marker
@@ -343,9 +345,9 @@ release(FileCheck *fc)
     fc->skips = fc->tables = 0;
 }
 
-/* The unstuffed data (and restart intervals) kept between calls: up to this many bytes (a
- * larger file's are freed) */
-#define KEPT_ROOM ((size_t)4 << 20)
+/* The unstuffed data (and restart intervals) kept between calls: up to this many bytes per
+ * lane (a larger file's are freed at the call's end): 16 MB for a thread's 32 lanes */
+#define KEPT_ROOM ((size_t)512 << 10)
 
 static void
 free_lane(FileCheck *fc)
