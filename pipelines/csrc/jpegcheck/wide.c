@@ -2,18 +2,20 @@
  *
  * Why: lanes_run2 (lanes.c) is bound by the instructions of its look-ups, about 3 ns each
  * on a Xeon. Here a vector of 16 lanes, one file each, takes one look-up step for every
- * lane in about 25 vector instructions and three gathers (the data's next bits, the
- * look-up's entry, the next block's table), and two such vectors run at once.
+ * lane in about 25 vector instructions and two gathers (the data's next bits, the
+ * look-up's entry), and two such vectors run at once (benchmarks/NOTES.md C15).
  *
  * Each lane holds where it stands as numbers: its bit position in the unstuffed data, its
- * zig-zag index k (0: the block's DC is next), its block in the MCU, the MCUs left, the MCUs
- * left in its restart interval and the byte offset of the table it reads next (from base:
- * the thread's cache holds every look-up). The look-ups are lanes.c's: an AC entry gives
- * every whole symbol its 12 bits hold; a DC entry the bits of the code and of the
- * difference. What a look-up does not hold (a longer code, a run past the block's end), an
- * MCU that is the last, ends past the data or before a restart marker, goes to lane_settle
- * (lanes.c), the scalar pass's own steps, one lane at a time; the lane then goes on here.
- * So the verdicts are lanes_run1's: the same symbols and checks in the same places.
+ * zig-zag index k (0: the block's DC is next), its block in the MCU, the MCUs left and the
+ * MCUs left in its restart interval; its data and its two pairs of tables (as byte offsets
+ * from base: the thread's cache holds every look-up) stay in memory. The look-ups are
+ * lanes.c's: an AC entry gives every whole symbol its 12 bits hold; a DC entry, in the same
+ * form, the bits of the code and of the difference. A long code within the MCU is decoded
+ * beside the loop (ac_symbol); anything else a look-up does not hold (a bad code, a long
+ * code that ends the MCU's last block), an MCU that is the last, ends past the data or
+ * before a restart marker, goes to lane_settle (lanes.c), the scalar
+ * pass's own steps, one lane at a time; the lane then goes on here. So the verdicts are
+ * lanes_run1's: the same symbols and checks in the same places.
  */
 #include <immintrin.h>
 #include <stdint.h>
@@ -24,7 +26,7 @@
 #define WIDE __attribute__((target("avx512f,avx512bw,avx512dq")))
 #define GROUP 16 /* lanes in a vector */
 #define GROUPS (WIDE_LANES / GROUP)
-#define NEAR ((int64_t)1 << 30)         /* the most a table may lie from base */
+#define NEAR ((int64_t)1 << 30) /* the most a table may lie from base */
 
 int
 lanes_wide_supported(void)
