@@ -635,7 +635,7 @@ run(const Py_buffer *files, Py_ssize_t n, int *status, char *messages, int width
             break;
         if (running >= WIDE_MIN)
             lanes_run_wide(lanes, running, base);
-        else if (running == 2)
+        else if (running >= 2) /* the tail of a call: two at a time */
             lanes_run2(lanes[0], lanes[1]);
         else
             lanes_run1(lanes[0]);
