@@ -169,8 +169,9 @@ ac_symbol(const EntropyLane *lane, GroupNumbers *n, int i)
     return 1;
 }
 
-/* The lanes of special the slow way (slow: an AC symbol the look-up does not hold; else
- * the DC's, or the MCU's end). Returns whether a lane is done (then no longer active). */
+/* Each lane of special moved on the slow way (those of slow: an AC symbol the look-up does
+ * not hold; the others: the DC's, or the MCU's end). Returns whether a lane is done (then
+ * no longer active). */
 static __attribute__((noinline)) WIDE int
 settle(Group *g, GroupFixed *f, __mmask16 special, __mmask16 slow)
 {
