@@ -159,7 +159,7 @@ typedef struct {
     LaneDcSkip dc_skip;
 } TableSlot;
 typedef struct FileCheck FileCheck;
-#define HELD (2 * NUM_HUFF_TBLS) /* slots of each kind a file holds at most */
+#define HELD (3 * NUM_HUFF_TBLS) /* slots a file holds at most: its AC look-ups, its tables */
 
 /* One thread's caches (allocated on its first check, freed when it ends). A slot used by a
  * file in flight (counted in its users: see hold and release) is never given to another
@@ -213,7 +213,7 @@ thread_cache(void)
     return cache;
 }
 
-static int hold(ThreadCache *cache, void *slot, int is_skip);
+static int hold(ThreadCache *cache, unsigned *users);
 
 /* The look-up of this table, or NULL the first time it is met (unless eager) */
 static const LaneAcSkip *
@@ -225,7 +225,7 @@ skip_for(ThreadCache *cache, const JHUFF_TBL *source, const HuffTable *table, in
             if (!slot->built)
                 lane_ac_table(table, &slot->skip);
             slot->built = 1;
-            return hold(cache, slot, 1) == 0 ? &slot->skip : NULL;
+            return hold(cache, &slot->users) == 0 ? &slot->skip : NULL;
         }
     }
     /* the least recently added slot not in use: a built one gives way to a new table only
@@ -240,7 +240,7 @@ skip_for(ThreadCache *cache, const JHUFF_TBL *source, const HuffTable *table, in
         if (!eager)
             return NULL;
         lane_ac_table(table, &slot->skip);
-        return hold(cache, slot, 1) == 0 ? &slot->skip : NULL;
+        return hold(cache, &slot->users) == 0 ? &slot->skip : NULL;
     }
     return NULL;
 }
@@ -254,7 +254,7 @@ cached_table(void *context, const JHUFF_TBL *source, int is_ac)
     for (int i = 0; i < TABLE_SLOTS; i++) {
         TableSlot *slot = &cache->table[i];
         if (slot->built && slot->is_ac == is_ac && is_table(&slot->key, source))
-            return hold(cache, slot, 0) == 0 ? &slot->table : NULL;
+            return hold(cache, &slot->users) == 0 ? &slot->table : NULL;
     }
     for (int i = 0; i < TABLE_SLOTS; i++) {
         unsigned k = (cache->next_table + (unsigned)i) % TABLE_SLOTS;
@@ -268,7 +268,7 @@ cached_table(void *context, const JHUFF_TBL *source, int is_ac)
             return NULL;
         slot->is_ac = is_ac;
         set_table_key(&slot->key, source);
-        return hold(cache, slot, 0) == 0 ? &slot->table : NULL;
+        return hold(cache, &slot->users) == 0 ? &slot->table : NULL;
     }
     return NULL;
 }
@@ -298,9 +298,8 @@ struct FileCheck {
     int created;
     HuffScan *scan;
     /* the cache's slots its scan and lane use, held until its verdict (release) */
-    SkipSlot *skips_held[HELD];
-    TableSlot *tables_held[HELD];
-    int skips, tables;
+    unsigned *held[HELD]; /* their users counts */
+    int holds;
     EntropyLane lane;
     const uint8_t *marker; /* the marker after the scan's data */
     uint8_t *unstuffed;    /* the lane's data (room bytes) */
@@ -311,26 +310,22 @@ struct FileCheck {
     char message[JMSG_LENGTH_MAX];
 };
 
-/* The slot (a SkipSlot, or a TableSlot) counted as used by the file being set up, once;
- * -1 where the file holds as many as it may (the caller gives it no slot then) */
+/* The slot whose users count this is (a SkipSlot's or a TableSlot's) counted as used by
+ * the file being set up, once; -1 where the file holds as many as it may (the caller gives
+ * it no slot then) */
 static int
-hold(ThreadCache *cache, void *slot, int is_skip)
+hold(ThreadCache *cache, unsigned *users)
 {
     FileCheck *fc = cache->taking;
     if (fc == NULL)
         return -1; /* no file being set up: give no slot */
-    void **held = is_skip ? (void **)fc->skips_held : (void **)fc->tables_held;
-    int *count = is_skip ? &fc->skips : &fc->tables;
-    for (int i = 0; i < *count; i++)
-        if (held[i] == slot)
+    for (int i = 0; i < fc->holds; i++)
+        if (fc->held[i] == users)
             return 0;
-    if (*count == HELD)
+    if (fc->holds == HELD)
         return -1;
-    held[(*count)++] = slot;
-    if (is_skip)
-        ((SkipSlot *)slot)->users++;
-    else
-        ((TableSlot *)slot)->users++;
+    fc->held[fc->holds++] = users;
+    ++*users;
     return 0;
 }
 
@@ -338,11 +333,9 @@ hold(ThreadCache *cache, void *slot, int is_skip)
 static void
 release(FileCheck *fc)
 {
-    for (int i = 0; i < fc->skips; i++)
-        fc->skips_held[i]->users--;
-    for (int i = 0; i < fc->tables; i++)
-        fc->tables_held[i]->users--;
-    fc->skips = fc->tables = 0;
+    for (int i = 0; i < fc->holds; i++)
+        --*fc->held[i];
+    fc->holds = 0;
 }
 
 /* The unstuffed data (and restart intervals) kept between calls: up to this many bytes per

@@ -207,11 +207,9 @@ slow_ac(const HuffTable *t, Reader r, int k)
     int sym = symbol(&r, t);
     if (sym < 0) {
         k = -1;
-    } else if (sym & 15) {
-        drop(&r, sym & 15);
-        k += (sym >> 4) + 1;
     } else {
-        k = sym == 0xF0 ? k + 16 : 64; /* sixteen zeros, or the end of the block */
+        drop(&r, sym & 15);
+        k = lane_ac_next(sym, k);
     }
     refill(&r);
     return (SlowStep){r, k};
@@ -311,6 +309,17 @@ keep(EntropyLane *lane, const Reader *r, int block, int k)
     lane->k = k;
 }
 
+/* One look-up of lane's AC symbols in a loop of lanes_run2 or lanes_run1 (its reader r,
+ * block, k and current AC look-up look in locals); at the block's end, the next block's
+ * DC, and out of the loop where the lane is done */
+#define LANE_STEP(lane, r, block, k, look, fill)                                         \
+    k = ac_step(&r, k, look, (lane)->ac_table[block], fill);                             \
+    if ((unsigned)k >= 64) {                                                             \
+        if (next_block(lane, &r, &block, &k))                                            \
+            break;                                                                       \
+        look = (lane)->ac[block];                                                        \
+    }
+
 void
 lanes_run2(EntropyLane *a, EntropyLane *b)
 {
@@ -324,25 +333,12 @@ lanes_run2(EntropyLane *a, EntropyLane *b)
     const uint32_t *aac = a->ac[ablock], *bac = b->ac[bblock];
     /* Each lane refills every other look-up: after a refill 56 bits are held, a look-up
      * takes at most 27, and a slow symbol or a block's start refills after itself. */
-#define A_STEP(fill)                                                                   \
-    ak = ac_step(&ra, ak, aac, a->ac_table[ablock], fill);                             \
-    if ((unsigned)ak >= 64) {                                                          \
-        if (next_block(a, &ra, &ablock, &ak))                                          \
-            break;                                                                     \
-        aac = a->ac[ablock];                                                           \
-    }
-#define B_STEP(fill)                                                                   \
-    bk = ac_step(&rb, bk, bac, b->ac_table[bblock], fill);                             \
-    if ((unsigned)bk >= 64) {                                                          \
-        if (next_block(b, &rb, &bblock, &bk))                                          \
-            break;                                                                     \
-        bac = b->ac[bblock];                                                           \
-    }
     for (;;) {
-        A_STEP(1) B_STEP(1) A_STEP(0) B_STEP(0)
+        LANE_STEP(a, ra, ablock, ak, aac, 1)
+        LANE_STEP(b, rb, bblock, bk, bac, 1)
+        LANE_STEP(a, ra, ablock, ak, aac, 0)
+        LANE_STEP(b, rb, bblock, bk, bac, 0)
     }
-#undef A_STEP
-#undef B_STEP
 out:
     keep(a, &ra, ablock, ak);
     keep(b, &rb, bblock, bk);
@@ -358,17 +354,10 @@ lanes_run1(EntropyLane *a)
     if (k >= 64 && next_block(a, &r, &block, &k))
         goto out;
     const uint32_t *ac = a->ac[block];
-#define STEP(fill)                                                                     \
-    k = ac_step(&r, k, ac, a->ac_table[block], fill);                                  \
-    if ((unsigned)k >= 64) {                                                           \
-        if (next_block(a, &r, &block, &k))                                             \
-            break;                                                                     \
-        ac = a->ac[block];                                                             \
-    }
     for (;;) { /* as in lanes_run2 */
-        STEP(1) STEP(0)
+        LANE_STEP(a, r, block, k, ac, 1)
+        LANE_STEP(a, r, block, k, ac, 0)
     }
-#undef STEP
 out:
     keep(a, &r, block, k);
 }

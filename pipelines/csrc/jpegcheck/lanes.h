@@ -26,6 +26,14 @@ typedef struct {
 
 void lane_ac_table(const HuffTable *table, LaneAcSkip *skip);
 
+/* The zig-zag index after an AC symbol read at k: k past its run and value, k + 16 for
+ * sixteen zeros, 64 (the block's end) for an end of block; 64 or more: the block ended */
+static inline int
+lane_ac_next(int symbol, int k)
+{
+    return symbol & 15 ? k + (symbol >> 4) + 1 : symbol == 0xF0 ? k + 16 : 64;
+}
+
 /* Bytes of zeros after a lane's data: more than one MCU can read (at most 10 blocks of
  * 64 symbols of at most 31 bits) plus the bit reader's 8 bytes ahead. */
 #define LANE_PADDING 4096

@@ -87,33 +87,22 @@ typedef struct {
 
 static const uint8_t zeros[8 + LANE_PADDING]; /* an empty lane's data */
 
-/* The lane's numbers from its EntropyLane (k in 1..63 or 64: not at a block's DC) */
-static inline void
-lane_in(const EntropyLane *lane, int32_t *pos, int32_t *k, int32_t *block, int32_t *mcus,
-        int32_t *to_go)
-{
-    *pos = (int32_t)lane_position(lane);
-    *k = lane->k;
-    *block = lane->block;
-    *mcus = (int32_t)lane->mcus;
-    *to_go = (int32_t)lane->to_go;
-}
-
-/* ... and back: k == 0 (the DC of block next) is the scalar pass's block before, ended */
-static inline void
-lane_out(EntropyLane *lane, int32_t pos, int32_t k, int32_t block, int32_t mcus,
-         int32_t to_go)
-{
-    lane_seek(lane, (uint64_t)pos);
-    lane->k = k ? k : 64;
-    lane->block = k ? block : block - 1; /* -1 before an MCU's first block, as lane_start */
-    lane->mcus = (uint64_t)mcus;
-    lane->to_go = (unsigned)to_go;
-}
-
 typedef struct {
     int32_t pos[GROUP], k[GROUP], block[GROUP], mcus[GROUP], to_go[GROUP];
 } GroupNumbers;
+
+/* Lane i's numbers into its EntropyLane: k == 0 (the DC of block next) is the scalar pass's
+ * block before, ended */
+static void
+write_back(const GroupNumbers *n, int i, EntropyLane *lane)
+{
+    lane_seek(lane, (uint64_t)n->pos[i]);
+    lane->k = n->k[i] ? n->k[i] : 64;
+    /* -1 before an MCU's first block, as lane_start */
+    lane->block = n->k[i] ? n->block[i] : n->block[i] - 1;
+    lane->mcus = (uint64_t)n->mcus[i];
+    lane->to_go = (unsigned)n->to_go[i];
+}
 
 static WIDE void
 store(const Group *g, GroupNumbers *n)
@@ -135,12 +124,16 @@ load(Group *g, const GroupNumbers *n)
     g->to_go = _mm512_loadu_si512(n->to_go);
 }
 
-/* Lane i of the group from its EntropyLane (after lane_settle: 1 <= k <= 63) */
+/* Lane i's numbers from its EntropyLane (never at a block's DC: 1 <= k <= 63) */
 static void
 reload(GroupNumbers *n, GroupFixed *f, int i)
 {
     const EntropyLane *lane = f->lane[i];
-    lane_in(lane, &n->pos[i], &n->k[i], &n->block[i], &n->mcus[i], &n->to_go[i]);
+    n->pos[i] = (int32_t)lane_position(lane);
+    n->k[i] = lane->k;
+    n->block[i] = lane->block;
+    n->mcus[i] = (int32_t)lane->mcus;
+    n->to_go[i] = (int32_t)lane->to_go;
     f->ends[i] = (int32_t)lane->bits;
 }
 
@@ -156,15 +149,14 @@ ac_symbol(const EntropyLane *lane, GroupNumbers *n, int i)
     int length, symbol = huff_lookup(lane->ac_table[n->block[i]], bits, &length);
     if (symbol < 0)
         return 0;
-    int run = symbol >> 4, size = symbol & 15;
-    int k = size ? n->k[i] + run + 1 : run == 15 ? n->k[i] + 16 : 64; /* EOB: 64 */
+    int k = lane_ac_next(symbol, n->k[i]);
     if (k >= 64) { /* the block's end: the next block's DC, within the MCU */
         if (n->block[i] + 1 >= lane->blocks)
             return 0;
         n->block[i]++;
         k = 0;
     }
-    n->pos[i] += length + size;
+    n->pos[i] += length + (symbol & 15);
     n->k[i] = k;
     return 1;
 }
@@ -183,7 +175,7 @@ settle(Group *g, GroupFixed *f, __mmask16 special, __mmask16 slow)
         EntropyLane *lane = f->lane[i];
         if ((slow >> i) & 1 && n.k[i] != 0 && ac_symbol(lane, &n, i))
             continue; /* most often: a code longer than the look-up's */
-        lane_out(lane, n.pos[i], n.k[i], n.block[i], n.mcus[i], n.to_go[i]);
+        write_back(&n, i, lane);
         if (lane_settle(lane, (slow >> i) & 1 && n.k[i] != 0)) {
             g->active &= (__mmask16) ~(1u << i);
             done = 1;
@@ -291,7 +283,7 @@ group_out(const Group *g, const GroupFixed *f)
     store(g, &n);
     for (unsigned m = g->active; m; m &= m - 1) {
         int i = __builtin_ctz(m);
-        lane_out(f->lane[i], n.pos[i], n.k[i], n.block[i], n.mcus[i], n.to_go[i]);
+        write_back(&n, i, f->lane[i]);
     }
 }
 
