@@ -1,18 +1,22 @@
-"""``fastload convert``'s strict check in threads, kept records gathered into tasks
+"""``fastload convert``'s strict check, kept records gathered into tasks
 (``fastload.data.convert.check_batches``): every record gets its own verdict, in any number,
-whatever task it went in; the threads end when asked and start again when needed."""
+whatever task it went in and whichever thread checked it (a check thread, or the thread
+waiting for a verdict, a few records at a time); the threads end when asked and start again
+when needed."""
 
 from __future__ import annotations
 
 import io
 import random
 import threading
+import time
 
 import numpy as np
 import pytest
 from damage import scramble_scan
 from PIL import Image
 
+from fastload.data.convert import check_batches
 from fastload.data.convert.check_batches import CheckBatches
 from fastload.data.format.constants import crc32
 from fastload.data.format.datum import encode_datum
@@ -43,11 +47,12 @@ def _check_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name.startswith("fastload-check")]
 
 
+@pytest.mark.parametrize("steal", [1, 2, MOST])
 @pytest.mark.parametrize("count", [1, LEAST - 1, LEAST, MOST, 3 * MOST + 1])
-def test_each_record_gets_its_own_verdict_whatever_task_it_went_in(files, count):
+def test_each_record_gets_its_own_verdict_whatever_task_it_went_in(files, count, steal):
     order = [i % len(files) for i in range(count)]
     random.Random(count).shuffle(order)
-    batches = CheckBatches(workers=2, least=LEAST, most=MOST)
+    batches = CheckBatches(workers=2, least=LEAST, most=MOST, steal=steal)
     try:
         checked = [batches.add(_kept(files[i])) for i in order]
         results = [record.get() for record in checked]  # the last task is never full
@@ -100,3 +105,83 @@ def test_stopped_threads_end_and_start_again_for_the_next_records(files):
     finally:
         batches.shutdown()
     assert not _check_threads()
+
+
+@pytest.mark.parametrize(("workers", "threads"), [(1, 1), (2, 1), (4, 3)])
+def test_workers_minus_one_threads_check_beside_the_reader(files, workers, threads):
+    batches = CheckBatches(workers=workers, least=1, most=1)
+    try:
+        assert batches.add(_kept(files[0])).get()[0] == "ok"
+        assert len(_check_threads()) == threads
+    finally:
+        batches.shutdown()
+    assert not _check_threads()
+
+
+def _wait_until(condition, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.001)
+
+
+@pytest.fixture
+def held_check_threads(monkeypatch):
+    """The check threads' tasks wait until the returned event is set (the real check then
+    runs); the thread each task ran in is listed."""
+    release, ran_in = threading.Event(), []
+    check = check_batches.kept_records_problems
+
+    def held(records):
+        ran_in.append(threading.current_thread())
+        if threading.current_thread() is not threading.main_thread():
+            release.wait(timeout=30)
+        return check(records)
+
+    monkeypatch.setattr(check_batches, "kept_records_problems", held)
+    yield release, ran_in
+    release.set()
+
+
+def test_the_thread_waiting_for_a_verdict_checks_queued_records_itself(files, held_check_threads):
+    release, ran_in = held_check_threads
+    batches = CheckBatches(workers=2, least=1, most=3, steal=2)
+    try:
+        records = [batches.add(_kept(files[0]))]
+        _wait_until(lambda: ran_in)  # the one check thread holds the first task
+        records += [batches.add(_kept(files[i])) for i in (1, 7, 2, 3, 8, 4)]
+        # this thread checks the queued ones, two records at a time, until its verdict is in
+        assert records[-1].get()[0] == "ok"
+        assert threading.main_thread() in ran_in
+        assert [record.ready() for record in records[1:]] == [True] * 6
+        release.set()
+        assert [record.get()[0] for record in records] == [
+            "ok", "ok", "skip", "ok", "ok", "skip", "ok"]
+    finally:
+        release.set()
+        batches.shutdown()
+
+
+def test_a_cancelled_record_raises_instead_of_waiting(files, held_check_threads):
+    release, ran_in = held_check_threads
+    batches = CheckBatches(workers=2, least=1, most=1)
+    records = [batches.add(_kept(files[0]))]
+    _wait_until(lambda: ran_in)  # the thread holds the first
+    records += [batches.add(_kept(files[i])) for i in (1, 2)]
+    threading.Timer(0.2, release.set).start()
+    batches.shutdown(cancel_futures=True)  # the queued tasks are dropped, the first ends
+    assert records[0].get()[0] == "ok"
+    for record in records[1:]:
+        with pytest.raises(RuntimeError, match="stopped before"):
+            record.get()
+    assert not _check_threads()
+
+
+def test_verdicts_hold_after_a_thread_frees_its_check_caches(files):
+    from fastload.data.format.jpeg_damage import release_thread_cache, strict_decode_errors
+
+    first = strict_decode_errors(files * 2)
+    release_thread_cache()
+    release_thread_cache()  # nothing left to free: no error
+    assert strict_decode_errors(files * 2) == first
+    assert [error is None for error in first] == [True] * 7 + [False] * 2 + [True] * 7 + [False] * 2

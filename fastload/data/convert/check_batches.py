@@ -1,12 +1,18 @@
-"""The strict check of kept JPEGs in threads, records gathered into tasks as threads free up.
+"""The strict check of kept JPEGs, in tasks of records: in threads, and by the reader.
 
 ``fastload convert`` keeps a JPEG by its markers in the main process, then checks its
-entropy-coded data (``check="decode"``) in ``workers`` threads. The C check decodes many
-files at once in one thread (``pipelines/csrc/jpegcheck``: 32 with AVX-512, from 10 files
-a call; two otherwise), so a task takes several records: a task starts
-once :data:`LEAST` records are gathered and a thread is free (or :data:`MOST` are gathered,
-or a record's verdict is asked for). The main thread reads on meanwhile; while the threads
-keep up, little is left to check at a shard's end.
+entropy-coded data (``check="decode"``). The C check decodes many files at once in one
+thread (``pipelines/csrc/jpegcheck``: 32 with AVX-512, from 10 files a call; two
+otherwise), so a task takes several records: a task starts once :data:`LEAST` records are
+gathered and a check thread is free (or :data:`MOST` are gathered, or a record's verdict is
+asked for).
+
+``workers`` cores are shared by ``workers - 1`` check threads (at least one) and the thread
+that reads. It reads on while the check threads keep up; when it has to wait for a
+verdict, it checks the records of the oldest task no thread has taken, :data:`STEAL` at a
+time, and reads on as soon as the verdict it waits for is in. So no more threads are
+runnable than there are cores: a check never takes the core of the reader that will wait
+for it, and no core idles while a task waits (benchmarks/NOTES.md C16).
 
 One :class:`CheckBatches` may serve several databases in turn (the shards of a set): its
 threads, and the C check's per-thread look-ups and buffers, are kept from one to the next.
@@ -14,53 +20,100 @@ threads, and the C check's per-thread look-ups and buffers, are kept from one to
 
 from __future__ import annotations
 
+import queue
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections import deque
 
 from fastload.data.convert.image_check import kept_records_problems
+from fastload.data.format.jpeg_damage import release_thread_cache
 
-__all__ = ["LEAST", "MOST", "CheckBatches", "CheckedRecord"]
+__all__ = ["LEAST", "MOST", "STEAL", "CheckBatches", "CheckedRecord"]
 
-LEAST = 32  # records a task waits for while the main thread reads on
+LEAST = 32  # records a task waits for while the reader reads on
 MOST = 128  # records a task takes at most
+STEAL = 16  # records the reader checks at a time while it waits
+
+_END = object()  # tells a check thread to end
+
+
+class _Task:
+    """Records checked together: ``problems`` (or ``error``) once ``done`` is set."""
+
+    __slots__ = ("records", "problems", "error", "done")
+
+    def __init__(self, records: list[CheckedRecord]) -> None:
+        self.records = records
+        for slot, record in enumerate(records):
+            record.task, record.slot = self, slot
+        self.problems: list[str | None] | None = None
+        self.error: BaseException | None = None
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        # the records refer to their task: let go of them, so no cycle keeps their buffers
+        records, self.records = self.records, []
+        try:
+            self.problems = kept_records_problems([record.kept[1] for record in records])
+        except Exception as exc:  # noqa: BLE001 - raised where a verdict is asked for
+            self.error = exc
+        except BaseException as exc:  # a Ctrl-C while the reader checks: raised there
+            self.error = exc
+            raise
+        finally:
+            self.done.set()
+
+    def drop(self) -> None:
+        """End the task unchecked (no verdict of its records is wanted any more)."""
+        self.records = []
+        self.error = RuntimeError("the strict check stopped before this record's")
+        self.done.set()
 
 
 class CheckedRecord:
-    """A kept record whose strict check runs in a thread: ``ready``/``get`` as an
+    """A kept record whose strict check runs in a task: ``ready``/``get`` as an
     AsyncResult; ``get()`` is the kept result tuple, or ``("skip", reason)`` for damaged
     JPEG data."""
 
+    __slots__ = ("kept", "task", "slot", "_batches")
+
     def __init__(self, kept: tuple, batches: CheckBatches) -> None:
         self.kept = kept
+        self.task: _Task | None = None  # set once the record is in a task
+        self.slot = 0
         self._batches = batches
-        self._future: Future | None = None
-        self._slot = 0
-
-    def submitted(self, future: Future, slot: int) -> None:
-        self._future, self._slot = future, slot
 
     def ready(self) -> bool:
-        return self._future is not None and self._future.done()
+        return self.task is not None and self.task.done.is_set()
 
     def get(self, timeout: float | None = None) -> tuple:
-        if self._future is None:  # its task has not started yet: start it
+        """The verdict; meanwhile this thread checks records of tasks not yet taken."""
+        if self.task is None:  # gathered, not in a task yet: start one
             self._batches.flush()
-        problem = self._future.result()[self._slot]  # a thread of this process: no crash
+        while not self.task.done.is_set():
+            self._batches.help_or_wait(self)
+        if self.task.error is not None:
+            raise self.task.error
+        problem = self.task.problems[self.slot]
         return self.kept if problem is None else ("skip", problem)
 
 
 class CheckBatches:
-    """Kept records checked in ``workers`` threads, gathered into tasks of ``least`` to
-    ``most`` records (see the module's docstring)."""
+    """Kept records gathered into tasks of ``least`` to ``most`` records, checked in
+    ``workers - 1`` threads (at least one) and in the thread that waits for a verdict (see
+    the module's docstring)."""
 
-    def __init__(self, workers: int, least: int = LEAST, most: int = MOST) -> None:
-        self._workers = workers
-        self._least, self._most = least, most
-        self._pool: ThreadPoolExecutor | None = None
-        self._lock = threading.RLock()  # a task done at once calls back under it
-        self._open: list[CheckedRecord] = []
-        self._running = 0  # tasks submitted, not finished
+    def __init__(self, workers: int, least: int = LEAST, most: int = MOST,
+                 steal: int = STEAL) -> None:
+        self._thread_count = max(1, workers - 1)
+        self._least, self._most, self._steal = least, most, steal
+        self._lock = threading.Lock()
+        self._open: list[CheckedRecord] = []  # gathered, in no task yet
+        self._queue: deque[_Task] = deque()  # tasks no thread has taken, oldest first
+        self._wake: queue.SimpleQueue = queue.SimpleQueue()  # one item a task queued, or _END
+        self._threads: list[threading.Thread] = []
+        self._busy = 0  # tasks the threads are checking
         self._ending = False  # threads being ended: a finished task starts no other
+        self._helped = False  # the waiting thread has run checks (its C caches are filled)
 
     def add(self, kept: tuple) -> CheckedRecord:
         """The check of ``kept`` (``("ok", record, crc, how)``), started with its task."""
@@ -68,7 +121,8 @@ class CheckBatches:
         with self._lock:
             self._open.append(record)
             if len(self._open) >= self._most or (
-                    len(self._open) >= self._least and self._running < self._workers):
+                    len(self._open) >= self._least
+                    and len(self._queue) + self._busy < self._thread_count):
                 self._submit()
         return record
 
@@ -78,39 +132,85 @@ class CheckBatches:
             if self._open:
                 self._submit()
 
+    def help_or_wait(self, record: CheckedRecord) -> None:
+        """Check up to ``steal`` records of the oldest task no thread has taken, or where
+        there is none wait for ``record``'s task."""
+        with self._lock:
+            part = self._take_part() if self._queue else None
+        if part is None:
+            record.task.done.wait()
+        else:
+            self._helped = True
+            part.run()
+
     def stop_threads(self) -> None:
         """Check what was gathered and end the threads (before a fork); the next record
         starts new ones."""
-        self.flush()
-        self._end_threads(cancel_futures=False)
+        self._end(cancel=False)
 
     def shutdown(self, cancel_futures: bool = False) -> None:
-        """Wait for every check (the gathered ones started first), or with
-        ``cancel_futures`` drop those not started."""
-        if not cancel_futures:
-            self.flush()
-        self._end_threads(cancel_futures)
+        """Check every record gathered (in this thread too) and end the threads, or with
+        ``cancel_futures`` drop the tasks not started; frees this thread's C caches where
+        it checked records."""
+        self._end(cancel=cancel_futures)
+        if self._helped:
+            release_thread_cache()
+            self._helped = False
 
-    def _end_threads(self, cancel_futures: bool) -> None:
+    def _end(self, cancel: bool) -> None:
         with self._lock:
-            pool, self._pool, self._ending = self._pool, None, True
-        if pool is not None:
-            pool.shutdown(cancel_futures=cancel_futures)
+            if cancel:
+                self._open.clear()
+                while self._queue:
+                    self._queue.popleft().drop()
+            elif self._open:
+                self._submit()
+            self._ending = True
+            threads, self._threads = self._threads, []
+            for _ in threads:
+                self._wake.put(_END)
+        while True:  # help the threads with what is queued
+            with self._lock:
+                task = self._queue.popleft() if self._queue else None
+            if task is None:
+                break
+            self._helped = True
+            task.run()
+        for thread in threads:
+            thread.join()
+        with self._lock:
+            self._ending = False
+
+    def _take_part(self) -> _Task:  # under the lock
+        oldest = self._queue[0]
+        if len(oldest.records) <= self._steal:
+            return self._queue.popleft()
+        part = _Task(oldest.records[:self._steal])
+        oldest.records = oldest.records[self._steal:]
+        for slot, record in enumerate(oldest.records):
+            record.slot = slot
+        return part
 
     def _submit(self) -> None:  # under the lock
         batch, self._open = self._open, []
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(self._workers, thread_name_prefix="fastload-check")
-            self._ending = False
-        self._running += 1
-        future = self._pool.submit(kept_records_problems, [record.kept[1] for record in batch])
-        for slot, record in enumerate(batch):
-            record.submitted(future, slot)
-        future.add_done_callback(self._finished)
+        self._queue.append(_Task(batch))
+        if not self._threads and not self._ending:
+            self._threads = [threading.Thread(target=self._serve, daemon=True,
+                                              name=f"fastload-check_{i}")
+                             for i in range(self._thread_count)]
+            for thread in self._threads:
+                thread.start()
+        self._wake.put(None)
 
-    def _finished(self, _future: Future) -> None:
-        with self._lock:
-            self._running -= 1
-            if (not self._ending and len(self._open) >= self._least
-                    and self._running < self._workers):
-                self._submit()
+    def _serve(self) -> None:
+        while self._wake.get() is not _END:
+            with self._lock:
+                if not self._queue:  # the waiting thread took it
+                    continue
+                task = self._queue.popleft()
+                self._busy += 1
+            task.run()
+            with self._lock:
+                self._busy -= 1
+                if len(self._open) >= self._least and not self._ending:
+                    self._submit()

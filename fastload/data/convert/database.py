@@ -2,8 +2,10 @@
 
 The main process reads every record and keeps a JPEG whose markers pass the keep-bytes
 check itself (see :mod:`fastload.data.convert.image_check`); with ``check="decode"`` (the default)
-such a JPEG is then decoded strictly in ``workers`` threads of the main process (the decoder
-releases the GIL; measured cheaper than sending the bytes to a process and back). Records
+such a JPEG's entropy-coded data is then checked in the main process, by ``workers - 1``
+threads and by the main thread while it waits for a verdict
+(:mod:`fastload.data.convert.check_batches`; the check releases the GIL, measured cheaper
+than sending the bytes to a process and back). Records
 that need Pillow (other formats, ``max_side``) go to worker processes. Results are consumed in source order and the main process alone writes, in
 committed batches (:mod:`fastload.data.format.writer`), so a resumed run produces the same records
 whatever ``workers`` or ``commit_every``. Used by :mod:`fastload.data.convert.folder` (one

@@ -91,8 +91,9 @@ def convert_folder(
         dst: the LMDB directory to write (or, with ``shards``/``shard_size_mb``, the
             set's folder), new or holding a partial conversion of the same source and
             options; or a URL (see above).
-        workers: processes that re-encode files, and threads that check kept JPEGs
-            strictly (default: all CPU cores; 1 = everything in the calling thread).
+        workers: processes that re-encode files, and cores that check kept JPEGs
+            strictly (``workers - 1`` threads beside the calling thread, which checks too
+            while it waits; default: all CPU cores; 1 = everything in the calling thread).
         max_side: re-encode images whose long side exceeds this, resized to it.
         quality: JPEG quality for every re-encoded image (1-100).
         strict: stop with :class:`ConvertError` at the first unreadable file.

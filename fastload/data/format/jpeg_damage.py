@@ -26,7 +26,7 @@ One owner of this policy: the loader (``fastload.loader.damage``), ``fastload co
 from __future__ import annotations
 
 __all__ = ["CORRUPT_PREFIXES", "damage_reason", "decoded_error", "jpeg_damage", "jpeg_damages",
-           "strict_decode_error", "strict_decode_errors"]
+           "release_thread_cache", "strict_decode_error", "strict_decode_errors"]
 
 try:  # the C entropy-only check (optional: without a compiler, the strict decode alone)
     from fastload.data.format import _jpegcheck
@@ -116,3 +116,10 @@ def damage_reason(report: str) -> str:
     if report.startswith(CORRUPT_PREFIXES):
         return f"damaged JPEG data, the decoder reports {report!r}"
     return report
+
+
+def release_thread_cache() -> None:
+    """Free the C check's look-ups and buffers of the calling thread (a thread of the
+    caller's that checked files now and then; a thread's are freed when it ends)."""
+    if _jpegcheck is not None:
+        _jpegcheck.release_thread_cache()

@@ -748,6 +748,17 @@ done:
     return verdicts;
 }
 
+/* release_thread_cache(): frees this thread's caches now (they are freed when it ends) */
+static PyObject *
+release_thread_cache(PyObject *self, PyObject *unused)
+{
+    pthread_once(&cache_once, make_cache_key);
+    ThreadCache *cache = cache_key_made ? pthread_getspecific(cache_key) : NULL;
+    if (cache != NULL && pthread_setspecific(cache_key, NULL) == 0)
+        free_cache(cache);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"check", check, METH_O,
      "check(data) -> None | str: None where libjpeg-turbo decodes the JPEG data without a "
@@ -756,6 +767,9 @@ static PyMethodDef methods[] = {
      "check_many(files, *, wide=True) -> list[None | str]: check() of each buffer in a "
      "sequence, several files decoded at once in this thread (faster than one at a time): "
      "up to WIDE_LANES with AVX-512 (wide=False: two, as without it)."},
+    {"release_thread_cache", release_thread_cache, METH_NOARGS,
+     "release_thread_cache() -> None: frees the calling thread's look-ups and buffers now "
+     "(a thread's are freed when it ends)."},
     {NULL, NULL, 0, NULL},
 };
 
