@@ -27,13 +27,17 @@ Prints, for each, the median CPU-ms per image (``time.process_time``) with the r
 rounds, the ratio strict decode / entropy check, and how many files the entropy check left
 to the strict decode. Nothing is asserted: see benchmarks/NOTES.md.
 
-    python benchmarks/strict_check_cost.py FOLDER --convert [--rounds 5]
+    python benchmarks/strict_check_cost.py FOLDER --convert [--rounds 5] [--shard-size MB]
+        [--no-before] [--tree OTHER_CHECKOUT]
 
 instead times whole conversions of FOLDER (an ImageFolder tree, e.g. FOLDER/train), each
-in a fresh process (``fastload convert SRC DST --no-progress``), rounds alternating:
-``--check markers``, the strict check as it is now, and the strict check with the entropy
-check switched off (the strict decode for every file, as before issue 41). Wall seconds and
-CPU seconds (the process and its children), medians and ranges, and strict / markers.
+in a fresh process (``fastload convert SRC DST --no-progress --json -``, all cores),
+rounds alternating: ``--check markers``, the strict check as it is now, the strict check
+with the entropy check switched off (the strict decode for every file, as before issue 41;
+not with ``--no-before``), and with ``--tree`` the strict check of another checkout (built
+in place). The conversion's own seconds (its ``--json`` report), the process's wall
+seconds and CPU seconds (the process and its children), medians and ranges, and each
+strict / markers.
 """
 
 from __future__ import annotations
@@ -69,41 +73,56 @@ sys.exit(main(sys.argv[2:]))
 """
 
 
-def _convert_rounds(src: Path, rounds: int) -> None:
+def _convert_rounds(src: Path, rounds: int, shard_size: float | None, before: bool,
+                    tree: Path | None) -> None:
+    import json
     import resource
     import shutil
     import subprocess
     import sys
     import tempfile
 
-    runs = {"markers": ["--check", "markers"], "strict": [], "strict, before": []}
+    here = Path(__file__).resolve().parents[1]
+    runs = {"markers": (here, ["--check", "markers"]), "strict": (here, [])}
+    if before:
+        runs["strict, before"] = (here, [])
+    if tree is not None:
+        runs[f"strict at {tree.name}"] = (tree.resolve(), [])
+    shards = [] if shard_size is None else ["--shard-size", str(shard_size)]
     wall: dict[str, list[float]] = {name: [] for name in runs}
     cpu: dict[str, list[float]] = {name: [] for name in runs}
+    own: dict[str, list[float]] = {name: [] for name in runs}
     with tempfile.TemporaryDirectory() as tmp:
         for _ in range(rounds):
-            for name, extra in runs.items():
+            for name, (root, extra) in runs.items():
                 dst = Path(tmp) / "out"
                 shutil.rmtree(dst, ignore_errors=True)
-                before = resource.getrusage(resource.RUSAGE_CHILDREN)
+                before_usage = resource.getrusage(resource.RUSAGE_CHILDREN)
                 start = time.perf_counter()
-                subprocess.run([sys.executable, "-c", _CONVERT,
-                                "before" if "before" in name else "now", "convert", str(src),
-                                str(dst), "--no-progress", *extra], check=True,
-                               stdout=subprocess.DEVNULL)
+                done = subprocess.run(
+                    [sys.executable, "-c", _CONVERT, "before" if "before" in name else "now",
+                     "convert", str(src), str(dst), "--no-progress", "--json", "-",
+                     *shards, *extra],
+                    check=True, capture_output=True, cwd=tmp,
+                    env={**os.environ, "PYTHONPATH": str(root)})
                 wall[name].append(time.perf_counter() - start)
                 after = resource.getrusage(resource.RUSAGE_CHILDREN)
-                cpu[name].append(after.ru_utime - before.ru_utime + after.ru_stime -
-                                 before.ru_stime)
+                cpu[name].append(after.ru_utime - before_usage.ru_utime + after.ru_stime -
+                                 before_usage.ru_stime)
+                own[name].append(json.loads(done.stdout)["seconds"])
     print(f"{rounds} rounds, load average {os.getloadavg()[0]:.1f} at the end")
     for name in runs:
-        print(f"  {name:15s} wall {statistics.median(wall[name]):6.2f} s "
+        print(f"  {name:15s} conversion {statistics.median(own[name]):6.3f} s "
+              f"(range {min(own[name]):.3f}-{max(own[name]):.3f}), "
+              f"process wall {statistics.median(wall[name]):5.2f} s "
               f"(range {min(wall[name]):.2f}-{max(wall[name]):.2f}), "
-              f"CPU {statistics.median(cpu[name]):6.2f} s "
+              f"CPU {statistics.median(cpu[name]):5.2f} s "
               f"(range {min(cpu[name]):.2f}-{max(cpu[name]):.2f})")
-    for name in ("strict", "strict, before"):
+    for name in list(runs)[1:]:
+        o = statistics.median(own[name]) / statistics.median(own["markers"])
         w = statistics.median(wall[name]) / statistics.median(wall["markers"])
         c = statistics.median(cpu[name]) / statistics.median(cpu["markers"])
-        print(f"  {name} / markers: wall {w:.2f}x, CPU {c:.2f}x")
+        print(f"  {name} / markers: conversion {o:.2f}x, process wall {w:.2f}x, CPU {c:.2f}x")
 
 
 def _load_build(path: Path):
@@ -125,9 +144,17 @@ def main() -> None:
                         help="another build of _jpegcheck (.so) to time beside this one")
     parser.add_argument("--convert", action="store_true",
                         help="time whole conversions of FOLDER instead")
+    parser.add_argument("--shard-size", type=float, default=None,
+                        help="with --convert: write shards of this many MB")
+    parser.add_argument("--no-before", action="store_true",
+                        help="with --convert: leave out the strict decode of every file")
+    parser.add_argument("--tree", type=Path, default=None,
+                        help="with --convert: also time the strict conversion of another "
+                        "checkout (its root, built), in the same rounds")
     args = parser.parse_args()
     if args.convert:
-        _convert_rounds(args.folder, args.rounds)
+        _convert_rounds(args.folder, args.rounds, args.shard_size, not args.no_before,
+                        args.tree)
         return
     files = [p.read_bytes() for p in sorted(args.folder.rglob("*.jpg"))[:args.limit]]
     if not files:
