@@ -296,6 +296,8 @@ def _check(mods: dict, data: bytes):
     many = [data, data[: size // 2], data[: size - 1], data] * 3
     try:
         wide = mods["_jpegcheck"].check_many(many)
+        if size % 5 == 0:  # the thread's caches freed now and then: built again after
+            mods["_jpegcheck"].release_thread_cache()
         narrow = mods["_jpegcheck"].check_many(many, wide=False)
     except Exception as e:  # noqa: BLE001 - the finding is the type
         raise Finding(f"check_many of many: {type(e).__name__}: {e}") from None
