@@ -177,6 +177,16 @@ def test_a_cancelled_record_raises_instead_of_waiting(files, held_check_threads)
     assert not _check_threads()
 
 
+def test_records_gathered_but_not_started_are_dropped_on_cancel(files):
+    batches = CheckBatches(workers=2, least=LEAST, most=MOST)
+    gathered = [batches.add(_kept(files[i])) for i in range(LEAST - 1)]  # in no task yet
+    batches.shutdown(cancel_futures=True)
+    for record in gathered:
+        with pytest.raises(RuntimeError, match="stopped before"):
+            record.get()
+    assert not _check_threads()
+
+
 def test_verdicts_hold_after_a_thread_frees_its_check_caches(files):
     from fastload.data.format.jpeg_damage import release_thread_cache, strict_decode_errors
 

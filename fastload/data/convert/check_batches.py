@@ -111,6 +111,7 @@ class CheckBatches:
         self._queue: deque[_Task] = deque()  # tasks no thread has taken, oldest first
         self._wake: queue.SimpleQueue = queue.SimpleQueue()  # one item a task queued, or _END
         self._threads: list[threading.Thread] = []
+        self._ending_threads: list[threading.Thread] = []  # told to end, not joined yet
         self._busy = 0  # tasks the threads are checking
         self._ending = False  # threads being ended: a finished task starts no other
         self._helped = False  # the waiting thread has run checks (its C caches are filled)
@@ -159,16 +160,21 @@ class CheckBatches:
 
     def _end(self, cancel: bool) -> None:
         with self._lock:
+            self._ending = True  # the threads end: a task submitted now is checked below
             if cancel:
-                self._open.clear()
+                if self._open:
+                    _Task(self._open).drop()
+                    self._open = []
                 while self._queue:
                     self._queue.popleft().drop()
             elif self._open:
                 self._submit()
-            self._ending = True
-            threads, self._threads = self._threads, []
-            for _ in threads:
+            for _ in self._threads:
                 self._wake.put(_END)
+            # joined below; kept listed until then, for a second call after an interrupt
+            self._ending_threads += self._threads
+            self._threads = []
+            threads = list(self._ending_threads)
         while True:  # help the threads with what is queued
             with self._lock:
                 task = self._queue.popleft() if self._queue else None
@@ -179,6 +185,7 @@ class CheckBatches:
         for thread in threads:
             thread.join()
         with self._lock:
+            self._ending_threads = []
             self._ending = False
 
     def _take_part(self) -> _Task:  # under the lock
