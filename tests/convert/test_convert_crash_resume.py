@@ -103,11 +103,17 @@ def test_a_second_conversion_into_the_same_folder_at_once_refuses(source, refere
                              stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
     while not (dst / PARTIAL_FILE).exists() and time.monotonic() < deadline:
-        time.sleep(0.005)
-    second = subprocess.run(command(source, dst), capture_output=True, text=True, timeout=300)
+        time.sleep(0.002)
+    first.send_signal(signal.SIGSTOP)  # mid-way, its lock held, until the second has run
+    try:
+        finished = is_complete(dst)
+        second = subprocess.run(command(source, dst), capture_output=True, text=True,
+                                timeout=300)
+    finally:
+        first.send_signal(signal.SIGCONT)
     assert first.wait(timeout=300) == 0, first.stderr.read()
-    if "already holds a finished" in second.stderr:  # the first was done before the second
-        pytest.skip("the first conversion finished before the second started")
+    assert not finished, "the first conversion finished before it could be paused"
+    assert second.returncode != 0
     assert "another conversion is writing into" in second.stderr
     assert dump(dst) == reference[0]
 
