@@ -29,8 +29,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                              "--shards or --shard-size) to upload a sharded set to")
     parser.add_argument("--workers", type=int, default=None,
                         help="processes that decode the images needing conversion, and "
-                             "threads that decode the JPEGs kept as they are strictly (default: "
-                             "all cores)")
+                             "cores that check the JPEGs kept as they are (WORKERS - 1 threads and "
+                             "the reading thread; default: all cores)")
     parser.add_argument("--max-side", type=int, default=None, metavar="N",
                         help="re-encode images whose long side exceeds N pixels, resized to N")
     parser.add_argument("--quality", type=int, default=90,
