@@ -136,13 +136,8 @@ class CheckBatches:
     def help_or_wait(self, record: CheckedRecord) -> None:
         """Check up to ``steal`` records of the oldest task no thread has taken, or where
         there is none wait for ``record``'s task."""
-        with self._lock:
-            part = self._take_part() if self._queue else None
-        if part is None:
+        if not self._check_queued(whole=False):
             record.task.done.wait()
-        else:
-            self._helped = True
-            part.run()
 
     def stop_threads(self) -> None:
         """Check what was gathered and end the threads (before a fork); the next record
@@ -175,28 +170,29 @@ class CheckBatches:
             self._ending_threads += self._threads
             self._threads = []
             threads = list(self._ending_threads)
-        while True:  # help the threads with what is queued
-            with self._lock:
-                task = self._queue.popleft() if self._queue else None
-            if task is None:
-                break
-            self._helped = True
-            task.run()
+        while self._check_queued(whole=True):  # help the threads with what is queued
+            pass
         for thread in threads:
             thread.join()
         with self._lock:
             self._ending_threads = []
             self._ending = False
 
-    def _take_part(self) -> _Task:  # under the lock
-        oldest = self._queue[0]
-        if len(oldest.records) <= self._steal:
-            return self._queue.popleft()
-        part = _Task(oldest.records[:self._steal])
-        oldest.records = oldest.records[self._steal:]
-        for slot, record in enumerate(oldest.records):
-            record.slot = slot
-        return part
+    def _check_queued(self, whole: bool) -> bool:
+        """Check the oldest task no thread has taken in this thread, or with ``whole=False``
+        its first ``steal`` records (the rest stay queued); False where none is queued."""
+        with self._lock:
+            if not self._queue:
+                return False
+            oldest = self._queue[0]
+            if whole or len(oldest.records) <= self._steal:
+                task = self._queue.popleft()
+            else:  # the records' tasks and slots are set anew by each part's _Task
+                task = _Task(oldest.records[:self._steal])
+                self._queue[0] = _Task(oldest.records[self._steal:])
+        self._helped = True
+        task.run()
+        return True
 
     def _submit(self) -> None:  # under the lock
         batch, self._open = self._open, []
