@@ -176,6 +176,24 @@ def time_epoch(loader, *, batch_size: int, start: float | None = None, t_ctor: f
     }
 
 
+def time_epochs(args, make, *, cache_figures: bool = True) -> dict:
+    """``args.epochs`` passes over the loader ``make()`` returns, the first timed from
+    before ``make()`` (cold: the dataset's construction included); with ``cache_figures``
+    the first also reports the disk ``args.cache`` holds after it."""
+    t0 = time.perf_counter()
+    loader = make()
+    t_ctor = time.perf_counter() - t0
+    epochs = []
+    for epoch in range(args.epochs):
+        figures = time_epoch(loader, batch_size=args.batch_size,
+                             start=t0 if epoch == 0 else None,
+                             t_ctor=t_ctor if epoch == 0 else 0.0)
+        if epoch == 0 and cache_figures:
+            figures["cache"] = disk_usage(args.cache)
+        epochs.append(figures)
+    return {"epochs": epochs}
+
+
 def emit(result: dict) -> None:
     """The row's answer to run.py: one line on stdout."""
     sys.stdout.write("RESULT " + json.dumps(result) + "\n")

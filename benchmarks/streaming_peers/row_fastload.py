@@ -128,18 +128,8 @@ def _preimport() -> None:
 
 def read(args) -> dict:
     _preimport()
-    t0 = time.perf_counter()
-    loader = _make(args, remote=args.remote, cache=args.cache)
-    t_ctor = time.perf_counter() - t0
-    epochs = []
-    for epoch in range(args.epochs):
-        figures = pc.time_epoch(loader, batch_size=args.batch_size,
-                                start=t0 if epoch == 0 else None,
-                                t_ctor=t_ctor if epoch == 0 else 0.0)
-        if epoch == 0 and _is_remote(args.remote):
-            figures["cache"] = pc.disk_usage(args.cache)
-        epochs.append(figures)
-    return {"epochs": epochs}
+    return pc.time_epochs(args, lambda: _make(args, remote=args.remote, cache=args.cache),
+                          cache_figures=_is_remote(args.remote))
 
 
 def resume(args) -> dict:

@@ -70,18 +70,7 @@ def _make(args, *, remote: str, cache: str):
 def read(args) -> dict:
     import streaming  # noqa: F401  (imported before the clock starts: every row pays torch's import)
 
-    t0 = time.perf_counter()
-    _dataset, loader = _make(args, remote=args.remote, cache=args.cache)
-    t_ctor = time.perf_counter() - t0
-    epochs = []
-    for epoch in range(args.epochs):
-        figures = pc.time_epoch(loader, batch_size=args.batch_size,
-                                start=t0 if epoch == 0 else None,
-                                t_ctor=t_ctor if epoch == 0 else 0.0)
-        if epoch == 0:
-            figures["cache"] = pc.disk_usage(args.cache)
-        epochs.append(figures)
-    return {"epochs": epochs}
+    return pc.time_epochs(args, lambda: _make(args, remote=args.remote, cache=args.cache)[1])
 
 
 def resume(args) -> dict:
