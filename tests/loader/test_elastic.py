@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
+from batch_orders import take
 
 from fastload.loader.batch_order import BatchOrder
 from fastload.loader.sampling import EpochSampler
@@ -19,21 +20,6 @@ def rank_order(world: int, rank: int, *, drop_last: bool = False, shuffle: bool 
     own = EpochSampler(N, shuffle=shuffle, seed=SEED, num_replicas=world, rank=rank,
                        drop_last=drop_last)
     return BatchOrder(None, own, batch, drop_last, SEED, N)
-
-
-def take(order: BatchOrder, batches: int | None) -> list[int]:
-    """Yield up to ``batches`` batches of the current/next epoch (all when None)."""
-    epoch = order.current or order.start_epoch()
-    seen = []
-    while batches is None or batches > 0:
-        item = epoch.next()
-        if item is None:
-            order.finish_epoch()
-            break
-        epoch.mark_yielded()
-        seen += item[1]
-        batches = None if batches is None else batches - 1
-    return seen
 
 
 def stop_and_resume(first: int, second: int, stop_after: int, saver: int = 0, **kw):

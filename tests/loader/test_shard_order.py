@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 import torchvision.transforms as T
+from batch_orders import take
 
 import fastload
 from fastload.data.convert.folder import convert_folder
@@ -35,21 +36,6 @@ def rank_order(world: int, rank: int, *, window: int = WINDOW, drop_last: bool =
                batch: int = BATCH) -> BatchOrder:
     own = ShardShuffleSampler(RANGES, world, rank, True, SEED, drop_last, shard_window=window)
     return BatchOrder(None, own, batch, drop_last, SEED, N)
-
-
-def take(order: BatchOrder, batches: int | None) -> list[int]:
-    """Yield up to ``batches`` batches of the current/next epoch (all when None)."""
-    epoch = order.current or order.start_epoch()
-    seen = []
-    while batches is None or batches > 0:
-        item = epoch.next()
-        if item is None:
-            order.finish_epoch()
-            break
-        epoch.mark_yielded()
-        seen += item[1]
-        batches = None if batches is None else batches - 1
-    return seen
 
 
 def test_each_window_holds_exactly_the_samples_of_its_shards():
