@@ -56,28 +56,6 @@
 #include "../jpegroi/jpegroi.h"
 #include "lanes.h"
 
-typedef struct {
-    struct jpeg_error_mgr pub;
-    jmp_buf jump;
-    char message[JMSG_LENGTH_MAX];
-} ErrorManager;
-
-static void
-on_error(j_common_ptr cinfo)
-{
-    ErrorManager *err = (ErrorManager *)cinfo->err;
-    (*cinfo->err->format_message)(cinfo, err->message);
-    longjmp(err->jump, 1);
-}
-
-static void
-on_message(j_common_ptr cinfo, int level)
-{
-    if (level < 0) /* a warning: the strict decode stops on it */
-        on_error(cinfo);
-    /* trace messages are dropped: nothing goes to stderr */
-}
-
 enum { CLEAN = 0, NOT_CLEAN = 1 };
 
 /* Whether TurboJPEG's strict grey decode takes this layout (see the top comment). */

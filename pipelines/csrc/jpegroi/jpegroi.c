@@ -46,28 +46,6 @@
 #include "jpegroi.h"
 
 typedef struct {
-    struct jpeg_error_mgr pub;
-    jmp_buf jump;
-    char message[JMSG_LENGTH_MAX];
-} ErrorManager;
-
-static void
-on_error(j_common_ptr cinfo)
-{
-    ErrorManager *err = (ErrorManager *)cinfo->err;
-    (*cinfo->err->format_message)(cinfo, err->message);
-    longjmp(err->jump, 1);
-}
-
-static void
-on_message(j_common_ptr cinfo, int level)
-{
-    if (level < 0) /* a warning: corrupt data. Strict: it fails the call. */
-        on_error(cinfo);
-    /* trace messages (level >= 0) are dropped: nothing is written to stderr */
-}
-
-typedef struct {
     const unsigned char *data;
     unsigned long size;
     int m, top, left, height, width, mode;

@@ -1,12 +1,38 @@
-/* _jpegroi's own Huffman decoder (pipelines/csrc/jpegroi/huffman.c), shared with _jpegroi.c. */
+/* Shared by _jpegroi and _jpegcheck: libjpeg's strict error handler, and _jpegroi's own Huffman
+ * decoder (pipelines/csrc/jpegroi/huffman.c). */
 #ifndef FASTLOAD_JPEGROI_H
 #define FASTLOAD_JPEGROI_H
 
+#include <setjmp.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
 #include <jpeglib.h>
+
+/* libjpeg's error handler for both strict decoders (_jpegroi's region decode, _jpegcheck's
+ * check): an error jumps back with libjpeg's message kept; a warning (corrupt data inside
+ * what was read) is an error too; trace messages are dropped, so nothing goes to stderr. */
+typedef struct {
+    struct jpeg_error_mgr pub;
+    jmp_buf jump;
+    char message[JMSG_LENGTH_MAX];
+} ErrorManager;
+
+static inline void
+on_error(j_common_ptr cinfo)
+{
+    ErrorManager *err = (ErrorManager *)cinfo->err;
+    (*cinfo->err->format_message)(cinfo, err->message);
+    longjmp(err->jump, 1);
+}
+
+static inline void
+on_message(j_common_ptr cinfo, int level)
+{
+    if (level < 0)
+        on_error(cinfo);
+}
 
 #define HUFF_FAST_BITS 10
 
