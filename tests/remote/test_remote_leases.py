@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
@@ -45,19 +46,22 @@ def run_child(code: str, timeout: float = 60) -> subprocess.CompletedProcess:
 
 @pytest.fixture()
 def holder():
-    """Start a process that holds a lock file exclusively (as another rank's download of
-    that shard would) until the test ends."""
+    """Start a process that holds lock files exclusively (as another rank's download of
+    that shard would), or with ``shared=True`` shared (as another rank reading it would),
+    until the test ends."""
     started: list[subprocess.Popen] = []
 
-    def hold(*paths: Path) -> None:
+    def hold(*paths: Path, shared: bool = False) -> None:
         for path in paths:
             path.parent.mkdir(parents=True, exist_ok=True)
         code = ("import fcntl, os, sys, time\n"
-                "for p in sys.argv[1:]:\n"
-                "    fcntl.flock(os.open(p, os.O_RDWR | os.O_CREAT), fcntl.LOCK_EX)\n"
+                "mode = getattr(fcntl, sys.argv[1])\n"
+                "for p in sys.argv[2:]:\n"
+                "    fcntl.flock(os.open(p, os.O_RDWR | os.O_CREAT), mode)\n"
                 "print('held', flush=True)\n"
                 "time.sleep(600)\n")
-        child = subprocess.Popen([sys.executable, "-c", code, *map(str, paths)],
+        mode = "LOCK_SH" if shared else "LOCK_EX"
+        child = subprocess.Popen([sys.executable, "-c", code, mode, *map(str, paths)],
                                  stdout=subprocess.PIPE, text=True)
         started.append(child)
         assert child.stdout.readline().strip() == "held"
@@ -223,3 +227,40 @@ def test_200_acquires_from_4_threads_in_2_processes_with_evictions_end_with_ever
         assert fd is not None, lock
         leases.close_lock(fd)
     assert not list((s3_env / "shards").glob(".part-*"))
+
+
+def test_a_shard_another_process_installs_while_this_one_waits_to_fetch_it_is_read_at_once(
+        s3_env, s3_sharded_set, sharded_set, holder, tmp_path, monkeypatch):
+    """A process that found the shard missing waits to fetch it; another process installs it
+    meanwhile and reads it (holding it shared for as long as it does): the waiting process
+    reads that copy, instead of waiting for the exclusive lock until the reader closes it."""
+    from fastload.data.remote import cache, cache_layout
+
+    monkeypatch.setattr(cache, "LOCK_WAIT_S", 20.0)
+    elsewhere = fastload.LMDBDataset(s3_sharded_set, cache_dir=tmp_path / "elsewhere").reader
+    elsewhere.record(elsewhere.entries[1].start)  # the other process's download, done aside
+    downloaded = Path(elsewhere.entries[1].folder)
+    elsewhere.close()
+    reader = fastload.LMDBDataset(s3_sharded_set).reader
+    target = Path(reader.entries[1].folder)
+    holder(lock_file(reader, 1), shared=True)  # the other process reads the shard
+    found_missing = threading.Event()
+    valid = cache_layout.valid
+
+    def watched_valid(folder, fingerprint) -> bool:
+        ok = valid(folder, fingerprint)
+        if not ok and Path(folder) == target:
+            found_missing.set()
+        return ok
+
+    monkeypatch.setattr(cache_layout, "valid", watched_valid)
+    got: list = []
+    thread = threading.Thread(target=lambda: got.append(reader.record(reader.entries[1].start)))
+    thread.start()
+    assert found_missing.wait(30)  # it looked under the shared lock and will fetch the shard
+    os.rename(downloaded, target)  # the other process's download lands in this cache
+    thread.join(10)
+    assert not thread.is_alive(), "still waiting for the exclusive lock"
+    assert got == [fastload.LMDBDataset(sharded_set).reader.record(reader.entries[1].start)]
+    assert reader.cache.downloads == 0
+    reader.close()

@@ -21,7 +21,9 @@ Per shard, an ``flock`` on its lock file says who uses it (:mod:`~fastload.data.
 
 * a reader holds it **shared** while it has the shard open (a :class:`Lease`);
 * a download holds it **exclusive**: a second process (or thread) wanting the same shard
-  waits, then finds it installed, so the ranks of a node download a shard once;
+  waits, then finds it installed, so the ranks of a node download a shard once (a process
+  that found it missing and waits to fetch it stops waiting as soon as it is installed:
+  the one that fetched it holds it shared for as long as it reads it);
 * eviction takes it exclusive **without waiting**: a shard anyone holds is never evicted.
 
 Within a process the lock is taken through one descriptor at a time (``flock`` locks belong
@@ -254,13 +256,14 @@ class ShardCache:
         def timed_out(waited: float) -> str:
             return self._timed_out(folder, shard.lock, waited)
 
-        def lock(mode: int) -> None:
+        def lock(mode: int, until: Callable[[], bool] | None = None) -> bool:
             start = time.monotonic()
-            wait_flock(fd, mode, deadline, cancelled, timed_out)
+            taken = wait_flock(fd, mode, deadline, cancelled, timed_out, until)
             waited = time.monotonic() - start
             if waited >= _WAIT_LOGGED_S:
                 log.debug("cache: waited %.2f s for the lock of %s (another process fetching "
                           "or reading it)", waited, folder.name)
+            return taken
 
         fetched = False  # by this call: the next valid check is no cache hit
         fd = open_lock(shard.lock)
@@ -277,8 +280,13 @@ class ShardCache:
                         with shard.cond:
                             shard.fd, shard.count, fd = fd, 1, -1
                         return Lease(folder, shard)
-                # waits for a download of it elsewhere, or for the readers of a bad copy
-                lock(fcntl.LOCK_EX)
+                # waits for a download of it elsewhere, or for the readers of a bad copy;
+                # a shard another process installed meanwhile is taken shared (above): that
+                # process holds it shared for as long as it reads it, so an exclusive lock
+                # would not come until it closed the shard
+                if not lock(fcntl.LOCK_EX, until=None if refresh else (
+                        lambda: layout.valid(folder, fingerprint))):
+                    continue
                 if refresh:
                     refresh = False
                     if folder.exists():  # the copy that failed its caller's check

@@ -181,10 +181,13 @@ def close_lock(fd: int) -> None:
 
 
 def wait_flock(fd: int, operation: int, deadline: float,
-               cancelled: Callable[[], bool] | None, timed_out: Callable[[float], str]) -> None:
+               cancelled: Callable[[], bool] | None, timed_out: Callable[[float], str],
+               until: Callable[[], bool] | None = None) -> bool:
     """Take ``flock(fd, operation)``, trying again while another process holds the lock,
     until ``time.monotonic()`` passes ``deadline`` (``TimeoutError(timed_out(waited_s))``)
-    or ``cancelled()`` says so (:class:`Cancelled`)."""
+    or ``cancelled()`` says so (:class:`Cancelled`). True once taken; False, without it,
+    as soon as ``until()`` is true (checked while the lock is held elsewhere: what the
+    wait was for has happened)."""
     import fcntl
 
     start = time.monotonic()
@@ -192,9 +195,11 @@ def wait_flock(fd: int, operation: int, deadline: float,
     while True:
         try:
             fcntl.flock(fd, operation | fcntl.LOCK_NB)
-            return
+            return True
         except BlockingIOError:
             pass
+        if until is not None and until():
+            return False
         if cancelled is not None and cancelled():
             raise Cancelled()
         now = time.monotonic()
