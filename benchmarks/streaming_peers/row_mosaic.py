@@ -8,6 +8,7 @@ credentials from the standard AWS variables; run.py sets both.
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -15,6 +16,8 @@ import peers_common as pc
 
 # 'jpeg' stores a JpegImageFile's original file bytes (no re-encode) and decodes to PIL.
 COLUMNS = {"image": "jpeg", "label": "int", "index": "int"}
+# set: the reading process drops its S3 client before the DataLoader forks its workers
+DROP_PARENT_CLIENT = "PEERS_MOSAIC_DROP_PARENT_CLIENT"
 
 
 def convert(args) -> dict:
@@ -62,6 +65,9 @@ def _make(args, *, remote: str, cache: str):
         remote=None if is_local else remote, local=remote if is_local else cache,
         shuffle=True, shuffle_seed=args.seed, batch_size=args.batch_size,
         transform=pc.train_transform())
+    if os.environ.get(DROP_PARENT_CLIENT):  # a diagnostic (mosaic_inherited_client.py)
+        for stream in dataset.streams:  # the S3 client that fetched index.json, with its socket
+            stream._downloader.clean_up()
     loader = StreamingDataLoader(dataset, batch_size=args.batch_size, num_workers=args.workers,
                                  persistent_workers=True)
     return dataset, loader
