@@ -57,6 +57,10 @@ def format_report(report) -> str:
             if kernel.name == "_jpegroi" and report.libjpeg:
                 kind = "libjpeg-turbo" if report.libjpeg_turbo else "libjpeg (not turbo)"
                 text += f", {kind} {report.libjpeg}"
+            if kernel.name == "_jpegcheck" and report.check_files_at_once:
+                n = report.check_files_at_once
+                text += (f", the strict JPEG check decodes {n} files at once "
+                         + ("(AVX-512)" if n > 2 else "(no AVX-512)"))
         else:
             text = f"MISSING ({kernel.detail}); instead: {kernel.fallback}"
         lines.append((f"kernel {kernel.name}", text))

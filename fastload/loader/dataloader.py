@@ -36,6 +36,7 @@ from fastload.loader.shard_order import (
     warn_if_class_sorted,
 )
 from fastload.loader.stage import SampleStage, collate_with_mix
+from fastload.utils.fallback import FallbackWarning
 
 __all__ = ["DataLoader", "FallbackWarning", "SampleError"]
 
@@ -63,17 +64,6 @@ def _collect_before_forks() -> None:
     if not _COLLECTED:
         _COLLECTED = True
         gc.collect()
-
-
-class FallbackWarning(UserWarning):
-    """fastload runs a slower path, and the message names the reason: torch's DataLoader for
-    this dataset, or (once per process and kernel) torch's or Pillow's ops where an optional C
-    kernel the plan uses is missing (``fastload doctor`` lists them).
-
-    Warned by :class:`DataLoader`'s constructor when it falls back to torch's DataLoader
-    (same batches, no speed-up; ``strict=True`` raises instead). Filter it with
-    ``warnings.simplefilter("error", fastload.FallbackWarning)`` to make it fail.
-    """
 
 
 def _name(obj: Any) -> str:

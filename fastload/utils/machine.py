@@ -24,13 +24,19 @@ __all__ = ["DISTRIBUTION", "KERNELS", "CpuInfo", "GpuInfo", "KernelStatus", "Mac
 
 DISTRIBUTION = "fastload-dali"  # the name on the package index; the import name is fastload
 
-# Optional C kernel (module under fastload.pipelines) -> what runs instead when it is missing.
+# Optional C kernel (module under fastload.pipelines, or the package _KERNEL_PACKAGES names)
+# -> what runs instead when it is missing.
 KERNELS: dict[str, str] = {
     "_normalize": "normalize and layout change in torch ops (same values, slower)",
     "_augment": "colour, mix and grid augmentations in torch ops (same values, slower)",
     "_affine": "PIL-exact affine warps in torch ops (same values, slower)",
     "_jpegroi": "large JPEGs decoded whole at their DCT scale, then cropped (slower)",
+    "_jpegcheck": "the strict JPEG check (convert's default --check decode, a folder file's "
+                  "first read, verify --full) decodes every file at 1/8 scale (the same "
+                  "verdicts, 3-6x the CPU per file)",
 }
+_KERNEL_PACKAGES = {"_jpegcheck": "fastload.data.format"}
+_NEEDS_LIBJPEG = ("_jpegroi", "_jpegcheck")  # built with libjpeg-turbo's headers too
 
 # DALI's distributions, one per CUDA major; both install the same `nvidia.dali` package.
 DALI_DISTRIBUTIONS: dict[int, str] = {12: "nvidia-dali-cuda120", 13: "nvidia-dali-cuda130"}
@@ -46,7 +52,7 @@ _HW_JPEG_CAPABILITIES = {(8, 0), (9, 0), (10, 0)}
 
 @dataclasses.dataclass(frozen=True)
 class KernelStatus:
-    name: str  # module under fastload.pipelines
+    name: str  # module under fastload.pipelines (_jpegcheck: under fastload.data.format)
     loaded: bool
     detail: str  # the file that loaded, or why the import failed
     fallback: str  # what runs instead when it is missing
@@ -91,6 +97,9 @@ class MachineReport:
     cache_free_bytes: int | None
     extras: dict[str, bool]  # extra -> all its requirements installed
     advice: list[str] = dataclasses.field(default_factory=list)
+    # JPEGs the strict check decodes at once in a thread: 32 with AVX-512, else 2; None
+    # without its kernel
+    check_files_at_once: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -131,12 +140,20 @@ def kernel_status(kernels: dict[str, str] = KERNELS) -> list[KernelStatus]:
     found = []
     for name, fallback in kernels.items():
         try:
-            module = importlib.import_module(f"fastload.pipelines.{name}")
+            package = _KERNEL_PACKAGES.get(name, "fastload.pipelines")
+            module = importlib.import_module(f"{package}.{name}")
         except Exception as exc:  # noqa: BLE001 - ImportError, or a broken shared object
             found.append(KernelStatus(name, False, f"{type(exc).__name__}: {exc}", fallback))
         else:
             found.append(KernelStatus(name, True, str(getattr(module, "__file__", "")), fallback))
     return found
+
+
+def _check_files_at_once(kernels: list[KernelStatus]) -> int | None:
+    if not any(k.loaded and k.name == "_jpegcheck" for k in kernels):
+        return None
+    check = importlib.import_module(f"{_KERNEL_PACKAGES['_jpegcheck']}._jpegcheck")  # probed
+    return getattr(check, "WIDE_LANES", 0) or 2
 
 
 def _mapped_libjpeg() -> str | None:
@@ -281,7 +298,7 @@ def _advice(report: MachineReport) -> list[str]:
         if kernel.loaded:
             continue
         build = ("a C compiler and libjpeg-turbo's headers (Debian/Ubuntu: apt install "
-                 "libjpeg62-turbo-dev or libjpeg-turbo8-dev)" if kernel.name == "_jpegroi"
+                 "libjpeg62-turbo-dev or libjpeg-turbo8-dev)" if kernel.name in _NEEDS_LIBJPEG
                  else "a C compiler")
         lines.append(f"C kernel {kernel.name} is missing, so {kernel.fallback}: install the "
                      f"manylinux wheel, or rebuild from source with {build}: "
@@ -365,6 +382,7 @@ def machine_report(cache_dir: str | os.PathLike, *, import_torch: bool = True) -
         cache_dir=str(cache),
         cache_free_bytes=_free_bytes(cache),
         extras=extras_present(own) if own is not None else {},
+        check_files_at_once=_check_files_at_once(kernels),
     )
     report.advice = _advice(report)
     return report

@@ -22,7 +22,8 @@ def test_doctor_prints_every_section_and_exits_0(capsys):
     out = capsys.readouterr().out
     keys = [line.split("  ")[0] for line in out.splitlines() if not line.startswith((" ", "advice"))]
     for key in ("fastload", "torch", "torchvision", "DALI", "timm", "kernel _normalize",
-                "kernel _augment", "kernel _affine", "kernel _jpegroi", "CPU", "CPU flags",
+                "kernel _augment", "kernel _affine", "kernel _jpegroi", "kernel _jpegcheck",
+                "CPU", "CPU flags",
                 "cores", "cache"):
         assert key in keys, out
     assert "GPU" in out and "native bf16" in out
@@ -53,6 +54,28 @@ def test_a_missing_kernel_is_named_with_what_runs_instead_and_how_to_build_it(mo
     assert len(advice) == 1
     assert "decoded whole at their DCT scale" in advice[0]
     assert "libjpeg62-turbo-dev" in advice[0] and "--no-binary fastload-dali" in advice[0]
+
+
+def test_the_strict_checks_kernel_says_how_many_files_it_decodes_at_once(capsys, tmp_path):
+    from fastload.data.format import _jpegcheck
+    from fastload.tools.cli import main
+
+    at_once = _jpegcheck.WIDE_LANES or 2
+    assert _probe(tmp_path).check_files_at_once == at_once
+    assert main(["doctor"]) == 0
+    line = next(line for line in capsys.readouterr().out.splitlines()
+                if line.startswith("kernel _jpegcheck"))
+    assert f"decodes {at_once} files at once" in line
+    assert ("(AVX-512)" if at_once > 2 else "(no AVX-512)") in line
+
+
+def test_a_missing_strict_check_kernel_is_named_with_its_fallback(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "fastload.data.format._jpegcheck", None)  # import fails
+    report = _probe(tmp_path)
+    check = next(k for k in report.kernels if k.name == "_jpegcheck")
+    assert not check.loaded and report.check_files_at_once is None
+    (advice,) = [line for line in report.advice if "_jpegcheck" in line]
+    assert "decodes every file at 1/8 scale" in advice and "libjpeg62-turbo-dev" in advice
 
 
 def test_cpu_without_native_bf16_gets_the_amp_advice(monkeypatch, tmp_path):

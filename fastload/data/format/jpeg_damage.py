@@ -25,13 +25,19 @@ One owner of this policy: the loader (``fastload.loader.damage``), ``fastload co
 
 from __future__ import annotations
 
+import threading
+
 __all__ = ["CORRUPT_PREFIXES", "damage_reason", "decoded_error", "jpeg_damage", "jpeg_damages",
            "release_thread_cache", "strict_decode_error", "strict_decode_errors"]
 
 try:  # the C entropy-only check (optional: without a compiler, the strict decode alone)
     from fastload.data.format import _jpegcheck
-except ImportError:  # pragma: no cover - a build without the extension
+except ImportError as exc:  # a build without the extension: said once, at the first check
     _jpegcheck = None
+    _MISSING: str | None = f"{type(exc).__name__}: {exc}"
+else:
+    _MISSING = None
+_MISSING_LOCK = threading.Lock()
 
 # libjpeg's warnings (JWRN_* of jerror.h) that mean damaged data; the others (an unknown
 # JFIF revision, an Adobe transform code) are harmless notes.
@@ -41,6 +47,26 @@ CORRUPT_PREFIXES = (
     "Invalid SOS parameters for sequential JPEG",
     "Inconsistent progression sequence",
 )
+
+
+def _say_missing_kernel() -> None:
+    """Warn, once per process, that the strict check runs without its C kernel."""
+    global _MISSING
+    with _MISSING_LOCK:  # the conversion's check threads
+        reason, _MISSING = _MISSING, None
+    if reason is None:
+        return
+    import warnings
+
+    from fastload.utils.fallback import FallbackWarning
+    from fastload.utils.machine import DISTRIBUTION, KERNELS
+
+    warnings.warn(
+        f"fastload: the C kernel fastload.data.format._jpegcheck is missing ({reason}); "
+        f"instead, {KERNELS['_jpegcheck']}. `fastload doctor` lists what this install lacks; "
+        f"install the manylinux wheel, or rebuild with a C compiler and libjpeg-turbo's "
+        f"headers: pip install --force-reinstall --no-binary {DISTRIBUTION} {DISTRIBUTION}",
+        FallbackWarning, stacklevel=3)
 
 
 def _is_jpeg(data) -> bool:
@@ -54,7 +80,9 @@ def strict_decode_error(data) -> str | None:
     finds intact are not decoded (see the module docstring)."""
     if not _is_jpeg(data):
         return None
-    if _jpegcheck is not None and _jpegcheck.check(data) is None:
+    if _jpegcheck is None:
+        _say_missing_kernel()
+    elif _jpegcheck.check(data) is None:
         return None
     return decoded_error(data)
 
