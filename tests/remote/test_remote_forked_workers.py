@@ -51,3 +51,20 @@ def test_forked_torch_workers_read_a_set_the_parent_has_read_like_the_local_set(
         assert time.perf_counter() - start < 15, f"epoch {epoch} waited on a read"
         # the other two shards were downloaded by the workers
         assert len(list(s3_env.glob(f"shards/shard-*/{MARKER}"))) == 3
+
+
+def test_forked_torch_workers_read_a_single_lmdb_at_a_url_the_parent_opened(
+        s3_env, s3_server, sharded_set):
+    from seaweed import upload_tree
+
+    folder = sharded_set / "shard-00002-of-00003"  # one ordinary fastload LMDB
+    url = upload_tree(s3_server, folder, "forked/one.lmdb")
+    local = fastload.LMDBDataset(folder)
+    want = [bytes(local.reader.record(i)[0]) for i in range(len(local))]
+    remote = fastload.LMDBDataset(url)
+    assert bytes(remote.reader.record(0)[0]) == want[0]
+    loader = torch.utils.data.DataLoader(RawRecords(remote), batch_size=None, num_workers=2,
+                                         multiprocessing_context="fork")
+    start = time.perf_counter()
+    assert list(loader) == want
+    assert time.perf_counter() - start < 15
