@@ -14,7 +14,7 @@ import logging
 import threading
 from typing import Any
 
-from fastload.utils.machine import DISTRIBUTION
+from fastload.utils.machine import kernel_fix
 
 __all__ = ["missing_kernel_messages"]
 
@@ -50,15 +50,10 @@ def missing_kernel_messages(split: Any, device: str, *, scaled_decode: str = "au
             if name not in missing or name in _said:
                 continue
             _said.add(name)
-            build = ("a C compiler and libjpeg-turbo's headers (Debian/Ubuntu: apt install "
-                     "libjpeg62-turbo-dev or libjpeg-turbo8-dev)" if name == "_jpegroi"
-                     else "a C compiler")
             log.debug("plan: C kernel %s is missing (%s), used by %s", name, missing[name], use)
             messages.append(
                 f"fastload.DataLoader: the C kernel fastload.pipelines.{name}, which "
                 f"{use} runs, is missing ({missing[name]}); instead, "
                 f"{kernel_fallbacks[name]}. `fastload doctor` lists what this install lacks; "
-                f"to get the kernel, install fastload's manylinux wheel, or reinstall with "
-                f"{build}: pip install --force-reinstall --no-binary {DISTRIBUTION} "
-                f"{DISTRIBUTION}")
+                f"to get the kernel, {kernel_fix(name)}")
     return messages

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["DISTRIBUTION", "KERNELS", "CpuInfo", "GpuInfo", "KernelStatus", "MachineReport",
-           "cpu_info", "dali_flavours", "extras_present", "kernel_status", "machine_report"]
+           "cpu_info", "dali_flavours", "extras_present", "kernel_fix", "kernel_status",
+           "machine_report"]
 
 DISTRIBUTION = "fastload-dali"  # the name on the package index; the import name is fastload
 
@@ -135,13 +136,25 @@ def dali_flavours() -> tuple[list[str], str | None, str | None]:
     return installed, str(getattr(dali, "__version__", None)), cuda
 
 
+def _kernel_module(name: str) -> str:
+    return f"{_KERNEL_PACKAGES.get(name, 'fastload.pipelines')}.{name}"
+
+
+def kernel_fix(name: str) -> str:
+    """How to get the optional C kernel ``name`` where it is missing (a sentence's end)."""
+    build = ("a C compiler and libjpeg-turbo's headers (Debian/Ubuntu: apt install "
+             "libjpeg62-turbo-dev or libjpeg-turbo8-dev)" if name in _NEEDS_LIBJPEG
+             else "a C compiler")
+    return (f"install fastload's manylinux wheel, or rebuild from source with {build}: "
+            f"pip install --force-reinstall --no-binary {DISTRIBUTION} {DISTRIBUTION}")
+
+
 def kernel_status(kernels: dict[str, str] = KERNELS) -> list[KernelStatus]:
     """Import each optional C kernel and say whether it loaded."""
     found = []
     for name, fallback in kernels.items():
         try:
-            package = _KERNEL_PACKAGES.get(name, "fastload.pipelines")
-            module = importlib.import_module(f"{package}.{name}")
+            module = importlib.import_module(_kernel_module(name))
         except Exception as exc:  # noqa: BLE001 - ImportError, or a broken shared object
             found.append(KernelStatus(name, False, f"{type(exc).__name__}: {exc}", fallback))
         else:
@@ -152,7 +165,7 @@ def kernel_status(kernels: dict[str, str] = KERNELS) -> list[KernelStatus]:
 def _check_files_at_once(kernels: list[KernelStatus]) -> int | None:
     if not any(k.loaded and k.name == "_jpegcheck" for k in kernels):
         return None
-    check = importlib.import_module(f"{_KERNEL_PACKAGES['_jpegcheck']}._jpegcheck")  # probed
+    check = importlib.import_module(_kernel_module("_jpegcheck"))  # loaded: kernel_status
     return getattr(check, "WIDE_LANES", 0) or 2
 
 
@@ -297,12 +310,8 @@ def _advice(report: MachineReport) -> list[str]:
     for kernel in report.kernels:
         if kernel.loaded:
             continue
-        build = ("a C compiler and libjpeg-turbo's headers (Debian/Ubuntu: apt install "
-                 "libjpeg62-turbo-dev or libjpeg-turbo8-dev)" if kernel.name in _NEEDS_LIBJPEG
-                 else "a C compiler")
-        lines.append(f"C kernel {kernel.name} is missing, so {kernel.fallback}: install the "
-                     f"manylinux wheel, or rebuild from source with {build}: "
-                     f"pip install --force-reinstall --no-binary {DISTRIBUTION} {DISTRIBUTION}")
+        lines.append(f"C kernel {kernel.name} is missing, so {kernel.fallback}: "
+                     f"{kernel_fix(kernel.name)}")
     if report.libjpeg and not report.libjpeg_turbo:
         lines.append(f"{report.libjpeg} is not libjpeg-turbo: region decoding is slower and its "
                      "results may differ from DALI's; install libjpeg-turbo")

@@ -59,14 +59,12 @@ def _say_missing_kernel() -> None:
     import warnings
 
     from fastload.utils.fallback import FallbackWarning
-    from fastload.utils.machine import DISTRIBUTION, KERNELS
+    from fastload.utils.machine import KERNELS, kernel_fix
 
     warnings.warn(
         f"fastload: the C kernel fastload.data.format._jpegcheck is missing ({reason}); "
         f"instead, {KERNELS['_jpegcheck']}. `fastload doctor` lists what this install lacks; "
-        f"install the manylinux wheel, or rebuild with a C compiler and libjpeg-turbo's "
-        f"headers: pip install --force-reinstall --no-binary {DISTRIBUTION} {DISTRIBUTION}",
-        FallbackWarning, stacklevel=3)
+        f"to get the kernel, {kernel_fix('_jpegcheck')}", FallbackWarning, stacklevel=3)
 
 
 def _is_jpeg(data) -> bool:
