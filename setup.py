@@ -84,8 +84,10 @@ setup(
         Extension(
             "fastload.data.format._jpegcheck",
             sources=["pipelines/csrc/jpegcheck/check.c", "pipelines/csrc/jpegcheck/lanes.c",
-                     "pipelines/csrc/jpegcheck/wide.c", "pipelines/csrc/jpegroi/huffman.c"],
-            depends=["pipelines/csrc/jpegroi/jpegroi.h", "pipelines/csrc/jpegcheck/lanes.h"],
+                     "pipelines/csrc/jpegcheck/group.c", "pipelines/csrc/jpegcheck/wide.c",
+                     "pipelines/csrc/jpegcheck/wide_avx2.c", "pipelines/csrc/jpegroi/huffman.c"],
+            depends=["pipelines/csrc/jpegroi/jpegroi.h", "pipelines/csrc/jpegcheck/lanes.h",
+                     "pipelines/csrc/jpegcheck/group.h"],
             libraries=["jpeg"],
             extra_compile_args=_flags("-O3"),
             extra_link_args=_LINK,

@@ -13,9 +13,12 @@ alternating so that load on a shared machine falls on both alike:
 * ``entropy, 4 a call``: ``strict_decode_errors`` over the files four at a time (two
   decoded at once);
 * ``entropy, 64 a call``: the same 64 at a time, as ``fastload convert`` gives them to a
-  check thread (32 to 128): with AVX-512, 32 decoded at once (``wide.c``);
-* ``64, two at once``: the C check of 64 a call with ``wide=False`` (where the CPU has
-  AVX-512: what the wide pass saves);
+  check thread (32 to 128): with AVX-512, 32 decoded at once (``wide.c``), with AVX2 16
+  (``wide_avx2.c``);
+* ``64, avx2`` (each wide pass the CPU runs but the default): the C check of 64 a call by
+  that pass (on an AVX-512 machine: what a CPU with AVX2 alone runs);
+* ``64, two at once``: the C check of 64 a call with ``wide=False`` (where the CPU has a
+  wide pass: what it saves);
 * ``markers``: ``parse_jpeg``, what ``check="markers"`` reads of every file.
 
 With ``--against SO`` (another build of the ``_jpegcheck`` extension, e.g. an older
@@ -28,14 +31,15 @@ rounds, the ratio strict decode / entropy check, and how many files the entropy 
 to the strict decode. Nothing is asserted: see benchmarks/NOTES.md.
 
     python benchmarks/strict_check_cost.py FOLDER --convert [--rounds 5] [--shard-size MB]
-        [--no-before] [--tree OTHER_CHECKOUT]
+        [--no-before] [--tree OTHER_CHECKOUT] [--capability avx2 ...]
 
 instead times whole conversions of FOLDER (an ImageFolder tree, e.g. FOLDER/train), each
 in a fresh process (``fastload convert SRC DST --no-progress --json -``, all cores),
 rounds alternating: ``--check markers``, the strict check as it is now, the strict check
 with the entropy check switched off (the strict decode for every file, as before issue 41;
-not with ``--no-before``), and with ``--tree`` the strict check of another checkout (built
-in place). The conversion's own seconds (its ``--json`` report), the process's wall
+not with ``--no-before``), with ``--tree`` the strict check of another checkout (built
+in place), and with ``--capability NAME`` the strict check with FASTLOAD_CPU_CAPABILITY=NAME
+(``avx2``: the pass a CPU without AVX-512 takes; ``default``: two files at a time). The conversion's own seconds (its ``--json`` report), the process's wall
 seconds and CPU seconds (the process and its children), medians and ranges, and each
 strict / markers.
 """
@@ -74,7 +78,7 @@ sys.exit(main(sys.argv[2:]))
 
 
 def _convert_rounds(src: Path, rounds: int, shard_size: float | None, before: bool,
-                    tree: Path | None) -> None:
+                    tree: Path | None, capabilities: list[str]) -> None:
     import json
     import resource
     import shutil
@@ -83,18 +87,24 @@ def _convert_rounds(src: Path, rounds: int, shard_size: float | None, before: bo
     import tempfile
 
     here = Path(__file__).resolve().parents[1]
-    runs = {"markers": (here, ["--check", "markers"]), "strict": (here, [])}
+    # name -> (tree, convert's arguments, FASTLOAD_CPU_CAPABILITY)
+    runs = {"markers": (here, ["--check", "markers"], None), "strict": (here, [], None)}
     if before:
-        runs["strict, before"] = (here, [])
+        runs["strict, before"] = (here, [], None)
     if tree is not None:
-        runs[f"strict at {tree.name}"] = (tree.resolve(), [])
+        runs[f"strict at {tree.name}"] = (tree.resolve(), [], None)
+    for capability in capabilities:
+        runs[f"strict, {capability}"] = (here, [], capability)
     shards = [] if shard_size is None else ["--shard-size", str(shard_size)]
     wall: dict[str, list[float]] = {name: [] for name in runs}
     cpu: dict[str, list[float]] = {name: [] for name in runs}
     own: dict[str, list[float]] = {name: [] for name in runs}
     with tempfile.TemporaryDirectory() as tmp:
         for _ in range(rounds):
-            for name, (root, extra) in runs.items():
+            for name, (root, extra, capability) in runs.items():
+                env = {**os.environ, "PYTHONPATH": str(root)}
+                if capability is not None:
+                    env["FASTLOAD_CPU_CAPABILITY"] = capability
                 dst = Path(tmp) / "out"
                 shutil.rmtree(dst, ignore_errors=True)
                 before_usage = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -103,8 +113,7 @@ def _convert_rounds(src: Path, rounds: int, shard_size: float | None, before: bo
                     [sys.executable, "-c", _CONVERT, "before" if "before" in name else "now",
                      "convert", str(src), str(dst), "--no-progress", "--json", "-",
                      *shards, *extra],
-                    check=True, capture_output=True, cwd=tmp,
-                    env={**os.environ, "PYTHONPATH": str(root)})
+                    check=True, capture_output=True, cwd=tmp, env=env)
                 wall[name].append(time.perf_counter() - start)
                 after = resource.getrusage(resource.RUSAGE_CHILDREN)
                 cpu[name].append(after.ru_utime - before_usage.ru_utime + after.ru_stime -
@@ -151,10 +160,14 @@ def main() -> None:
     parser.add_argument("--tree", type=Path, default=None,
                         help="with --convert: also time the strict conversion of another "
                         "checkout (its root, built), in the same rounds")
+    parser.add_argument("--capability", action="append", default=[],
+                        choices=["avx512", "avx2", "avx2-loads", "default"],
+                        help="with --convert: also time the strict conversion with "
+                        "FASTLOAD_CPU_CAPABILITY set to this (repeatable)")
     args = parser.parse_args()
     if args.convert:
         _convert_rounds(args.folder, args.rounds, args.shard_size, not args.no_before,
-                        args.tree)
+                        args.tree, args.capability)
         return
     files = [p.read_bytes() for p in sorted(args.folder.rglob("*.jpg"))[:args.limit]]
     if not files:
@@ -178,6 +191,12 @@ def main() -> None:
         "entropy, 64 a call": (jpeg_damage.strict_decode_errors, _groups(files, 64)),
         "markers": (parse_jpeg, files),
     }
+    check_many = jpeg_damage._jpegcheck.check_many
+    for name in getattr(jpeg_damage._jpegcheck, "WIDE_PASSES", ()):
+        if name == jpeg_damage._jpegcheck.WIDE_PASS:
+            continue  # "entropy, 64 a call"
+        candidates[f"64, {name}"] = (
+            lambda group, name=name: check_many(group, wide=name), _groups(files, 64))
     if getattr(jpeg_damage._jpegcheck, "WIDE_LANES", 0):
         candidates["64, two at once"] = (
             lambda group: jpeg_damage._jpegcheck.check_many(group, wide=False),

@@ -58,9 +58,10 @@ def format_report(report) -> str:
                 kind = "libjpeg-turbo" if report.libjpeg_turbo else "libjpeg (not turbo)"
                 text += f", {kind} {report.libjpeg}"
             if kernel.name == "_jpegcheck" and report.check_files_at_once:
-                n = report.check_files_at_once
-                text += (f", the strict JPEG check decodes {n} files at once "
-                         + ("(AVX-512)" if n > 2 else "(no AVX-512)"))
+                isa = {"avx512": "AVX-512", "avx2": "AVX2", "avx2-loads": "AVX2"}.get(
+                    report.check_pass or "")
+                text += (f", the strict JPEG check decodes {report.check_files_at_once} files "
+                         f"at once ({isa or 'without AVX2 or AVX-512'})")
         else:
             text = f"MISSING ({kernel.detail}); instead: {kernel.fallback}"
         lines.append((f"kernel {kernel.name}", text))

@@ -98,9 +98,10 @@ class MachineReport:
     cache_free_bytes: int | None
     extras: dict[str, bool]  # extra -> all its requirements installed
     advice: list[str] = dataclasses.field(default_factory=list)
-    # JPEGs the strict check decodes at once in a thread: 32 with AVX-512, else 2; None
-    # without its kernel
+    # JPEGs the strict check decodes at once in a thread: 32 with AVX-512, 16 with AVX2,
+    # else 2; and the pass ("avx512", "avx2", "" for two at a time); None without its kernel
     check_files_at_once: int | None = None
+    check_pass: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -162,11 +163,12 @@ def kernel_status(kernels: dict[str, str] = KERNELS) -> list[KernelStatus]:
     return found
 
 
-def _check_files_at_once(kernels: list[KernelStatus]) -> int | None:
+def _check_pass(kernels: list[KernelStatus]) -> tuple[int | None, str | None]:
+    """(files at once, pass) of the strict check's kernel, (None, None) without it"""
     if not any(k.loaded and k.name == "_jpegcheck" for k in kernels):
-        return None
+        return None, None
     check = importlib.import_module(_kernel_module("_jpegcheck"))  # loaded: kernel_status
-    return getattr(check, "WIDE_LANES", 0) or 2
+    return getattr(check, "WIDE_LANES", 0) or 2, getattr(check, "WIDE_PASS", "")
 
 
 def _mapped_libjpeg() -> str | None:
@@ -391,7 +393,7 @@ def machine_report(cache_dir: str | os.PathLike, *, import_torch: bool = True) -
         cache_dir=str(cache),
         cache_free_bytes=_free_bytes(cache),
         extras=extras_present(own) if own is not None else {},
-        check_files_at_once=_check_files_at_once(kernels),
     )
+    report.check_files_at_once, report.check_pass = _check_pass(kernels)
     report.advice = _advice(report)
     return report

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import email.message
 import json
+import os
+import subprocess
 import sys
 
 import pytest
@@ -61,12 +63,27 @@ def test_the_strict_checks_kernel_says_how_many_files_it_decodes_at_once(capsys,
     from fastload.tools.cli import main
 
     at_once = _jpegcheck.WIDE_LANES or 2
-    assert _probe(tmp_path).check_files_at_once == at_once
+    report = _probe(tmp_path)
+    assert (report.check_files_at_once, report.check_pass) == (at_once, _jpegcheck.WIDE_PASS)
     assert main(["doctor"]) == 0
     line = next(line for line in capsys.readouterr().out.splitlines()
                 if line.startswith("kernel _jpegcheck"))
     assert f"decodes {at_once} files at once" in line
-    assert ("(AVX-512)" if at_once > 2 else "(no AVX-512)") in line
+    isa = {"avx512": "(AVX-512)", "avx2": "(AVX2)", "avx2-loads": "(AVX2)",
+           "": "(without AVX2 or AVX-512)"}
+    assert isa[_jpegcheck.WIDE_PASS] in line
+
+
+def test_the_strict_checks_pass_without_avx512_is_named(tmp_path):
+    from fastload.data.format import _jpegcheck
+
+    if "avx2" not in _jpegcheck.WIDE_PASSES:
+        pytest.skip("this CPU has no AVX2")
+    out = subprocess.run([sys.executable, "-m", "fastload", "doctor"], capture_output=True,
+                         text=True, check=True, cwd=tmp_path,
+                         env={**os.environ, "FASTLOAD_CPU_CAPABILITY": "avx2"}).stdout
+    line = next(line for line in out.splitlines() if line.startswith("kernel _jpegcheck"))
+    assert "decodes 16 files at once (AVX2)" in line
 
 
 def test_a_missing_strict_check_kernel_is_named_with_its_fallback(monkeypatch, tmp_path):

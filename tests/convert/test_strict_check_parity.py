@@ -11,7 +11,9 @@ message, and the C check's "intact" must be the strict decode's: none let throug
 
 from __future__ import annotations
 
+import os
 import random
+import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
@@ -82,14 +84,14 @@ def _compare(files: dict[str, bytes]) -> Counter:
 
 
 def _compare_together(files: dict[str, bytes]) -> None:
-    """Files checked together (in a shuffled order: 32 decoded at once with AVX-512, two
-    otherwise or with wide=False) get the verdicts each gets alone: the C check's "intact"
-    or not, and the strict decode's message."""
+    """Files checked together (in a shuffled order: by each wide pass this CPU runs, 32 at
+    once with AVX-512, 16 with AVX2, and two at a time with wide=False) get the verdicts
+    each gets alone: the C check's "intact" or not, and the strict decode's message."""
     names = sorted(files)
     random.Random(len(names)).shuffle(names)
     jpegs = [n for n in names if jpeg_damage._is_jpeg(files[n])]
     alone = [(n, _jpegcheck.check(files[n]) is None) for n in jpegs]
-    for wide in (True, False):
+    for wide in (True, False, *_jpegcheck.WIDE_PASSES):
         together = _jpegcheck.check_many([files[n] for n in jpegs], wide=wide)
         assert [(n, v is None) for n, v in zip(jpegs, together, strict=True)] == alone
     messages = jpeg_damage.strict_decode_errors([files[n] for n in names])
@@ -303,12 +305,52 @@ def test_large_files_with_tables_of_their_own_get_the_strict_decodes_verdicts():
     assert counts["intact"] == 10 and counts["refused"] == 20
 
 
-def test_the_wide_pass_is_there_exactly_where_the_cpu_has_avx512():
+def _cpu_flags() -> set[str]:
     with open("/proc/cpuinfo", encoding="ascii", errors="replace") as handle:
-        flags = next((line.split(":", 1)[1].split() for line in handle
-                      if line.startswith("flags")), [])
-    wanted = {"avx512f", "avx512bw", "avx512dq"}
-    assert _jpegcheck.WIDE_LANES == (32 if wanted <= set(flags) else 0)
+        return set(next((line.split(":", 1)[1].split() for line in handle
+                         if line.startswith("flags")), []))
+
+
+def _passes_in_a_process(capability: str | None) -> tuple:
+    """(WIDE_PASSES, WIDE_PASS, WIDE_LANES, stderr) of the module imported in a fresh
+    process with FASTLOAD_CPU_CAPABILITY set to ``capability`` (None: unset)."""
+    env = {k: v for k, v in os.environ.items() if k != "FASTLOAD_CPU_CAPABILITY"}
+    if capability is not None:
+        env["FASTLOAD_CPU_CAPABILITY"] = capability
+    done = subprocess.run(
+        [sys.executable, "-c", "from fastload.data.format import _jpegcheck as j; "
+         "print(list(j.WIDE_PASSES), repr(j.WIDE_PASS), j.WIDE_LANES)"],
+        env=env, capture_output=True, text=True, check=True)
+    passes, name, lanes = done.stdout.rsplit(" ", 2)
+    return eval(passes), eval(name), int(lanes), done.stderr  # noqa: S307 - our own print
+
+
+def test_the_wide_passes_are_those_the_cpu_runs_and_the_widest_is_taken():
+    flags = _cpu_flags()
+    expected = ([("avx512", 32)] if {"avx512f", "avx512bw", "avx512dq"} <= flags else []) + (
+        [("avx2", 16), ("avx2-loads", 16)] if "avx2" in flags else [])
+    passes, name, lanes, _ = _passes_in_a_process(None)
+    assert passes == [n for n, _ in expected]
+    assert (name, lanes) == (expected[0] if expected else ("", 0))
+
+
+def test_fastload_cpu_capability_caps_the_default_pass():
+    passes, name, lanes, _ = _passes_in_a_process("default")
+    assert (name, lanes) == ("", 0)
+    if "avx2" in passes:
+        assert _passes_in_a_process("avx2")[1:3] == ("avx2", 16)
+    *_, stderr = _passes_in_a_process("sse9")
+    assert "FASTLOAD_CPU_CAPABILITY=sse9 is not one of avx512, avx2, avx2-loads, default" in stderr
+
+
+def test_a_pass_is_chosen_by_name_and_one_the_cpu_lacks_is_refused(valid):
+    files = sorted(valid.values(), key=len)[-12:]
+    for name in _jpegcheck.WIDE_PASSES:
+        assert _jpegcheck.check_many(files, wide=name) == [_jpegcheck.check(d) for d in files]
+    with pytest.raises(ValueError, match="not a pass this CPU runs"):
+        _jpegcheck.check_many([], wide="sse9")
+    with pytest.raises(TypeError, match="bool or a pass name"):
+        _jpegcheck.check_many([], wide=1)
 
 
 def test_checking_together_takes_any_sequence_of_buffers_and_refuses_others():

@@ -290,20 +290,24 @@ def _check(mods: dict, data: bytes):
         raise Finding(f"check_many: {type(e).__name__}: {e}") from None
     if [v is None for v in together] != [verdict is None] * 2:
         raise Finding(f"check_many gave {together!r} where check gave {verdict!r}")
-    # many at once (the wide pass with AVX-512), the lanes at different places: the verdicts
-    # of two at a time
+    # many at once (each wide pass this CPU runs: AVX-512, AVX2), the lanes at different
+    # places: the verdicts of two at a time
     size = len(data)
     many = [data, data[: size // 2], data[: size - 1], data] * 3
+    check_many = mods["_jpegcheck"].check_many
     try:
-        wide = mods["_jpegcheck"].check_many(many)
+        narrow = check_many(many, wide=False)
         if size % 5 == 0:  # the thread's caches freed now and then: built again after
             mods["_jpegcheck"].release_thread_cache()
-        narrow = mods["_jpegcheck"].check_many(many, wide=False)
+        passes = {name: check_many(many, wide=name)
+                  for name in getattr(mods["_jpegcheck"], "WIDE_PASSES", ())}
     except Exception as e:  # noqa: BLE001 - the finding is the type
         raise Finding(f"check_many of many: {type(e).__name__}: {e}") from None
-    if ([v is None for v in wide] != [v is None for v in narrow]
-            or [v is None for v in wide[0::4]] != [verdict is None] * 3):
-        raise Finding(f"check_many gave {wide!r} wide and {narrow!r} two at a time")
+    if [v is None for v in narrow[0::4]] != [verdict is None] * 3:
+        raise Finding(f"check_many gave {narrow!r} two at a time where check gave {verdict!r}")
+    for name, wide in passes.items():
+        if [v is None for v in wide] != [v is None for v in narrow]:
+            raise Finding(f"check_many gave {wide!r} by {name} and {narrow!r} two at a time")
     return verdict
 
 

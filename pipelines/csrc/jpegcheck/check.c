@@ -10,13 +10,15 @@
  * (fastload/data/format/jpeg_damage.py).
  *
  * check_many(files, *, wide=True) -> list: the same for each buffer, several files decoded
- * at once: 32 (wide.c, AVX-512) where the CPU has it and 10 or more are given, else two.
+ * at once: 32 (wide.c, AVX-512) or 16 (wide_avx2.c, AVX2) where the CPU has either
+ * (WIDE_PASS, WIDE_LANES; FASTLOAD_CPU_CAPABILITY caps it) and 10 or more are given, else
+ * two; wide= False or a pass's name (WIDE_PASSES) chooses.
  *
  * How: libjpeg-turbo reads the markers up to the scan (its own marker reader: its warnings
  * and errors are the strict decode's) and sets the scan up, as for a 1/8-scale grey decode;
  * then fastload's entropy decoding goes over every MCU, discarding the coefficients: no
  * inverse DCT, no upsampling, no colour conversion, no output rows. That is the lanes
- * (lanes.c: two files at once; wide.c: 32) where this thread's cache holds the file's
+ * (lanes.c: two files at once; wide.c or wide_avx2.c: 32) where this thread's cache holds the file's
  * look-ups, else the region decoder's Huffman decoder (pipelines/csrc/jpegroi/huffman.c).
  * Either reports
  * what libjpeg would warn of (a bad code, data that ends or hits a marker early, restart
@@ -108,8 +110,8 @@ set_table_key(TableKey *key, const JHUFF_TBL *source)
     memcpy(key->huffval, source->huffval, sizeof key->huffval);
 }
 
-#define LANES WIDE_LANES /* files in flight at most (lanes.c, wide.c) */
-#define WIDE_MIN 10 /* files in flight from which wide.c takes them (else two at a time) */
+#define LANES WIDE_LANES /* files in flight at most (lanes.c, wide.c; AVX2_LANES <= it) */
+#define WIDE_MIN 10 /* files in flight from which a wide pass takes them (else two at a time) */
 
 /* The AC tables' look-ups (LaneAcSkip, 16 KB each, about 0.05 ms to build) of the last
  * tables met, per thread: files from one encoder share their tables. Keyed by the table's
@@ -555,11 +557,32 @@ finish(FileCheck *fc)
     return finish_from(fc, fc->marker);
 }
 
+/* The wide passes, widest first: a name (as torch's CPU capabilities), whether this CPU
+ * runs it, the pass, and the files in flight it takes */
+typedef struct {
+    const char *name;
+    int (*supported)(void);
+    void (*run)(EntropyLane *const *lanes, int n, const uint8_t *base);
+    int lanes;
+} WidePass;
+
+static const WidePass wide_passes[] = {
+    {"avx512", lanes_wide_supported, lanes_run_wide, WIDE_LANES},
+    {"avx2", lanes_avx2_supported, lanes_run_avx2, AVX2_LANES},
+    {"avx2-loads", lanes_avx2_supported, lanes_run_avx2_loads, AVX2_LANES}, /* to compare */
+};
+#define WIDE_PASSES ((int)(sizeof wide_passes / sizeof wide_passes[0]))
+
+/* The pass check_many takes by default (wide=True): the widest this CPU runs, at most the
+ * one FASTLOAD_CPU_CAPABILITY names; NULL: none (chosen at import) */
+static const WidePass *default_pass;
+
 /* Checks files[0..n) into status[] and messages[] (JMSG_LENGTH_MAX each), up to width in
- * flight at a time (2: lanes_run2; more: lanes_run_wide); runs without the GIL. Returns 0,
+ * flight at a time (2: lanes_run2; more: the wide pass); runs without the GIL. Returns 0,
  * or -1 when out of memory. */
 static int
-run(const Py_buffer *files, Py_ssize_t n, int *status, char *messages, int width)
+run(const Py_buffer *files, Py_ssize_t n, int *status, char *messages, int width,
+    const WidePass *pass)
 {
     ThreadCache *cache = thread_cache();
     const uint8_t *base = (const uint8_t *)cache; /* the look-ups lie in the cache */
@@ -605,7 +628,7 @@ run(const Py_buffer *files, Py_ssize_t n, int *status, char *messages, int width
         if (running == 0)
             break;
         if (running >= WIDE_MIN)
-            lanes_run_wide(lanes, running, base);
+            pass->run(lanes, running, base);
         else if (running >= 2) /* the tail of a call: two at a time */
             lanes_run2(lanes[0], lanes[1]);
         else
@@ -634,21 +657,18 @@ verdict(int status, const char *message)
     return PyUnicode_DecodeLatin1(message, (Py_ssize_t)strlen(message), "replace");
 }
 
-/* Runs files (n buffers) and returns their verdicts as a list, or NULL with an error set */
-/* Files in flight for a call of n files: as many as the wide pass takes where the CPU has
- * it (and wide), else two */
-static int wide_supported; /* this CPU runs wide.c (AVX-512): asked at the module's import */
-
+/* Files in flight for a call of n files: as many as the wide pass takes (NULL: none),
+ * else two */
 static int
-width_for(Py_ssize_t n, int wide)
+width_for(Py_ssize_t n, const WidePass *pass)
 {
-    if (!wide || !wide_supported || n < WIDE_MIN)
+    if (pass == NULL || n < WIDE_MIN)
         return 2;
-    return n < LANES ? (int)n : LANES;
+    return n < pass->lanes ? (int)n : pass->lanes;
 }
 
 static PyObject *
-check_buffers(Py_buffer *files, Py_ssize_t n, int wide)
+check_buffers(Py_buffer *files, Py_ssize_t n, const WidePass *pass)
 {
     int *status = PyMem_Calloc((size_t)(n ? n : 1), sizeof(int));
     char *messages = PyMem_Calloc((size_t)(n ? n : 1), JMSG_LENGTH_MAX);
@@ -659,7 +679,7 @@ check_buffers(Py_buffer *files, Py_ssize_t n, int wide)
     }
     int failed;
     Py_BEGIN_ALLOW_THREADS
-    failed = run(files, n, status, messages, width_for(n, wide));
+    failed = run(files, n, status, messages, width_for(n, pass), pass);
     Py_END_ALLOW_THREADS
     for (Py_ssize_t i = 0; failed && i < n; i++) { /* out of memory: not decided here */
         status[i] = NOT_CLEAN;
@@ -685,7 +705,7 @@ check(PyObject *Py_UNUSED(self), PyObject *arg)
     Py_buffer data;
     if (PyObject_GetBuffer(arg, &data, PyBUF_SIMPLE) != 0)
         return NULL;
-    PyObject *verdicts = check_buffers(&data, 1, 0);
+    PyObject *verdicts = check_buffers(&data, 1, NULL);
     PyBuffer_Release(&data);
     if (verdicts == NULL)
         return NULL;
@@ -695,13 +715,40 @@ check(PyObject *Py_UNUSED(self), PyObject *arg)
     return one;
 }
 
+/* check_many's wide: a bool (True: the default pass), or the name of a pass this CPU runs.
+ * Returns 0 with *pass set (NULL: two at a time), or -1 with an error set. */
+static int
+pass_named(PyObject *wide, const WidePass **pass)
+{
+    if (PyBool_Check(wide)) {
+        *pass = wide == Py_True ? default_pass : NULL;
+        return 0;
+    }
+    if (!PyUnicode_Check(wide)) {
+        PyErr_Format(PyExc_TypeError, "check_many(): wide must be a bool or a pass name, "
+                     "not %.100s", Py_TYPE(wide)->tp_name);
+        return -1;
+    }
+    for (int i = 0; i < WIDE_PASSES; i++)
+        if (PyUnicode_CompareWithASCIIString(wide, wide_passes[i].name) == 0 &&
+            wide_passes[i].supported()) {
+            *pass = &wide_passes[i];
+            return 0;
+        }
+    PyErr_Format(PyExc_ValueError, "check_many(): wide=%R is not a pass this CPU runs "
+                 "(WIDE_PASSES lists them)", wide);
+    return -1;
+}
+
 static PyObject *
 check_many(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwargs)
 {
     static char *keywords[] = {"files", "wide", NULL};
-    PyObject *arg;
-    int wide = 1;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$p:check_many", keywords, &arg, &wide))
+    PyObject *arg, *wide = Py_True;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$O:check_many", keywords, &arg, &wide))
+        return NULL;
+    const WidePass *pass;
+    if (pass_named(wide, &pass) != 0)
         return NULL;
     PyObject *items = PySequence_Fast(arg, "check_many() takes a sequence of buffers");
     if (items == NULL)
@@ -717,7 +764,7 @@ check_many(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwargs)
         if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(items, got), &files[got],
                                PyBUF_SIMPLE) != 0)
             goto done;
-    verdicts = check_buffers(files, n, wide);
+    verdicts = check_buffers(files, n, pass);
 done:
     for (Py_ssize_t i = 0; i < got; i++)
         PyBuffer_Release(&files[i]);
@@ -744,7 +791,8 @@ static PyMethodDef methods[] = {
     {"check_many", (PyCFunction)(void (*)(void))check_many, METH_VARARGS | METH_KEYWORDS,
      "check_many(files, *, wide=True) -> list[None | str]: check() of each buffer in a "
      "sequence, several files decoded at once in this thread (faster than one at a time): "
-     "up to WIDE_LANES with AVX-512 (wide=False: two, as without it)."},
+     "up to WIDE_LANES by the pass WIDE_PASS (AVX-512 or AVX2) where the CPU has one; "
+     "wide=False: two at a time, as without; wide='avx2' (any of WIDE_PASSES): that pass."},
     {"release_thread_cache", release_thread_cache, METH_NOARGS,
      "release_thread_cache() -> None: frees the calling thread's look-ups and buffers now "
      "(a thread's are freed when it ends)."},
@@ -757,13 +805,64 @@ static struct PyModuleDef module = {
     NULL, NULL, NULL, NULL,
 };
 
+/* default_pass: the widest pass this CPU runs, at most the one FASTLOAD_CPU_CAPABILITY
+ * names (as torch's ATEN_CPU_CAPABILITY: a pass's name, or "default" for none; to compare
+ * the passes on one machine). Returns -1 with a warning raised as an error, else 0. */
+static int
+choose_default_pass(void)
+{
+    const char *cap = getenv("FASTLOAD_CPU_CAPABILITY");
+    int from = 0; /* the widest pass allowed */
+    if (cap != NULL && *cap != '\0') {
+        from = -1;
+        for (int i = 0; i < WIDE_PASSES && from < 0; i++)
+            if (strcmp(cap, wide_passes[i].name) == 0)
+                from = i;
+        if (strcmp(cap, "default") == 0)
+            from = WIDE_PASSES;
+        if (from < 0 &&
+            PyErr_WarnFormat(PyExc_RuntimeWarning, 1,
+                             "FASTLOAD_CPU_CAPABILITY=%s is not one of avx512, avx2, "
+                             "avx2-loads, default: ignored (the strict JPEG check takes the "
+                             "widest pass this CPU runs)", cap) != 0)
+            return -1;
+        from = from < 0 ? 0 : from;
+    }
+    for (int i = from; i < WIDE_PASSES && default_pass == NULL; i++)
+        if (wide_passes[i].supported())
+            default_pass = &wide_passes[i];
+    return 0;
+}
+
+/* The names of the passes this CPU runs, widest first */
+static PyObject *
+supported_passes(void)
+{
+    PyObject *names = PyList_New(0);
+    for (int i = 0; names != NULL && i < WIDE_PASSES; i++) {
+        if (!wide_passes[i].supported())
+            continue;
+        PyObject *name = PyUnicode_FromString(wide_passes[i].name);
+        if (name == NULL || PyList_Append(names, name) != 0)
+            Py_CLEAR(names);
+        Py_XDECREF(name);
+    }
+    PyObject *tuple = names != NULL ? PyList_AsTuple(names) : NULL;
+    Py_XDECREF(names);
+    return tuple;
+}
+
 PyMODINIT_FUNC
 PyInit__jpegcheck(void)
 {
-    wide_supported = lanes_wide_supported();
-    PyObject *m = PyModule_Create(&module);
+    if (choose_default_pass() != 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module), *passes = supported_passes();
     if (m != NULL &&
-        PyModule_AddIntConstant(m, "WIDE_LANES", wide_supported ? WIDE_LANES : 0) != 0)
+        (passes == NULL || PyModule_AddObjectRef(m, "WIDE_PASSES", passes) != 0 ||
+         PyModule_AddIntConstant(m, "WIDE_LANES", default_pass ? default_pass->lanes : 0) != 0 ||
+         PyModule_AddStringConstant(m, "WIDE_PASS", default_pass ? default_pass->name : "") != 0))
         Py_CLEAR(m);
+    Py_XDECREF(passes);
     return m;
 }

@@ -105,11 +105,19 @@ void lane_seek(EntropyLane *lane, uint64_t bit);
 int lane_settle(EntropyLane *lane, int slow);
 
 /* The lanes' pass with AVX-512 (wide.c): up to WIDE_LANES files at once in one thread, on
- * CPUs that have it (lanes_wide_supported). */
+ * CPUs that have it (lanes_wide_supported); its tables and lanes are group.c's. */
 #define WIDE_LANES 32
 int lanes_wide_supported(void);
 
-/* Whether lanes_run_wide takes the lane (its data and MCU count within 32-bit counts, its
+/* The same pass with AVX2 (wide_avx2.c), up to AVX2_LANES files at once, for CPUs without
+ * AVX-512 (lanes_avx2_supported, asked before the first lanes_run_avx2) */
+#define AVX2_LANES 16
+int lanes_avx2_supported(void);
+void lanes_run_avx2(EntropyLane *const *lanes, int n, const uint8_t *base);
+/* ... with loads, not gathers, for the look-ups' entries (as it runs on AMD's Zen 1 and 2) */
+void lanes_run_avx2_loads(EntropyLane *const *lanes, int n, const uint8_t *base);
+
+/* Whether the wide passes take the lane (its data and MCU count within 32-bit counts, its
  * tables within 1 GB of base); else lanes_run1 decodes it. */
 int lane_wide_ok(const EntropyLane *lane, const uint8_t *base);
 

@@ -14,19 +14,17 @@
  * beside the loop (ac_symbol); anything else a look-up does not hold (a bad code, a long
  * code that ends the MCU's last block), an MCU that is the last, ends past the data or
  * before a restart marker, goes to lane_settle (lanes.c), the scalar
- * pass's own steps, one lane at a time; the lane then goes on here. So the verdicts are
+ * pass's own steps (group.c), one lane at a time; the lane then goes on here. So the verdicts are
  * lanes_run1's: the same symbols and checks in the same places.
  */
 #include <immintrin.h>
 #include <stdint.h>
-#include <string.h>
 
-#include "lanes.h"
+#include "group.h"
 
 #define WIDE __attribute__((target("avx512f,avx512bw,avx512dq")))
 #define GROUP 16 /* lanes in a vector */
 #define GROUPS (WIDE_LANES / GROUP)
-#define NEAR ((int64_t)1 << 30) /* the most a table may lie from base */
 
 int
 lanes_wide_supported(void)
@@ -36,73 +34,11 @@ lanes_wide_supported(void)
            __builtin_cpu_supports("avx512dq");
 }
 
-/* The blocks of the lane's MCU that use its second pair of tables (a bit each; the first
- * block's pair is the first), or -1 where its blocks use more than two pairs */
-static int
-second_tables(const EntropyLane *lane)
-{
-    int second = -1, sets = 0;
-    for (int b = 1; b < lane->blocks; b++) {
-        if (lane->dc[b] == lane->dc[0] && lane->ac[b] == lane->ac[0])
-            continue;
-        if (second < 0)
-            second = b;
-        if (lane->dc[b] != lane->dc[second] || lane->ac[b] != lane->ac[second])
-            return -1;
-        sets |= 1 << b;
-    }
-    return sets;
-}
-
-int
-lane_wide_ok(const EntropyLane *lane, const uint8_t *base)
-{
-    if (lane->total_bits + 8 * LANE_PADDING >= NEAR || lane->mcus >= (uint64_t)NEAR ||
-        lane->interval >= NEAR || second_tables(lane) < 0)
-        return 0;
-    for (int b = 0; b < lane->blocks; b++) {
-        int64_t dc = (const uint8_t *)lane->dc[b] - base;
-        int64_t ac = (const uint8_t *)lane->ac[b] - base;
-        if (dc < 0 || dc >= NEAR || ac < 0 || ac >= NEAR)
-            return 0;
-    }
-    return 1;
-}
-
 /* A vector of lanes: what changes at each step, in registers */
 typedef struct {
     __m512i pos, k, block, mcus, to_go;
     __mmask16 active, restarts;
 } Group;
-
-/* ... and what does not, in memory */
-typedef struct {
-    int64_t data[GROUP];   /* each lane's data */
-    int32_t blocks[GROUP]; /* blocks per MCU */
-    int32_t ends[GROUP];   /* where the interval (or the data) ends, in bits */
-    int32_t dc[2][GROUP], ac[2][GROUP]; /* its two pairs of tables, from base */
-    int32_t second[GROUP]; /* the blocks that use the second pair (a bit each) */
-    EntropyLane *lane[GROUP];
-} GroupFixed;
-
-static const uint8_t zeros[8 + LANE_PADDING]; /* an empty lane's data */
-
-typedef struct {
-    int32_t pos[GROUP], k[GROUP], block[GROUP], mcus[GROUP], to_go[GROUP];
-} GroupNumbers;
-
-/* Lane i's numbers into its EntropyLane: k == 0 (the DC of block next) is the scalar pass's
- * block before, ended */
-static void
-write_back(const GroupNumbers *n, int i, EntropyLane *lane)
-{
-    lane_seek(lane, (uint64_t)n->pos[i]);
-    lane->k = n->k[i] ? n->k[i] : 64;
-    /* -1 before an MCU's first block, as lane_start */
-    lane->block = n->k[i] ? n->block[i] : n->block[i] - 1;
-    lane->mcus = (uint64_t)n->mcus[i];
-    lane->to_go = (unsigned)n->to_go[i];
-}
 
 static WIDE void
 store(const Group *g, GroupNumbers *n)
@@ -124,43 +60,6 @@ load(Group *g, const GroupNumbers *n)
     g->to_go = _mm512_loadu_si512(n->to_go);
 }
 
-/* Lane i's numbers from its EntropyLane (never at a block's DC: 1 <= k <= 63) */
-static void
-reload(GroupNumbers *n, GroupFixed *f, int i)
-{
-    const EntropyLane *lane = f->lane[i];
-    n->pos[i] = (int32_t)lane_position(lane);
-    n->k[i] = lane->k;
-    n->block[i] = lane->block;
-    n->mcus[i] = (int32_t)lane->mcus;
-    n->to_go[i] = (int32_t)lane->to_go;
-    f->ends[i] = (int32_t)lane->bits;
-}
-
-/* Lane i's next AC symbol by its table (a code longer than the look-up's bits, most often,
- * or symbols running past the block's end), where the lane stays within its MCU: returns
- * 1; else 0, nothing changed (a bad code, or the MCU's end: lane_settle). As slow_ac. */
-static inline int
-ac_symbol(const EntropyLane *lane, GroupNumbers *n, int i)
-{
-    uint64_t pos = (uint64_t)n->pos[i], bits;
-    memcpy(&bits, lane->data + pos / 8, sizeof bits);
-    bits = __builtin_bswap64(bits) << (pos % 8); /* 57 bits: a code and its value take 31 */
-    int length, symbol = huff_lookup(lane->ac_table[n->block[i]], bits, &length);
-    if (symbol < 0)
-        return 0;
-    int k = lane_ac_next(symbol, n->k[i]);
-    if (k >= 64) { /* the block's end: the next block's DC, within the MCU */
-        if (n->block[i] + 1 >= lane->blocks)
-            return 0;
-        n->block[i]++;
-        k = 0;
-    }
-    n->pos[i] += length + (symbol & 15);
-    n->k[i] = k;
-    return 1;
-}
-
 /* Each lane of special moved on the slow way (those of slow: an AC symbol the look-up does
  * not hold; the others: the DC's, or the MCU's end). Returns whether a lane is done (then
  * no longer active). */
@@ -172,15 +71,9 @@ settle(Group *g, GroupFixed *f, __mmask16 special, __mmask16 slow)
     store(g, &n);
     for (unsigned m = special; m; m &= m - 1) {
         int i = __builtin_ctz(m);
-        EntropyLane *lane = f->lane[i];
-        if ((slow >> i) & 1 && n.k[i] != 0 && ac_symbol(lane, &n, i))
-            continue; /* most often: a code longer than the look-up's */
-        write_back(&n, i, lane);
-        if (lane_settle(lane, (slow >> i) & 1 && n.k[i] != 0)) {
+        if (group_settle(f, &n, i, (slow >> i) & 1)) {
             g->active &= (__mmask16) ~(1u << i);
             done = 1;
-        } else {
-            reload(&n, f, i);
         }
     }
     load(g, &n);
@@ -246,60 +139,34 @@ step(Group *g, const GroupFixed *f, const uint8_t *base, __mmask16 *slow)
 
 /* The group's lanes from lanes[0..n) (n <= GROUP) */
 static WIDE void
-group_in(Group *g, GroupFixed *f, EntropyLane *const *lanes, int n, const uint8_t *base)
+group_load(Group *g, GroupFixed *f, EntropyLane *const *lanes, int n, const uint8_t *base)
 {
     GroupNumbers numbers;
-    memset(&numbers, 0, sizeof numbers);
-    memset(f, 0, sizeof *f);
-    g->active = 0;
-    g->restarts = 0;
-    for (int i = 0; i < GROUP; i++) {
-        f->data[i] = (int64_t)(intptr_t)zeros;
-        if (i >= n)
-            continue;
-        EntropyLane *lane = lanes[i];
-        f->lane[i] = lane;
-        f->data[i] = (int64_t)(intptr_t)lane->data;
-        f->blocks[i] = lane->blocks;
-        int second = second_tables(lane), other = second ? __builtin_ctz(second) : 0;
-        f->second[i] = second;
-        f->dc[0][i] = (int32_t)((const uint8_t *)lane->dc[0] - base);
-        f->ac[0][i] = (int32_t)((const uint8_t *)lane->ac[0] - base);
-        f->dc[1][i] = (int32_t)((const uint8_t *)lane->dc[other] - base);
-        f->ac[1][i] = (int32_t)((const uint8_t *)lane->ac[other] - base);
-        if (lane->interval)
-            g->restarts |= (__mmask16)(1u << i);
-        g->active |= (__mmask16)(1u << i);
-        reload(&numbers, f, i);
-    }
+    g->active = (__mmask16)group_in(f, &numbers, lanes, n, base);
+    g->restarts = _mm512_movepi32_mask(_mm512_loadu_si512(f->restarts));
     load(g, &numbers);
 }
 
 /* ... and back into their EntropyLanes */
 static WIDE void
-group_out(const Group *g, const GroupFixed *f)
+group_store(const Group *g, const GroupFixed *f)
 {
     GroupNumbers n;
     store(g, &n);
-    for (unsigned m = g->active; m; m &= m - 1) {
-        int i = __builtin_ctz(m);
-        write_back(&n, i, f->lane[i]);
-    }
+    group_out(f, &n, g->active);
 }
 
 WIDE void
 lanes_run_wide(EntropyLane *const *lanes, int n, const uint8_t *base)
 {
-    /* every lane at a block's AC (a block's end, or the start, the scalar way first) */
-    for (int i = 0; i < n; i++)
-        if (lanes[i]->k >= 64 && lane_settle(lanes[i], 0))
-            return;
+    if (group_start(lanes, n))
+        return;
     Group g[GROUPS];
     GroupFixed f[GROUPS];
     int groups = (n + GROUP - 1) / GROUP;
     for (int j = 0; j < groups; j++)
-        group_in(&g[j], &f[j], lanes + j * GROUP, n - j * GROUP < GROUP ? n - j * GROUP : GROUP,
-                 base);
+        group_load(&g[j], &f[j], lanes + j * GROUP,
+                   n - j * GROUP < GROUP ? n - j * GROUP : GROUP, base);
     /* the groups in locals whose address is never taken (registers), apart from settle */
     Group g0 = g[0], g1 = g[groups - 1];
     int done = 0;
@@ -330,5 +197,5 @@ lanes_run_wide(EntropyLane *const *lanes, int n, const uint8_t *base)
         }
     }
     for (int j = 0; j < groups; j++)
-        group_out(&g[j], &f[j]);
+        group_store(&g[j], &f[j]);
 }

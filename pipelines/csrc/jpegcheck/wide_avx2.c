@@ -1,0 +1,255 @@
+/* The check's entropy pass, up to AVX2_LANES files at once in one thread, with AVX2: wide.c's
+ * steps on two vectors of 8 lanes, for CPUs without AVX-512.
+ *
+ * AVX2 has no mask registers: a lane's flags are vectors (-1 where set), turned into bits
+ * (movemask) where the scalar side takes over. The data's next bits are eight scalar loads
+ * (two gathers of four 64-bit addresses were slower on a Xeon); the look-up's entry one
+ * gather of eight offsets from base, or eight loads on AMD's Zen 1 and 2, which run gathers
+ * in microcode (benchmarks/NOTES.md C17). Two vectors, not four: 32 lanes ran slower. Everything else (the look-ups, what goes to lane_settle, so
+ * the verdicts) is wide.c's, through group.c.
+ */
+#include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "group.h"
+
+#define AVX2 __attribute__((target("avx2")))
+#define GROUP 8 /* lanes in a vector */
+#define GROUPS (AVX2_LANES / GROUP)
+
+static int gathers_slow; /* AMD's Zen 1 and 2 run gathers in microcode (GCC's tuning for
+                           * them emits none): set where lanes_avx2_supported is asked */
+
+int
+lanes_avx2_supported(void)
+{
+    __builtin_cpu_init();
+    gathers_slow = __builtin_cpu_is("znver1") || __builtin_cpu_is("znver2");
+    return __builtin_cpu_supports("avx2");
+}
+
+/* A vector of lanes: what changes at each step (active: -1 for a lane that runs) */
+typedef struct {
+    __m256i pos, k, block, mcus, to_go, active;
+} Group;
+
+static inline AVX2 __m256i
+in(const int32_t *numbers)
+{
+    return _mm256_loadu_si256((const __m256i *)numbers);
+}
+
+static inline AVX2 unsigned
+bits_of(__m256i flags)
+{
+    return (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(flags));
+}
+
+static inline AVX2 __m256i
+flags_of(unsigned bits)
+{
+    const __m256i lane_bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+    return _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32((int)bits), lane_bit),
+                              lane_bit);
+}
+
+static AVX2 void
+store(const Group *g, GroupNumbers *n)
+{
+    _mm256_storeu_si256((__m256i *)n->pos, g->pos);
+    _mm256_storeu_si256((__m256i *)n->k, g->k);
+    _mm256_storeu_si256((__m256i *)n->block, g->block);
+    _mm256_storeu_si256((__m256i *)n->mcus, g->mcus);
+    _mm256_storeu_si256((__m256i *)n->to_go, g->to_go);
+}
+
+static AVX2 void
+load(Group *g, const GroupNumbers *n)
+{
+    g->pos = in(n->pos);
+    g->k = in(n->k);
+    g->block = in(n->block);
+    g->mcus = in(n->mcus);
+    g->to_go = in(n->to_go);
+}
+
+/* As wide.c's settle */
+static __attribute__((noinline)) AVX2 int
+settle(Group *g, GroupFixed *f, unsigned special, unsigned slow)
+{
+    GroupNumbers n;
+    unsigned active = bits_of(g->active);
+    int done = 0;
+    store(g, &n);
+    for (unsigned m = special; m; m &= m - 1) {
+        int i = __builtin_ctz(m);
+        if (group_settle(f, &n, i, (slow >> i) & 1)) {
+            active &= ~(1u << i);
+            done = 1;
+        }
+    }
+    load(g, &n);
+    g->active = flags_of(active);
+    return done;
+}
+
+/* Each lane's next 32 bits of data at its bit position's byte, first in the top */
+static inline __attribute__((always_inline)) AVX2 __m256i
+next_bits(const GroupFixed *f, __m256i pos)
+{
+    int32_t at[GROUP] __attribute__((aligned(32)));
+    uint32_t bits[GROUP] __attribute__((aligned(32)));
+    _mm256_store_si256((__m256i *)at, pos);
+    for (int i = 0; i < GROUP; i++) {
+        uint32_t word;
+        memcpy(&word, (const uint8_t *)(intptr_t)f->data[i] + ((uint32_t)at[i] >> 3), 4);
+        bits[i] = __builtin_bswap32(word);
+    }
+    return _mm256_load_si256((const __m256i *)bits);
+}
+
+/* The look-up entries at base + at of the active lanes (0 for the others): a gather, or
+ * eight loads where gathers are slow */
+static inline __attribute__((always_inline)) AVX2 __m256i
+entries(const uint8_t *base, __m256i at, __m256i active, int gather)
+{
+    if (gather)
+        return _mm256_mask_i32gather_epi32(_mm256_setzero_si256(), (const int *)base, at,
+                                           active, 1);
+    int32_t offset[GROUP] __attribute__((aligned(32)));
+    uint32_t e[GROUP] __attribute__((aligned(32)));
+    _mm256_store_si256((__m256i *)offset, at);
+    for (int i = 0; i < GROUP; i++)
+        memcpy(&e[i], base + offset[i], 4); /* an inactive lane's: within the cache, unused */
+    return _mm256_and_si256(_mm256_load_si256((const __m256i *)e), active);
+}
+
+/* One look-up step of every active lane, as wide.c's step */
+static inline __attribute__((always_inline)) AVX2 unsigned
+step(Group *g, const GroupFixed *f, const uint8_t *base, unsigned *slow, int gather)
+{
+    const __m256i zero = _mm256_setzero_si256(), one = _mm256_set1_epi32(1);
+    const __m256i byte_mask = _mm256_set1_epi32(0xFF);
+    __m256i at_dc = _mm256_and_si256(g->active, _mm256_cmpeq_epi32(g->k, zero));
+    /* the next 25 or more bits, first in the top */
+    __m256i bits = next_bits(f, g->pos);
+    bits = _mm256_sllv_epi32(bits, _mm256_and_si256(g->pos, _mm256_set1_epi32(7)));
+    /* the entry, of the AC look-up or (at k = 0) the DC one */
+    __m256i at = _mm256_slli_epi32(
+        _mm256_srlv_epi32(bits, _mm256_blendv_epi8(_mm256_set1_epi32(32 - LANE_AC_BITS),
+                                                   _mm256_set1_epi32(32 - HUFF_FAST_BITS),
+                                                   at_dc)),
+        2);
+    __m256i second = _mm256_cmpeq_epi32(
+        _mm256_and_si256(_mm256_srlv_epi32(in(f->second), g->block), one), one);
+    __m256i dc = _mm256_blendv_epi8(in(f->dc[0]), in(f->dc[1]), second);
+    __m256i ac = _mm256_blendv_epi8(in(f->ac[0]), in(f->ac[1]), second);
+    at = _mm256_add_epi32(at, _mm256_blendv_epi8(ac, dc, at_dc));
+    __m256i e = entries(base, at, g->active, gather);
+    /* slow: k >= the entry's first index where it stops holding */
+    __m256i slow_flags =
+        _mm256_andnot_si256(_mm256_cmpgt_epi32(_mm256_srli_epi32(e, 16), g->k), g->active);
+    __m256i ok = _mm256_andnot_si256(slow_flags, g->active);
+    g->pos = _mm256_add_epi32(g->pos, _mm256_and_si256(ok, _mm256_and_si256(e, byte_mask)));
+    g->k = _mm256_add_epi32(
+        g->k, _mm256_and_si256(ok, _mm256_and_si256(_mm256_srli_epi32(e, 8), byte_mask)));
+    /* a block's end: the next block's DC, an MCU's end counted here unless it needs more */
+    __m256i ended = _mm256_and_si256(ok, _mm256_cmpgt_epi32(g->k, _mm256_set1_epi32(63)));
+    __m256i next = _mm256_add_epi32(g->block, one);
+    __m256i mcu_end = _mm256_and_si256(ended, _mm256_cmpeq_epi32(next, in(f->blocks)));
+    __m256i held = _mm256_and_si256(
+        mcu_end,
+        _mm256_or_si256(_mm256_or_si256(_mm256_cmpgt_epi32(g->pos, in(f->ends)),
+                                        _mm256_cmpeq_epi32(g->mcus, one)),
+                        _mm256_and_si256(in(f->restarts), _mm256_cmpeq_epi32(g->to_go, one))));
+    __m256i in_mcu = _mm256_andnot_si256(mcu_end, ended);
+    __m256i new_mcu = _mm256_andnot_si256(held, mcu_end); /* -1 where a new MCU starts */
+    g->block = _mm256_blendv_epi8(g->block, next, in_mcu);
+    g->block = _mm256_andnot_si256(new_mcu, g->block);
+    g->mcus = _mm256_add_epi32(g->mcus, new_mcu);
+    g->to_go = _mm256_add_epi32(g->to_go, _mm256_and_si256(new_mcu, in(f->restarts)));
+    g->k = _mm256_andnot_si256(_mm256_or_si256(in_mcu, new_mcu), g->k);
+    *slow = bits_of(slow_flags);
+    return bits_of(_mm256_or_si256(slow_flags, held));
+}
+
+static AVX2 void
+group_load(Group *g, GroupFixed *f, EntropyLane *const *lanes, int n, const uint8_t *base)
+{
+    GroupNumbers numbers;
+    g->active = flags_of(group_in(f, &numbers, lanes, n, base));
+    load(g, &numbers);
+}
+
+static AVX2 void
+group_store(const Group *g, const GroupFixed *f)
+{
+    GroupNumbers n;
+    store(g, &n);
+    group_out(f, &n, bits_of(g->active));
+}
+
+static inline __attribute__((always_inline)) AVX2 void
+run(EntropyLane *const *lanes, int n, const uint8_t *base, int gather)
+{
+    if (group_start(lanes, n))
+        return;
+    Group g[GROUPS];
+    GroupFixed f[GROUPS];
+    for (int j = 0; j < GROUPS; j++) {
+        int from = j * GROUP, count = n - from < GROUP ? n - from : GROUP;
+        group_load(&g[j], &f[j], lanes + (count > 0 ? from : 0), count > 0 ? count : 0, base);
+    }
+    /* the vectors in locals whose address is never taken (registers), apart from settle */
+    Group v[GROUPS];
+#pragma GCC unroll 8
+    for (int j = 0; j < GROUPS; j++)
+        v[j] = g[j];
+    int done = 0;
+    while (!done) {
+        unsigned special[GROUPS], slow[GROUPS], any = 0;
+#pragma GCC unroll 8
+        for (int j = 0; j < GROUPS; j++) {
+            special[j] = step(&v[j], &f[j], base, &slow[j], gather);
+            any |= special[j];
+        }
+        if (__builtin_expect(any != 0, 0)) {
+#pragma GCC unroll 8
+            for (int j = 0; j < GROUPS; j++)
+                g[j] = v[j];
+            for (int j = 0; j < GROUPS; j++)
+                if (special[j])
+                    done |= settle(&g[j], &f[j], special[j], slow[j]);
+#pragma GCC unroll 8
+            for (int j = 0; j < GROUPS; j++)
+                v[j] = g[j];
+        }
+    }
+#pragma GCC unroll 8
+    for (int j = 0; j < GROUPS; j++)
+        g[j] = v[j];
+    for (int j = 0; j < GROUPS; j++)
+        group_store(&g[j], &f[j]);
+}
+
+static __attribute__((noinline)) AVX2 void
+run_gathers(EntropyLane *const *lanes, int n, const uint8_t *base)
+{
+    run(lanes, n, base, 1);
+}
+
+AVX2 void
+lanes_run_avx2_loads(EntropyLane *const *lanes, int n, const uint8_t *base)
+{
+    run(lanes, n, base, 0);
+}
+
+void
+lanes_run_avx2(EntropyLane *const *lanes, int n, const uint8_t *base)
+{
+    if (gathers_slow)
+        lanes_run_avx2_loads(lanes, n, base);
+    else
+        run_gathers(lanes, n, base);
+}
