@@ -2,8 +2,8 @@
 
 ``fastload convert`` keeps a JPEG by its markers in the main process, then checks its
 entropy-coded data (``check="decode"``). The C check decodes many files at once in one
-thread (``pipelines/csrc/jpegcheck``: 32 with AVX-512, from 10 files a call; two
-otherwise), so a task takes several records: a task starts once :data:`LEAST` records are
+thread (``pipelines/csrc/jpegcheck``, from 10 files a call: 32 with AVX-512, 16 with AVX2;
+two otherwise), so a task takes several records: a task starts once :data:`LEAST` records are
 gathered and a check thread is free (or :data:`MOST` are gathered, or a record's verdict is
 asked for).
 
