@@ -12,20 +12,20 @@
  * check_many(files, *, wide=True) -> list: the same for each buffer, several files decoded
  * at once: 32 (wide.c, AVX-512) or 16 (wide_avx2.c, AVX2) where the CPU has either
  * (WIDE_PASS, WIDE_LANES; FASTLOAD_CPU_CAPABILITY caps it) and 10 or more are given, else
- * two; wide= False or a pass's name (WIDE_PASSES) chooses.
+ * two; wide=False (two at a time) or a pass's name (one of WIDE_PASSES) chooses.
  *
  * How: libjpeg-turbo reads the markers up to the scan (its own marker reader: its warnings
  * and errors are the strict decode's) and sets the scan up, as for a 1/8-scale grey decode;
  * then fastload's entropy decoding goes over every MCU, discarding the coefficients: no
  * inverse DCT, no upsampling, no colour conversion, no output rows. That is the lanes
- * (lanes.c: two files at once; wide.c or wide_avx2.c: 32) where this thread's cache holds the file's
- * look-ups, else the region decoder's Huffman decoder (pipelines/csrc/jpegroi/huffman.c).
- * Either reports
- * what libjpeg would warn of (a bad code, data that ends or hits a marker early, restart
- * markers missing or out of order, bytes before a restart marker) and some damage
- * libjpeg's fast path lets pass: every warning is "not None", never a false "None". After the last MCU libjpeg's marker
- * reader reads on to the end of the image from where the scan ended (bytes before the
- * next marker, a missing end of image: its warnings again).
+ * (lanes.c: two files at once; wide.c: 32, wide_avx2.c: 16) where this thread's cache
+ * holds the file's look-ups, else the region decoder's Huffman decoder
+ * (pipelines/csrc/jpegroi/huffman.c). Either reports what libjpeg would warn of (a bad
+ * code, data that ends or hits a marker early, restart markers missing or out of order,
+ * bytes before a restart marker) and some damage libjpeg's fast path lets pass: every
+ * warning is "not None", never a false "None". After the last MCU libjpeg's marker reader
+ * reads on to the end of the image from where the scan ended (bytes before the next
+ * marker, a missing end of image: its warnings again).
  *
  * Where the two decoders' bit readers may stop at different places, this check does not
  * answer (libjpeg reads up to 8 bytes ahead and does not count what it read ahead as
@@ -813,6 +813,7 @@ choose_default_pass(void)
 {
     const char *cap = getenv("FASTLOAD_CPU_CAPABILITY");
     int from = 0; /* the widest pass allowed */
+    default_pass = NULL;
     if (cap != NULL && *cap != '\0') {
         from = -1;
         for (int i = 0; i < WIDE_PASSES && from < 0; i++)
@@ -858,10 +859,12 @@ PyInit__jpegcheck(void)
     if (choose_default_pass() != 0)
         return NULL;
     PyObject *m = PyModule_Create(&module), *passes = supported_passes();
+    int lanes = default_pass ? default_pass->lanes : 0;
+    const char *name = default_pass ? default_pass->name : "";
     if (m != NULL &&
         (passes == NULL || PyModule_AddObjectRef(m, "WIDE_PASSES", passes) != 0 ||
-         PyModule_AddIntConstant(m, "WIDE_LANES", default_pass ? default_pass->lanes : 0) != 0 ||
-         PyModule_AddStringConstant(m, "WIDE_PASS", default_pass ? default_pass->name : "") != 0))
+         PyModule_AddIntConstant(m, "WIDE_LANES", lanes) != 0 ||
+         PyModule_AddStringConstant(m, "WIDE_PASS", name) != 0))
         Py_CLEAR(m);
     Py_XDECREF(passes);
     return m;

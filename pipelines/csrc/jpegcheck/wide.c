@@ -13,8 +13,8 @@
  * form, the bits of the code and of the difference. A long code within the MCU is decoded
  * beside the loop (ac_symbol); anything else a look-up does not hold (a bad code, a long
  * code that ends the MCU's last block), an MCU that is the last, ends past the data or
- * before a restart marker, goes to lane_settle (lanes.c), the scalar
- * pass's own steps (group.c), one lane at a time; the lane then goes on here. So the verdicts are
+ * before a restart marker, goes to lane_settle (lanes.c), the scalar pass's own steps
+ * (through group.c), one lane at a time; the lane then goes on here. So the verdicts are
  * lanes_run1's: the same symbols and checks in the same places.
  */
 #include <immintrin.h>

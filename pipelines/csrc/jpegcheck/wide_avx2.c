@@ -5,8 +5,9 @@
  * (movemask) where the scalar side takes over. The data's next bits are eight scalar loads
  * (two gathers of four 64-bit addresses were slower on a Xeon); the look-up's entry one
  * gather of eight offsets from base, or eight loads on AMD's Zen 1 and 2, which run gathers
- * in microcode (benchmarks/NOTES.md C17). Two vectors, not four: 32 lanes ran slower. Everything else (the look-ups, what goes to lane_settle, so
- * the verdicts) is wide.c's, through group.c.
+ * in microcode (benchmarks/NOTES.md C17). Two vectors, not four: 32 lanes ran slower.
+ * Everything else (the look-ups, what goes to lane_settle, so the verdicts) is wide.c's,
+ * through group.c.
  */
 #include <immintrin.h>
 #include <stdint.h>
