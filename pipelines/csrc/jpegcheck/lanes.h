@@ -114,7 +114,7 @@ int lanes_wide_supported(void);
 #define AVX2_LANES 16
 int lanes_avx2_supported(void);
 void lanes_run_avx2(EntropyLane *const *lanes, int n, const uint8_t *base);
-/* ... with loads, not gathers, for the look-ups' entries (as it runs on AMD's Zen 1 and 2) */
+/* ... with loads, not gathers, for the look-ups' entries (as it runs where gathers are slow) */
 void lanes_run_avx2_loads(EntropyLane *const *lanes, int n, const uint8_t *base);
 
 /* Whether the wide passes take the lane (its data and MCU count within 32-bit counts, its

@@ -4,13 +4,14 @@
  * AVX2 has no mask registers: a lane's flags are vectors (-1 where set), turned into bits
  * (movemask) where the scalar side takes over. The data's next bits are eight scalar loads
  * (two gathers of four 64-bit addresses were slower on a Xeon); the look-up's entry one
- * gather of eight offsets from base, or eight loads on AMD's Zen 1 and 2, which run gathers
- * in microcode (benchmarks/NOTES.md C17). Two vectors, not four: 32 lanes ran slower.
+ * gather of eight offsets from base, or eight loads where gathers are slow (AMD's Zen 1
+ * and 2, Intel's with the Downfall microcode; benchmarks/NOTES.md C17). Two vectors, not four: 32 lanes ran slower.
  * Everything else (the look-ups, what goes to lane_settle, so the verdicts) is wide.c's,
  * through group.c.
  */
 #include <immintrin.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "group.h"
@@ -19,14 +20,30 @@
 #define GROUP 8 /* lanes in a vector */
 #define GROUPS (AVX2_LANES / GROUP)
 
-static int gathers_slow; /* AMD's Zen 1 and 2 run gathers in microcode (GCC's tuning for
-                           * them emits none): set where lanes_avx2_supported is asked */
+/* Where gathers are slow, as GCC's tuning has it (it emits none there): AMD's Zen 1 and 2
+ * run them in microcode; Intel's microcode against Gather Data Sampling (Downfall) slows
+ * them down. Set where lanes_avx2_supported is asked. */
+static int gathers_slow;
+
+static int
+gather_mitigated(void)
+{
+    FILE *file = fopen("/sys/devices/system/cpu/vulnerabilities/gather_data_sampling", "r");
+    char line[64] = "";
+    if (file == NULL)
+        return 0;
+    if (fgets(line, sizeof line, file) == NULL)
+        line[0] = '\0';
+    fclose(file);
+    return strncmp(line, "Mitigation: Microcode", 21) == 0;
+}
 
 int
 lanes_avx2_supported(void)
 {
     __builtin_cpu_init();
-    gathers_slow = __builtin_cpu_is("znver1") || __builtin_cpu_is("znver2");
+    gathers_slow =
+        __builtin_cpu_is("znver1") || __builtin_cpu_is("znver2") || gather_mitigated();
     return __builtin_cpu_supports("avx2");
 }
 
