@@ -20,9 +20,9 @@
 #define GROUP 8 /* lanes in a vector */
 #define GROUPS (AVX2_LANES / GROUP)
 
-/* Where gathers are slow, as GCC's tuning has it (it emits none there): AMD's Zen 1 and 2
- * run them in microcode; Intel's microcode against Gather Data Sampling (Downfall) slows
- * them down. Set where lanes_avx2_supported is asked. */
+/* Where gathers are slow: AMD's Zen 1 and 2 run them in microcode (GCC's tuning for them
+ * emits none); Intel's microcode against Gather Data Sampling (Downfall) slows them down
+ * (compilers added -mno-gather for it). Set where lanes_avx2_supported is asked. */
 static int gathers_slow;
 
 static int
