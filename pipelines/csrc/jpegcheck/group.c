@@ -90,8 +90,9 @@ ac_symbol(const EntropyLane *lane, GroupNumbers *n, int i)
     return 1;
 }
 
-int
-group_settle(GroupFixed *f, GroupNumbers *numbers, int i, int slow)
+/* Lane i of group_settle: returns whether it is done */
+static int
+settle_lane(GroupFixed *f, GroupNumbers *numbers, int i, int slow)
 {
     EntropyLane *lane = f->lane[i];
     slow = slow && numbers->k[i] != 0;
@@ -102,6 +103,18 @@ group_settle(GroupFixed *f, GroupNumbers *numbers, int i, int slow)
         return 1;
     reload(numbers, f, i);
     return 0;
+}
+
+unsigned
+group_settle(GroupFixed *f, GroupNumbers *numbers, unsigned special, unsigned slow)
+{
+    unsigned done = 0;
+    for (unsigned m = special; m; m &= m - 1) {
+        int i = __builtin_ctz(m);
+        if (settle_lane(f, numbers, i, (slow >> i) & 1))
+            done |= 1u << i;
+    }
+    return done;
 }
 
 int

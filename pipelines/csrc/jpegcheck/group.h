@@ -36,10 +36,10 @@ int group_start(EntropyLane *const *lanes, int n);
 unsigned group_in(GroupFixed *f, GroupNumbers *numbers, EntropyLane *const *lanes, int n,
                   const uint8_t *base);
 
-/* Lane i moved on the slow way where a vector step left it (slow: an AC symbol the look-up
- * does not hold; else the DC's, or the MCU's end), numbers updated. Returns whether the
- * lane is done. */
-int group_settle(GroupFixed *f, GroupNumbers *numbers, int i, int slow);
+/* Each lane of special (a bit each) moved on the slow way where a vector step left it (those
+ * of slow: an AC symbol the look-up does not hold; the others: the DC's, or the MCU's end),
+ * numbers updated. Returns the lanes that are done (a bit each). */
+unsigned group_settle(GroupFixed *f, GroupNumbers *numbers, unsigned special, unsigned slow);
 
 /* The active lanes' numbers back into their EntropyLanes */
 void group_out(const GroupFixed *f, const GroupNumbers *numbers, unsigned active);

@@ -67,17 +67,11 @@ static __attribute__((noinline)) WIDE int
 settle(Group *g, GroupFixed *f, __mmask16 special, __mmask16 slow)
 {
     GroupNumbers n;
-    int done = 0;
     store(g, &n);
-    for (unsigned m = special; m; m &= m - 1) {
-        int i = __builtin_ctz(m);
-        if (group_settle(f, &n, i, (slow >> i) & 1)) {
-            g->active &= (__mmask16) ~(1u << i);
-            done = 1;
-        }
-    }
+    unsigned done = group_settle(f, &n, special, slow);
+    g->active &= (__mmask16)~done;
     load(g, &n);
-    return done;
+    return done != 0;
 }
 
 /* One look-up step of every active lane; returns the lanes left to settle, *slow those of

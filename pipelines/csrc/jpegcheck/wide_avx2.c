@@ -97,19 +97,11 @@ static __attribute__((noinline)) AVX2 int
 settle(Group *g, GroupFixed *f, unsigned special, unsigned slow)
 {
     GroupNumbers n;
-    unsigned active = bits_of(g->active);
-    int done = 0;
     store(g, &n);
-    for (unsigned m = special; m; m &= m - 1) {
-        int i = __builtin_ctz(m);
-        if (group_settle(f, &n, i, (slow >> i) & 1)) {
-            active &= ~(1u << i);
-            done = 1;
-        }
-    }
+    unsigned done = group_settle(f, &n, special, slow);
     load(g, &n);
-    g->active = flags_of(active);
-    return done;
+    g->active = flags_of(bits_of(g->active) & ~done);
+    return done != 0;
 }
 
 /* Each lane's next 32 bits of data at its bit position's byte, first in the top */
