@@ -38,9 +38,10 @@ in a fresh process (``fastload convert SRC DST --no-progress --json -``, all cor
 rounds alternating: ``--check markers``, the strict check as it is now, the strict check
 with the entropy check switched off (the strict decode for every file, as before issue 41;
 not with ``--no-before``), with ``--tree`` the strict check of another checkout (built
-in place), and with ``--capability NAME`` the strict check with FASTLOAD_CPU_CAPABILITY=NAME
-(``avx2``: the pass a CPU without AVX-512 takes; ``default``: two files at a time). The conversion's own seconds (its ``--json`` report), the process's wall
-seconds and CPU seconds (the process and its children), medians and ranges, and each
+in place), and with ``--capability NAME`` the strict check with
+FASTLOAD_CPU_CAPABILITY=NAME (``avx2``: the pass a CPU without AVX-512 takes; ``default``:
+two files at a time). The conversion's own seconds (its ``--json`` report), the process's
+wall seconds and CPU seconds (the process and its children), medians and ranges, and each
 strict / markers.
 """
 
@@ -199,7 +200,7 @@ def main() -> None:
             lambda group, name=name: check_many(group, wide=name), _groups(files, 64))
     if getattr(jpeg_damage._jpegcheck, "WIDE_LANES", 0):
         candidates["64, two at once"] = (
-            lambda group: jpeg_damage._jpegcheck.check_many(group, wide=False),
+            lambda group: check_many(group, wide=False),
             _groups(files, 64))
     if args.against is not None:
         other = _load_build(args.against)

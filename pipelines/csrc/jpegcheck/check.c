@@ -573,8 +573,10 @@ static const WidePass wide_passes[] = {
 };
 #define WIDE_PASSES ((int)(sizeof wide_passes / sizeof wide_passes[0]))
 
-/* The pass check_many takes by default (wide=True): the widest this CPU runs, at most the
- * one FASTLOAD_CPU_CAPABILITY names; NULL: none (chosen at import) */
+/* Which passes this CPU runs (asked once, at import: the AVX2 pass reads a file of /sys), and
+ * the pass check_many takes by default (wide=True): the widest of them, at most the one
+ * FASTLOAD_CPU_CAPABILITY names; NULL: none */
+static int pass_runs[WIDE_PASSES];
 static const WidePass *default_pass;
 
 /* Checks files[0..n) into status[] and messages[] (JMSG_LENGTH_MAX each), up to width in
@@ -731,7 +733,7 @@ pass_named(PyObject *wide, const WidePass **pass)
     }
     for (int i = 0; i < WIDE_PASSES; i++)
         if (PyUnicode_CompareWithASCIIString(wide, wide_passes[i].name) == 0 &&
-            wide_passes[i].supported()) {
+            pass_runs[i]) {
             *pass = &wide_passes[i];
             return 0;
         }
@@ -805,7 +807,7 @@ static struct PyModuleDef module = {
     NULL, NULL, NULL, NULL,
 };
 
-/* default_pass: the widest pass this CPU runs, at most the one FASTLOAD_CPU_CAPABILITY
+/* pass_runs, and default_pass: the widest pass this CPU runs, at most the one FASTLOAD_CPU_CAPABILITY
  * names (as torch's ATEN_CPU_CAPABILITY: a pass's name, or "default" for none; to compare
  * the passes on one machine). Returns -1 with a warning raised as an error, else 0. */
 static int
@@ -813,6 +815,8 @@ choose_default_pass(void)
 {
     const char *cap = getenv("FASTLOAD_CPU_CAPABILITY");
     int from = 0; /* the widest pass allowed */
+    for (int i = 0; i < WIDE_PASSES; i++)
+        pass_runs[i] = wide_passes[i].supported();
     default_pass = NULL;
     if (cap != NULL && *cap != '\0') {
         from = -1;
@@ -830,7 +834,7 @@ choose_default_pass(void)
         from = from < 0 ? 0 : from;
     }
     for (int i = from; i < WIDE_PASSES && default_pass == NULL; i++)
-        if (wide_passes[i].supported())
+        if (pass_runs[i])
             default_pass = &wide_passes[i];
     return 0;
 }
@@ -841,7 +845,7 @@ supported_passes(void)
 {
     PyObject *names = PyList_New(0);
     for (int i = 0; names != NULL && i < WIDE_PASSES; i++) {
-        if (!wide_passes[i].supported())
+        if (!pass_runs[i])
             continue;
         PyObject *name = PyUnicode_FromString(wide_passes[i].name);
         if (name == NULL || PyList_Append(names, name) != 0)
