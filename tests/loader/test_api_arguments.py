@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import os
 import threading
+from collections import Counter
 from types import SimpleNamespace
 
 import pytest
@@ -120,12 +121,25 @@ def test_fifty_open_close_cycles_leak_no_fds_or_threads(synth_lmdb):
     for _ in range(3):  # process-wide DALI/torch threads start on first use
         cycle()
     gc.collect()
-    fds, threads = len(os.listdir("/proc/self/fd")), threading.active_count()
+    fds, threads = _open_fds(), threading.active_count()
     for _ in range(50):
         cycle()
     gc.collect()
-    assert len(os.listdir("/proc/self/fd")) <= fds
+    now = _open_fds()
+    assert len(now) <= len(fds), sorted(Counter(v for k, v in now.items() if k not in fds)
+                                        .items(), key=lambda item: -item[1])[:10]
     assert threading.active_count() <= threads
+
+
+def _open_fds() -> dict[str, str]:
+    """This process's open file descriptors -> what each is (its link in /proc/self/fd)."""
+    found = {}
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            found[fd] = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:  # closed meanwhile (the listing's own)
+            pass
+    return found
 
 
 @pytest.mark.parametrize("content, words", [
