@@ -88,6 +88,7 @@ def _convert_rounds(src: Path, rounds: int, shard_size: float | None, before: bo
     import tempfile
 
     here = Path(__file__).resolve().parents[1]
+    src = src.resolve()  # the conversions run in a temporary folder
     # name -> (tree, convert's arguments, FASTLOAD_CPU_CAPABILITY)
     runs = {"markers": (here, ["--check", "markers"], None), "strict": (here, [], None)}
     if before:

@@ -305,10 +305,15 @@ def test_large_files_with_tables_of_their_own_get_the_strict_decodes_verdicts():
     assert counts["intact"] == 10 and counts["refused"] == 20
 
 
-def _cpu_flags() -> set[str]:
+def _cpu_info(field: str) -> str:
+    """The first CPU's ``field`` in /proc/cpuinfo ("" where it has none)."""
     with open("/proc/cpuinfo", encoding="ascii", errors="replace") as handle:
-        return set(next((line.split(":", 1)[1].split() for line in handle
-                         if line.startswith("flags")), []))
+        return next((line.split(":", 1)[1].strip() for line in handle
+                     if line.split(":", 1)[0].strip() == field), "")
+
+
+def _cpu_flags() -> set[str]:
+    return set(_cpu_info("flags").split())
 
 
 def _passes_in_a_process(capability: str | None) -> tuple:
@@ -325,18 +330,23 @@ def _passes_in_a_process(capability: str | None) -> tuple:
     return eval(passes), eval(name), int(lanes), done.stderr  # noqa: S307 - our own print
 
 
-def test_the_wide_passes_are_those_the_cpu_runs_and_the_widest_is_taken():
+def test_the_wide_passes_are_those_the_cpu_runs_and_the_fastest_widest_is_taken():
     flags = _cpu_flags()
     expected = ([("avx512", 32)] if {"avx512f", "avx512bw", "avx512dq"} <= flags else []) + (
         [("avx2", 16), ("avx2-loads", 16)] if "avx2" in flags else [])
     passes, name, lanes, _ = _passes_in_a_process(None)
     assert passes == [n for n, _ in expected]
+    zen4 = _cpu_info("vendor_id") == "AuthenticAMD" and _cpu_info("cpu family") == "25"
+    if zen4 and expected[:2] == [("avx512", 32), ("avx2", 16)]:
+        expected = expected[1:]  # AMD's Zen 4: the AVX2 pass outruns the AVX-512 one
     assert (name, lanes) == (expected[0] if expected else ("", 0))
 
 
 def test_fastload_cpu_capability_caps_the_default_pass():
     passes, name, lanes, _ = _passes_in_a_process("default")
     assert (name, lanes) == ("", 0)
+    if "avx512" in passes:  # named, taken even where the AVX2 pass is the faster
+        assert _passes_in_a_process("avx512")[1:3] == ("avx512", 32)
     if "avx2" in passes:
         assert _passes_in_a_process("avx2")[1:3] == ("avx2", 16)
     *_, stderr = _passes_in_a_process("sse9")

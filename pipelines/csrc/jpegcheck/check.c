@@ -10,9 +10,10 @@
  * (fastload/data/format/jpeg_damage.py).
  *
  * check_many(files, *, wide=True) -> list: the same for each buffer, several files decoded
- * at once: 32 (wide.c, AVX-512) or 16 (wide_avx2.c, AVX2) where the CPU has either
- * (WIDE_PASS, WIDE_LANES; FASTLOAD_CPU_CAPABILITY caps it) and 10 or more are given, else
- * two; wide=False (two at a time) or a pass's name (one of WIDE_PASSES) chooses.
+ * at once: 32 (wide.c, AVX-512) or 16 (wide_avx2.c, AVX2; also on AMD's Zen 4, where it is
+ * the faster) where the CPU has either (WIDE_PASS, WIDE_LANES; FASTLOAD_CPU_CAPABILITY caps
+ * it) and 10 or more are given, else two; wide=False (two at a time) or a pass's name (one
+ * of WIDE_PASSES) chooses.
  *
  * How: libjpeg-turbo reads the markers up to the scan (its own marker reader: its warnings
  * and errors are the strict decode's) and sets the scan up, as for a 1/8-scale grey decode;
@@ -558,24 +559,26 @@ finish(FileCheck *fc)
 }
 
 /* The wide passes, widest first: a name (as torch's CPU capabilities), whether this CPU
- * runs it, the pass, and the files in flight it takes */
+ * runs it, whether a narrower pass runs faster on this CPU (NULL: never), the pass, and the
+ * files in flight it takes */
 typedef struct {
     const char *name;
     int (*supported)(void);
+    int (*slower)(void);
     void (*run)(EntropyLane *const *lanes, int n, const uint8_t *base);
     int lanes;
 } WidePass;
 
 static const WidePass wide_passes[] = {
-    {"avx512", lanes_wide_supported, lanes_run_wide, WIDE_LANES},
-    {"avx2", lanes_avx2_supported, lanes_run_avx2, AVX2_LANES},
-    {"avx2-loads", lanes_avx2_supported, lanes_run_avx2_loads, AVX2_LANES}, /* to compare */
+    {"avx512", lanes_wide_supported, lanes_wide_slower, lanes_run_wide, WIDE_LANES},
+    {"avx2", lanes_avx2_supported, NULL, lanes_run_avx2, AVX2_LANES},
+    {"avx2-loads", lanes_avx2_supported, NULL, lanes_run_avx2_loads, AVX2_LANES}, /* to compare */
 };
 #define WIDE_PASSES ((int)(sizeof wide_passes / sizeof wide_passes[0]))
 
 /* Which passes this CPU runs (asked once, at import: the AVX2 pass reads a file of /sys), and
- * the pass check_many takes by default (wide=True): the widest of them, at most the one
- * FASTLOAD_CPU_CAPABILITY names; NULL: none */
+ * the pass check_many takes by default (wide=True): the widest of them that no narrower one
+ * outruns here, or the widest at most the one FASTLOAD_CPU_CAPABILITY names; NULL: none */
 static int pass_runs[WIDE_PASSES];
 static const WidePass *default_pass;
 
@@ -807,14 +810,17 @@ static struct PyModuleDef module = {
     NULL, NULL, NULL, NULL,
 };
 
-/* pass_runs, and default_pass: the widest pass this CPU runs, at most the one FASTLOAD_CPU_CAPABILITY
- * names (as torch's ATEN_CPU_CAPABILITY: a pass's name, or "default" for none; to compare
- * the passes on one machine). Returns -1 with a warning raised as an error, else 0. */
+/* pass_runs, and default_pass: the widest pass this CPU runs and runs fastest (a pass whose
+ * slower() says a narrower one outruns it is passed over), or, where FASTLOAD_CPU_CAPABILITY
+ * names one (as torch's ATEN_CPU_CAPABILITY: a pass's name, or "default" for none; to compare
+ * the passes on one machine), the widest this CPU runs at most that one. Returns -1 with a
+ * warning raised as an error, else 0. */
 static int
 choose_default_pass(void)
 {
     const char *cap = getenv("FASTLOAD_CPU_CAPABILITY");
-    int from = 0; /* the widest pass allowed */
+    int from = 0;  /* the widest pass allowed */
+    int named = 0; /* FASTLOAD_CPU_CAPABILITY names a pass, or none */
     for (int i = 0; i < WIDE_PASSES; i++)
         pass_runs[i] = wide_passes[i].supported();
     default_pass = NULL;
@@ -829,12 +835,13 @@ choose_default_pass(void)
             PyErr_WarnFormat(PyExc_RuntimeWarning, 1,
                              "FASTLOAD_CPU_CAPABILITY=%s is not one of avx512, avx2, "
                              "avx2-loads, default: ignored (the strict JPEG check takes the "
-                             "widest pass this CPU runs)", cap) != 0)
+                             "fastest pass this CPU runs)", cap) != 0)
             return -1;
+        named = from >= 0;
         from = from < 0 ? 0 : from;
     }
     for (int i = from; i < WIDE_PASSES && default_pass == NULL; i++)
-        if (pass_runs[i])
+        if (pass_runs[i] && (named || wide_passes[i].slower == NULL || !wide_passes[i].slower()))
             default_pass = &wide_passes[i];
     return 0;
 }

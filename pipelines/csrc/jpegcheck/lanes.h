@@ -108,6 +108,9 @@ int lane_settle(EntropyLane *lane, int slow);
  * CPUs that have it (lanes_wide_supported); its tables and lanes are group.c's. */
 #define WIDE_LANES 32
 int lanes_wide_supported(void);
+/* Whether this CPU runs AVX-512 but its gathers make the pass slower than the AVX2 one (AMD's
+ * Zen 4): then the AVX2 pass is the default (check.c) */
+int lanes_wide_slower(void);
 
 /* The same pass with AVX2 (wide_avx2.c), up to AVX2_LANES files at once, for CPUs without
  * AVX-512 (lanes_avx2_supported, asked before the first lanes_run_avx2) */

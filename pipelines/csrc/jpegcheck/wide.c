@@ -17,6 +17,7 @@
  * (through group.c), one lane at a time; the lane then goes on here. So the verdicts are
  * lanes_run1's: the same symbols and checks in the same places.
  */
+#include <cpuid.h>
 #include <immintrin.h>
 #include <stdint.h>
 
@@ -32,6 +33,23 @@ lanes_wide_supported(void)
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
            __builtin_cpu_supports("avx512dq");
+}
+
+/* AMD's Zen 4 (family 19h, the one with AVX-512) runs 512-bit operations as two halves, and a
+ * gather of 16 lanes, or of 8 from 64-bit addresses, costs more than the eight loads and
+ * one 8-lane gather of the AVX2 pass: there 0.158 CPU-ms a photograph against 0.141
+ * (benchmarks/NOTES.md C18). GCC 12 cannot name znver4, so the family is read from CPUID. */
+int
+lanes_wide_slower(void)
+{
+    unsigned eax, ebx, ecx, edx;
+    if (!lanes_wide_supported() || !__builtin_cpu_supports("avx2") ||
+        !__builtin_cpu_is("amd") || !__get_cpuid(1, &eax, &ebx, &ecx, &edx))
+        return 0;
+    unsigned family = (eax >> 8) & 0xF;
+    if (family == 0xF)
+        family += (eax >> 20) & 0xFF;
+    return family == 0x19;
 }
 
 /* A vector of lanes: what changes at each step, in registers */
