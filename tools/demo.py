@@ -34,6 +34,8 @@ import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from fastload.bench.demo_plan import AB_BUDGET_S, TRAIN_SIZES, VAL_SHARE
+
 SPLITS = ("train", "val")
 AB_ROWS = ("baseline", "fastload", "amp", "gc")
 
@@ -96,10 +98,14 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         help="working folder (default runs/demo)")
     parser.add_argument("--classes", type=int, default=DemoConfig.classes,
                         help=f"classes to generate (default {DemoConfig.classes})")
-    parser.add_argument("--train", type=int, default=DemoConfig.train,
-                        help=f"training images (default {DemoConfig.train})")
-    parser.add_argument("--val", type=int, default=DemoConfig.val,
-                        help=f"validation images (default {DemoConfig.val})")
+    parser.add_argument("--train", type=int, default=None,
+                        help=f"training images (default: the most of "
+                        f"{', '.join(f'{n:,}' for n in TRAIN_SIZES)} whose fine-tune A/B is "
+                        f"predicted within {AB_BUDGET_S / 60:g} minutes from one measured "
+                        "training step)")
+    parser.add_argument("--val", type=int, default=None,
+                        help=f"validation images (default: a fifth of --train, "
+                        f"{DemoConfig.val} for {DemoConfig.train:,})")
     parser.add_argument("--seed", type=int, default=DemoConfig.seed, help="random seed (default 0)")
     parser.add_argument("--workers", type=int, default=None,
                         help="worker processes (default: all cores)")
@@ -275,22 +281,59 @@ def _bench_record(workdir: Path, name: str, title: str, settings: dict,
     return bench, f"{title}: " + line
 
 
-def _amp_step(training: DemoTraining, device: str, amp: str):
-    """``(AmpChoice, line)``: whether the A/B runs its AMP row on this machine."""
-    from fastload.train.amp import AmpChoice, choose_amp
-    from fastload.train.compare import amp_mode, measure_bf16_ratio
+def _plan_step(workdir: Path, config: DemoConfig, training: DemoTraining, device: str,
+               amp: str, train: int | None, val: int | None, sizes: tuple[int, ...]):
+    """``(AmpChoice, DemoConfig, sentence, line)``: the AMP row's fate and the generated
+    set's size on this machine (one of ``sizes``), from a few measured training steps
+    (fastload.bench.demo_plan). --train given is kept; else a set made earlier keeps its
+    size; --val given is kept, else a fifth of the training images."""
+    from fastload.bench.demo_plan import plan_ab
+    from fastload.train.amp import AmpChoice, choose_amp, native_bf16
+    from fastload.train.compare import amp_mode, measure_training_pace
 
+    start = time.perf_counter()
+    native = native_bf16("cuda" if device == "gpu" else "cpu")
+    pace = None
+    if device == "cpu":
+        pace = measure_training_pace(training.model, training.img_size, training.batch_size,
+                                     bf16=amp == "auto" and not native)
     if amp == "off":
         choice = AmpChoice(None, False, None, "AMP row left out (--amp off)")
     elif amp == "on":
         choice = AmpChoice(amp_mode(), True, None, "AMP row run as asked (--amp on)")
     else:
-        start = time.perf_counter()
-        choice = choose_amp("cuda" if device == "gpu" else "cpu", measure=lambda: (
-            measure_bf16_ratio(training.model, training.img_size, training.batch_size)))
-        if choice.ratio is not None:
-            return choice, f"amp: {choice.sentence} [{time.perf_counter() - start:.0f} s]"
-    return choice, f"amp: {choice.sentence}"
+        choice = choose_amp("cuda" if device == "gpu" else "cpu", native=native,
+                            measure=lambda: pace.bf16_ratio if pace else None)
+    made = _made_set(workdir)
+    if train is not None:
+        config = replace(config, train=train,
+                         val=val if val is not None else max(1, round(train * VAL_SHARE)))
+        sized = f"--train {train:,} as given"
+    elif made is not None:
+        config = replace(config, train=made["train"], val=made["val"])
+        sized = f"the set made earlier is kept: {made['train']:,} training images"
+    elif pace is None:
+        config = replace(config, val=val if val is not None else config.val)
+        sized = f"training runs on the GPU: {config.train:,} generated images"
+    else:
+        plan = plan_ab(pace.step_s, batch_size=training.batch_size, epochs=training.epochs,
+                       rows=_ab_rows(choice), technique_steps=training.technique_steps,
+                       model=training.model, img_size=training.img_size, sizes=sizes)
+        config = replace(config, train=plan.train, val=val if val is not None else plan.val)
+        sized = plan.sentence
+    line = f"plan: {sized}; {choice.sentence} [{time.perf_counter() - start:.0f} s]"
+    return choice, config, sized, line
+
+
+def _made_set(workdir: Path) -> dict | None:
+    """The arguments of the set a finished earlier generation made (DIR/synth.json), where
+    they give its sizes."""
+    try:
+        made = json.loads((workdir / "synth.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    sized = isinstance(made, dict) and all(isinstance(made.get(k), int) for k in SPLITS)
+    return made if sized else None
 
 
 def _ab_rows(amp) -> list[str]:
@@ -310,6 +353,7 @@ def _ab_step(workdir: Path, training: DemoTraining, seed: int, device: str,
         return done["rows"], "finetune A/B: " + done["line"] + " (done already, skipped)"
     import math
 
+    from fastload.bench.demo_plan import technique_row_steps, technique_rows
     from fastload.train.compare import run_compare
     from fastload.train.finetune import FinetuneConfig
 
@@ -317,11 +361,9 @@ def _ab_step(workdir: Path, training: DemoTraining, seed: int, device: str,
                           img_size=training.img_size, epochs=training.epochs,
                           batch_size=training.batch_size, seed=seed, progress=False,
                           device="cuda" if device == "gpu" else "cpu")
-    row_steps = {}
     per_epoch = math.ceil(_split_count(workdir, "train") / training.batch_size)
-    if training.technique_steps and training.epochs > 1 and training.technique_steps < per_epoch:
-        row_steps = {row: (training.epochs - 1) * per_epoch + training.technique_steps
-                     for row in rows[rows.index("fastload") + 1:]}
+    cut = technique_row_steps(per_epoch, training.epochs, training.technique_steps)
+    row_steps = {row: cut for row in technique_rows(rows)} if cut is not None else {}
     start = time.perf_counter()
     ab_rows = run_compare(base, rows=rows, progress=progress, row_steps=row_steps)
     seconds = time.perf_counter() - start
@@ -371,10 +413,12 @@ def _report_step(workdir: Path, config: DemoConfig, photos: DemoPhotos,
 
 
 def run(args: argparse.Namespace) -> int:
+    train, val, sizes = args.train, args.val, TRAIN_SIZES
     if args.tiny:
         config, photos, training = TINY, TINY_PHOTOS, TINY_TRAINING
+        val, sizes = config.val, (config.train,)
     else:
-        config = DemoConfig(classes=args.classes, train=args.train, val=args.val, seed=args.seed)
+        config = DemoConfig(classes=args.classes, seed=args.seed)
         photos, training = DemoPhotos(), DemoTraining(img_size=args.img_size)
     if args.epochs is not None:
         if args.epochs < 0:
@@ -388,7 +432,7 @@ def run(args: argparse.Namespace) -> int:
 
     progress = sys.stderr.isatty()  # bars for synth and convert: a terminal only
     measured = training.epochs > 0
-    steps = 1 + 2 * len(SPLITS) + (5 if measured else 0)
+    steps = 1 + 2 * len(SPLITS) + (6 if measured else 0)
     step = 0
     started = time.perf_counter()
 
@@ -399,6 +443,20 @@ def run(args: argparse.Namespace) -> int:
         print(f"[{step}/{steps}] {line} ({elapsed} elapsed)", flush=True)
 
     try:
+        if measured:
+            device = _device()
+            if device == "gpu":
+                print("a CUDA GPU is present: DALI decodes on it and training runs on it",
+                      flush=True)
+            # the AMP row and the set's size, decided from this machine before anything is made
+            amp, config, sized, line = _plan_step(workdir, config, training, device,
+                                                  args.amp, train, val, sizes)
+            say(line)
+        elif train is not None:
+            config = replace(config, train=train,
+                             val=val if val is not None else max(1, round(train * VAL_SHARE)))
+        elif val is not None:
+            config = replace(config, val=val)
         say(_synth_step(workdir, config, args.workers, progress))
         for split in SPLITS:
             say(_convert_step(workdir, split, args.workers, progress))
@@ -408,23 +466,17 @@ def run(args: argparse.Namespace) -> int:
             ok = ok and split_ok
             say(line)
         if ok and measured:
-            device = _device()
-            if device == "gpu":
-                print("a CUDA GPU is present: DALI decodes on it and training runs on it",
-                      flush=True)
             say(_photos_step(workdir, photos, config.seed, args.workers, progress))
             bench, line = _bench_step(workdir, training, config.seed, device)
             say(line)
             recipe, line = _recipe_step(workdir, training, config.seed, device)
             say(line)
-            amp, line = _amp_step(training, device, args.amp)  # a decision, in the report too
-            print(line, file=sys.stderr, flush=True)
             # the A/B's rows and epochs print plain lines in a log, a bar on a terminal
             ab_rows, line = _ab_step(workdir, training, config.seed, device, True,
                                      _ab_rows(amp))
             say(line)
             lines = _report_step(workdir, config, photos, training, device, bench, recipe,
-                                 ab_rows, [amp.sentence])
+                                 ab_rows, [sized, amp.sentence])
             say(lines[0])
             for line in lines[1:] + ["  " + amp.sentence]:
                 print(line, flush=True)

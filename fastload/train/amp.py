@@ -20,6 +20,7 @@ __all__ = [
     "AMP_MODES",
     "AmpChoice",
     "autocast_speed_ratio",
+    "training_step_seconds",
     "choose_amp",
     "native_bf16",
     "warn_if_emulated",
@@ -99,11 +100,10 @@ class AmpChoice:
     sentence: str
 
 
-def autocast_speed_ratio(model: torch.nn.Module, images: torch.Tensor, labels: torch.Tensor,
-                         mode: str = "bf16", steps: int = 3) -> float:
-    """Training steps per second under autocast ``mode`` over those in fp32, each timed on
-    ``steps`` forward+backward passes after one warm-up (CPU; a few seconds for a small
-    model): 0.12 means autocast is 8x slower."""
+def training_step_seconds(model: torch.nn.Module, images: torch.Tensor, labels: torch.Tensor,
+                          mode: str = "off", steps: int = 3) -> float:
+    """Seconds of one forward+backward pass of ``model`` on ``images`` under autocast
+    ``mode``, the mean of ``steps`` after one warm-up (a few seconds for a small model)."""
     import time
 
     import torch.nn.functional as F
@@ -111,21 +111,25 @@ def autocast_speed_ratio(model: torch.nn.Module, images: torch.Tensor, labels: t
     if steps < 1:
         raise ValueError(f"steps should be a positive integer, but got steps={steps}")
     device_type = images.device.type
-
-    def seconds(amp: str) -> float:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
         for i in range(steps + 1):
             if i == 1:
                 start = time.perf_counter()
-            with autocast(amp, device_type):
+            with autocast(mode, device_type):
                 logits = model(images)
             F.cross_entropy(logits.float(), labels).backward()
             model.zero_grad(set_to_none=True)
-        return time.perf_counter() - start
+    return (time.perf_counter() - start) / steps
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        fp32 = seconds("off")
-        mixed = seconds(mode)
+
+def autocast_speed_ratio(model: torch.nn.Module, images: torch.Tensor, labels: torch.Tensor,
+                         mode: str = "bf16", steps: int = 3) -> float:
+    """Training steps per second under autocast ``mode`` over those in fp32, each timed on
+    ``steps`` forward+backward passes after one warm-up (CPU; a few seconds for a small
+    model): 0.12 means autocast is 8x slower."""
+    fp32 = training_step_seconds(model, images, labels, "off", steps)
+    mixed = training_step_seconds(model, images, labels, mode, steps)
     return fp32 / mixed if mixed > 0 else float("inf")
 
 

@@ -37,8 +37,8 @@ from fastload.utils.memory import TreeMemory
 from fastload.utils.process import call_in_fresh_process
 from fastload.utils.progress import format_duration
 
-__all__ = ["ROWS", "amp_mode", "check_rows", "format_table", "measure_bf16_ratio", "row_configs",
-           "run_compare"]
+__all__ = ["ROWS", "TrainingPace", "amp_mode", "check_rows", "format_table",
+           "measure_training_pace", "row_configs", "run_compare"]
 
 ROWS = {
     "baseline": "baseline: fp32, torchvision ImageFolder + torch DataLoader",
@@ -59,20 +59,36 @@ def amp_mode() -> str:
     return "bf16"
 
 
-def measure_bf16_ratio(model_name: str, img_size: int, batch_size: int, steps: int = 3) -> float:
-    """bf16 autocast's training speed over fp32's for ``model_name`` at ``img_size`` and
-    ``batch_size`` on this CPU, from ``steps`` timed steps each on random inputs (a few
-    seconds): what :func:`fastload.train.amp.choose_amp` states where bf16 is emulated."""
+@dataclasses.dataclass(frozen=True)
+class TrainingPace:
+    """What a few training steps measured on this machine: ``step_s``, the seconds of one
+    fp32 forward+backward step, and ``bf16_ratio``, bf16 autocast's speed over fp32's (None
+    when not measured)."""
+
+    step_s: float
+    bf16_ratio: float | None = None
+
+
+def measure_training_pace(model_name: str, img_size: int, batch_size: int, *,
+                          bf16: bool = False, steps: int = 3) -> TrainingPace:
+    """The fp32 step of ``model_name`` at ``img_size`` and ``batch_size`` on this CPU, and
+    with ``bf16`` bf16 autocast's speed over it (:func:`fastload.train.amp.choose_amp`
+    states it where bf16 is emulated), from ``steps`` timed steps each on random inputs (a
+    few seconds): what the demo sizes its A/B by."""
     import torch
 
-    from fastload.train.amp import autocast_speed_ratio
+    from fastload.train.amp import training_step_seconds
     from fastload.train.model import create_model
 
     generator = torch.Generator().manual_seed(0)
     model = create_model(model_name, 10, img_size)
     images = torch.randn(batch_size, 3, img_size, img_size, generator=generator)
     labels = torch.randint(0, 10, (batch_size,), generator=generator)
-    return autocast_speed_ratio(model, images, labels, "bf16", steps)
+    step_s = training_step_seconds(model, images, labels, "off", steps)
+    if not bf16:
+        return TrainingPace(step_s)
+    bf16_s = training_step_seconds(model, images, labels, "bf16", steps)
+    return TrainingPace(step_s, step_s / bf16_s if bf16_s > 0 else float("inf"))
 
 
 def _freeze_patterns(model_name: str, img_size: int) -> tuple[str, ...]:

@@ -15,13 +15,18 @@ from fastload.tools.cli import main
 def test_demo_generates_converts_verifies_measures_learns_and_reports_then_skips(tmp_path,
                                                                                 capsys):
     workdir = tmp_path / "demo"
-    assert main(["demo", "--workdir", str(workdir), "--tiny", "--workers", "1"]) == 0
+    # --amp on: the AMP row runs where bf16 is emulated too (auto would skip it there)
+    argv = ["demo", "--workdir", str(workdir), "--tiny", "--workers", "1", "--amp", "on"]
+    assert main(argv) == 0
     first = capsys.readouterr().out.strip().splitlines()
-    assert [line.split(":")[0] for line in first[:10]] == [
-        "[1/10] synth", "[2/10] convert train", "[3/10] convert val",
-        "[4/10] verify train", "[5/10] verify val", "[6/10] photos", "[7/10] bench",
-        "[8/10] recipe ra", "[9/10] finetune A/B", "[10/10] report",
+    assert [line.split(":")[0] for line in first[:11]] == [
+        "[1/11] plan", "[2/11] synth", "[3/11] convert train", "[4/11] convert val",
+        "[5/11] verify train", "[6/11] verify val", "[7/11] photos", "[8/11] bench",
+        "[9/11] recipe ra", "[10/11] finetune A/B", "[11/11] report",
     ]
+    assert "the A/B trains on 48 generated images" in first[0]
+    assert "AMP row run as asked" in first[0]
+    first = first[1:]
     assert "stored 48 + skipped 0 = seen 48" in first[1]
     assert "OK: 16/16 records" in first[4]
     for split, count in (("train", 48), ("val", 16)):
@@ -59,8 +64,10 @@ def test_demo_generates_converts_verifies_measures_learns_and_reports_then_skips
         assert f"]({chart})" in report
         assert (workdir / chart).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
-    assert main(["demo", "--workdir", str(workdir), "--tiny", "--workers", "1"]) == 0
+    assert main(argv) == 0
     second = capsys.readouterr().out.strip().splitlines()
+    assert "the set made earlier is kept: 48 training images" in second[0]
+    second = second[1:]
     assert all("skipped" in line for line in second[:3] + second[5:9])
     assert "OK" in second[3] and "OK" in second[4]
 

@@ -1,6 +1,6 @@
 """The demo decides from the machine: the AMP row where bf16 (or fp16 on a GPU) is native,
-a stated skip with the measured ratio where it is emulated; progress as plain lines in a
-log, a bar on a terminal."""
+a stated skip with the measured ratio where it is emulated; the A/B's set sized from one
+measured training step; progress as plain lines in a log, a bar on a terminal."""
 
 from __future__ import annotations
 
@@ -39,6 +39,52 @@ def test_autocast_speed_ratio_times_both_precisions():
     model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(48, 4))
     ratio = autocast_speed_ratio(model, torch.randn(2, 3, 4, 4), torch.tensor([0, 1]), steps=1)
     assert ratio > 0
+
+
+def test_training_pace_times_fp32_and_bf16_only_when_asked():
+    from fastload.train.compare import measure_training_pace
+
+    pace = measure_training_pace("vit_tiny_patch16_224", 32, 2, steps=1)
+    assert pace.step_s > 0 and pace.bf16_ratio is None
+    assert measure_training_pace("vit_tiny_patch16_224", 32, 2, bf16=True,
+                                 steps=1).bf16_ratio > 0
+
+
+def test_the_ab_prediction_counts_every_step_of_the_loader_rows_and_the_cut_technique_rows():
+    from fastload.bench.demo_plan import ROW_START_S, STEP_FACTOR, predict_ab_seconds
+
+    rows = ["baseline", "fastload", "amp", "gc"]
+    # 2,000 images in batches of 32: 63 steps an epoch; two loader rows of 2 epochs, two
+    # technique rows stopped 16 steps into their second
+    seconds = predict_ab_seconds(2000, step_s=0.5, batch_size=32, epochs=2, rows=rows,
+                                 technique_steps=16)
+    assert seconds == pytest.approx(4 * ROW_START_S + STEP_FACTOR * 0.5 * (2 * 126 + 2 * 79))
+    # 500 images: an epoch of 16 steps is no longer than the cut, so every row runs it all
+    seconds = predict_ab_seconds(500, step_s=0.5, batch_size=32, epochs=2, rows=rows,
+                                 technique_steps=16)
+    assert seconds == pytest.approx(4 * ROW_START_S + STEP_FACTOR * 0.5 * 4 * 32)
+
+
+def test_the_ab_trains_on_the_largest_set_predicted_within_the_budget():
+    from fastload.bench.demo_plan import AB_BUDGET_S, TRAIN_SIZES, plan_ab
+
+    rows = ["baseline", "fastload", "gc"]
+    fast = plan_ab(0.05, batch_size=32, epochs=2, rows=rows, technique_steps=16)
+    assert (fast.train, fast.val) == (TRAIN_SIZES[0], TRAIN_SIZES[0] // 5)
+    assert fast.predicted_s <= AB_BUDGET_S and "would take" not in fast.sentence
+    slow = plan_ab(0.62, batch_size=32, epochs=2, rows=rows, technique_steps=16,
+                   model="vit_tiny_patch16_224", img_size=64)
+    assert slow.train < TRAIN_SIZES[0] and slow.predicted_s <= AB_BUDGET_S
+    bigger = [n for n in TRAIN_SIZES if n > slow.train]
+    assert all(plan_ab(0.62, batch_size=32, epochs=2, rows=rows, technique_steps=16,
+                       sizes=(n,)).predicted_s > AB_BUDGET_S for n in bigger)
+    assert slow.sentence.startswith("an fp32 training step takes 0.62 s here "
+                                    "(vit_tiny_patch16_224, 32 images at 64 px): the A/B "
+                                    f"trains on {slow.train:,} generated images (2,000 would "
+                                    "take about ")
+    # nothing fits: the smallest set, its prediction stated
+    crawl = plan_ab(30.0, batch_size=32, epochs=2, rows=rows, technique_steps=16)
+    assert crawl.train == min(TRAIN_SIZES) and crawl.predicted_s > AB_BUDGET_S
 
 
 def test_progress_in_a_log_is_plain_lines_with_elapsed_and_time_left():
