@@ -20,8 +20,9 @@ TRAIN_SIZES = (2000, 1000, 500, 250)  # training images to generate, the largest
 VAL_SHARE = 0.2  # validation images per training image
 # A row's training step over the probe's forward+backward (data loading on the same cores,
 # the optimizer, validation), and its fixed cost (a fresh process, imports, the loader's
-# set-up); from `make demo`'s rows on a 2-core Zen 4 EPYC (predicted 182 s, took 148 s)
-STEP_FACTOR = 2.3
+# set-up): from `make demo`'s four rows on a 2-core Zen 4 EPYC, whose 410 steps took 148 and
+# 175 s in two runs after a probed step of 0.13 s (2.2x and 2.7x after 4 x 8 s), the larger
+STEP_FACTOR = 2.7
 ROW_START_S = 8.0
 
 
