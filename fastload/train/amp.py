@@ -103,7 +103,9 @@ class AmpChoice:
 def training_step_seconds(model: torch.nn.Module, images: torch.Tensor, labels: torch.Tensor,
                           mode: str = "off", steps: int = 3) -> float:
     """Seconds of one forward+backward pass of ``model`` on ``images`` under autocast
-    ``mode``, the mean of ``steps`` after one warm-up (a few seconds for a small model)."""
+    ``mode``: the median of ``steps`` timed one by one after a warm-up (a few seconds for a
+    small model; the median, as a step that shares the cores with something else is long)."""
+    import statistics
     import time
 
     import torch.nn.functional as F
@@ -111,16 +113,17 @@ def training_step_seconds(model: torch.nn.Module, images: torch.Tensor, labels: 
     if steps < 1:
         raise ValueError(f"steps should be a positive integer, but got steps={steps}")
     device_type = images.device.type
+    times = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        for i in range(steps + 1):
-            if i == 1:
-                start = time.perf_counter()
+        for _ in range(steps + 1):
+            start = time.perf_counter()
             with autocast(mode, device_type):
                 logits = model(images)
             F.cross_entropy(logits.float(), labels).backward()
             model.zero_grad(set_to_none=True)
-    return (time.perf_counter() - start) / steps
+            times.append(time.perf_counter() - start)
+    return statistics.median(times[1:])
 
 
 def autocast_speed_ratio(model: torch.nn.Module, images: torch.Tensor, labels: torch.Tensor,

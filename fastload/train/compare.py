@@ -70,11 +70,11 @@ class TrainingPace:
 
 
 def measure_training_pace(model_name: str, img_size: int, batch_size: int, *,
-                          bf16: bool = False, steps: int = 3) -> TrainingPace:
+                          bf16: bool = False, steps: int = 5) -> TrainingPace:
     """The fp32 step of ``model_name`` at ``img_size`` and ``batch_size`` on this CPU, and
     with ``bf16`` bf16 autocast's speed over it (:func:`fastload.train.amp.choose_amp`
-    states it where bf16 is emulated), from ``steps`` timed steps each on random inputs (a
-    few seconds): what the demo sizes its A/B by."""
+    states it where bf16 is emulated), each the median of ``steps`` timed steps on random
+    inputs (a few seconds): what the demo sizes its A/B by."""
     import torch
 
     from fastload.train.amp import training_step_seconds
