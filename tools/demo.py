@@ -100,9 +100,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         help=f"classes to generate (default {DemoConfig.classes})")
     parser.add_argument("--train", type=int, default=None,
                         help=f"training images (default: the most of "
-                        f"{', '.join(f'{n:,}' for n in TRAIN_SIZES)} whose fine-tune A/B is "
-                        f"predicted within {AB_BUDGET_S / 60:g} minutes from one measured "
-                        "training step)")
+                        f"{', '.join(f'{n:,}' for n in TRAIN_SIZES)} whose A/B is predicted "
+                        f"within {AB_BUDGET_S / 60:g} minutes from a few timed training "
+                        "steps)")
     parser.add_argument("--val", type=int, default=None,
                         help=f"validation images (default: a fifth of --train, "
                         f"{DemoConfig.val} for {DemoConfig.train:,})")
