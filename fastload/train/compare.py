@@ -70,11 +70,13 @@ class TrainingPace:
 
 
 def measure_training_pace(model_name: str, img_size: int, batch_size: int, *,
-                          bf16: bool = False, steps: int = 5) -> TrainingPace:
-    """The fp32 step of ``model_name`` at ``img_size`` and ``batch_size`` on this CPU, and
-    with ``bf16`` bf16 autocast's speed over it (:func:`fastload.train.amp.choose_amp`
-    states it where bf16 is emulated), each the median of ``steps`` timed steps on random
-    inputs (a few seconds): what the demo sizes its A/B by."""
+                          bf16: bool = False, steps: int = 5,
+                          bf16_steps: int = 3) -> TrainingPace:
+    """The fp32 step of ``model_name`` at ``img_size`` and ``batch_size`` on this CPU (the
+    median of ``steps`` timed steps on random inputs), and with ``bf16`` bf16 autocast's
+    speed over it (of ``bf16_steps``: where bf16 is emulated a step is several times
+    longer; :func:`fastload.train.amp.choose_amp` states the ratio): what the demo sizes its
+    A/B by, in a few seconds."""
     import torch
 
     from fastload.train.amp import training_step_seconds
@@ -87,7 +89,7 @@ def measure_training_pace(model_name: str, img_size: int, batch_size: int, *,
     step_s = training_step_seconds(model, images, labels, "off", steps)
     if not bf16:
         return TrainingPace(step_s)
-    bf16_s = training_step_seconds(model, images, labels, "bf16", steps)
+    bf16_s = training_step_seconds(model, images, labels, "bf16", bf16_steps)
     return TrainingPace(step_s, step_s / bf16_s if bf16_s > 0 else float("inf"))
 
 

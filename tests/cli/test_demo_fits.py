@@ -46,8 +46,8 @@ def test_training_pace_times_fp32_and_bf16_only_when_asked():
 
     pace = measure_training_pace("vit_tiny_patch16_224", 32, 2, steps=1)
     assert pace.step_s > 0 and pace.bf16_ratio is None
-    assert measure_training_pace("vit_tiny_patch16_224", 32, 2, bf16=True,
-                                 steps=1).bf16_ratio > 0
+    assert measure_training_pace("vit_tiny_patch16_224", 32, 2, bf16=True, steps=1,
+                                 bf16_steps=1).bf16_ratio > 0
 
 
 def test_the_ab_prediction_counts_every_step_of_the_loader_rows_and_the_cut_technique_rows():
