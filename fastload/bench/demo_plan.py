@@ -1,10 +1,11 @@
 """How much the demo's fine-tune A/B trains on this machine.
 
-The A/B's cost is its training steps: on a 2-core CPU without AVX-512 an fp32 step of
-ViT-Tiny is about four times a Zen 4's or a Xeon's, and the demo's other steps (decoding,
-the install) are slower there too. So ``make demo`` measures one fp32 step first
-(:func:`fastload.train.compare.measure_training_pace`) and generates the largest training set
-of :data:`TRAIN_SIZES` whose predicted A/B fits :data:`AB_BUDGET_S`; it says what it chose.
+The A/B's cost is its training steps: on a 2-core Zen 1 EPYC (AVX2 on 128-bit units) an fp32
+step of ViT-Tiny takes about four times a Zen 4's, by issue 39's figures, and the demo's
+other steps (decoding, the install) are slower there too. So ``make demo`` times a few fp32
+steps first (:func:`fastload.train.compare.measure_training_pace`) and generates the largest
+training set of :data:`TRAIN_SIZES` whose predicted A/B fits :data:`AB_BUDGET_S`; it says
+what it chose.
 """
 
 from __future__ import annotations

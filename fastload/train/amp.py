@@ -128,9 +128,9 @@ def training_step_seconds(model: torch.nn.Module, images: torch.Tensor, labels: 
 
 def autocast_speed_ratio(model: torch.nn.Module, images: torch.Tensor, labels: torch.Tensor,
                          mode: str = "bf16", steps: int = 3) -> float:
-    """Training steps per second under autocast ``mode`` over those in fp32, each timed on
-    ``steps`` forward+backward passes after one warm-up (CPU; a few seconds for a small
-    model): 0.12 means autocast is 8x slower."""
+    """Training steps per second under autocast ``mode`` over those in fp32, each the
+    :func:`training_step_seconds` of ``steps`` forward+backward passes (CPU; a few seconds
+    for a small model): 0.12 means autocast is 8x slower."""
     fp32 = training_step_seconds(model, images, labels, "off", steps)
     mixed = training_step_seconds(model, images, labels, mode, steps)
     return fp32 / mixed if mixed > 0 else float("inf")
