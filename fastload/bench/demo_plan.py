@@ -71,18 +71,16 @@ def plan_ab(step_s: float, *, batch_size: int, epochs: int, rows: list[str],
     where none is), for one fp32 step of ``step_s`` seconds."""
     from fastload.utils.progress import format_duration
 
-    def predicted(train: int) -> float:
-        return predict_ab_seconds(train, step_s=step_s, batch_size=batch_size, epochs=epochs,
-                                  rows=rows, technique_steps=technique_steps)
-
-    ordered = sorted(sizes, reverse=True)
-    train = next((n for n in ordered if predicted(n) <= budget_s), ordered[-1])
+    predicted = {n: predict_ab_seconds(n, step_s=step_s, batch_size=batch_size, epochs=epochs,
+                                       rows=rows, technique_steps=technique_steps)
+                 for n in sorted(sizes, reverse=True)}  # largest first
+    largest = next(iter(predicted))
+    train = next((n for n, s in predicted.items() if s <= budget_s), min(predicted))
     pixels = f" at {img_size} px" if img_size else ""
     sentence = (f"an fp32 training step takes {step_s:.2f} s here ({model}, {batch_size} "
                 f"images{pixels}): the A/B trains on {train:,} generated images")
-    if train != ordered[0]:
-        sentence += (f" ({ordered[0]:,} would take about "
-                     f"{format_duration(predicted(ordered[0]))})")
-    sentence += (f", about {format_duration(predicted(train))} predicted for "
+    if train != largest:
+        sentence += f" ({largest:,} would take about {format_duration(predicted[largest])})"
+    sentence += (f", about {format_duration(predicted[train])} predicted for "
                  f"{len(rows)} rows (budget {format_duration(budget_s)})")
-    return ABPlan(train, max(1, round(train * VAL_SHARE)), predicted(train), sentence)
+    return ABPlan(train, max(1, round(train * VAL_SHARE)), predicted[train], sentence)
