@@ -41,10 +41,14 @@ gather_mitigated(void)
 int
 lanes_avx2_supported(void)
 {
-    __builtin_cpu_init();
-    gathers_slow =
-        __builtin_cpu_is("znver1") || __builtin_cpu_is("znver2") || gather_mitigated();
-    return __builtin_cpu_supports("avx2");
+    static int supported = -1; /* asked once (the table lists the pass twice; /sys is read) */
+    if (supported < 0) {
+        __builtin_cpu_init();
+        gathers_slow =
+            __builtin_cpu_is("znver1") || __builtin_cpu_is("znver2") || gather_mitigated();
+        supported = __builtin_cpu_supports("avx2");
+    }
+    return supported;
 }
 
 /* A vector of lanes: what changes at each step (active: -1 for a lane that runs) */
