@@ -69,7 +69,8 @@ def format_report(report) -> str:
     flags = ", ".join(f"{name} {_yes(on)}" for name, on in cpu.flags.items())
     lines += [
         ("CPU", f"{cpu.model} ({cpu.machine}), torch capability {cpu.capability or '?'}"),
-        ("CPU flags", f"{flags}; native bf16 {_yes(cpu.native_bf16)}"),
+        ("CPU flags", f"{flags}; native bf16 {_yes(cpu.native_bf16)}"
+                      + (f" ({cpu.bf16_capped_by})" if cpu.bf16_capped_by else "")),
         ("cores", f"{cpu.usable_cores} usable of {cpu.cores}"),
     ]
     if report.gpus:

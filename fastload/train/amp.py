@@ -81,8 +81,13 @@ def warn_if_emulated(mode: str, device_type: str) -> bool:
     bf16; whether it warned."""
     if mode != "bf16" or device_type != "cpu" or native_bf16("cpu"):
         return False
+    from fastload.utils.machine import onednn_bf16_cap
+
+    capped = onednn_bf16_cap()
+    why = (f"{capped} keeps oneDNN from the CPU's bf16 instructions" if capped else
+           "no avx512_bf16 or amx_bf16")
     warnings.warn(
-        "amp='bf16' on a CPU without native bf16 (no avx512_bf16 or amx_bf16): torch emulates "
+        f"amp='bf16' on a CPU without native bf16 ({why}): torch emulates "
         "bfloat16 matmuls here, several times slower than fp32 (about 0.12x measured on an "
         "AVX2 AMD EPYC); amp='off' is faster on this machine", stacklevel=2)
     return True

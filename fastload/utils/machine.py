@@ -45,6 +45,11 @@ DALI_DISTRIBUTIONS: dict[int, str] = {12: "nvidia-dali-cuda120", 13: "nvidia-dal
 # /proc/cpuinfo flags that decide fastload's CPU paths (x86: "flags"; aarch64: "Features").
 CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16")
 _NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16", "bf16")  # the last one is aarch64's
+# oneDNN (torch's CPU matmuls) takes the ISA its variable names at most: capped below its bf16
+# ISAs (AVX512_CORE_BF16 and up), bf16 matmuls are emulated whatever the CPU's flags say.
+_ONEDNN_CAP_VARIABLES = ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA")
+_ONEDNN_BELOW_BF16 = frozenset({"SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2",
+                                "AVX512_CORE", "AVX512_CORE_VNNI"})
 
 # Compute capabilities of the data-centre GPUs with a hardware JPEG decoder that DALI's
 # mixed decoder uses (A100/A30, H100/H200, B200); other GPUs decode JPEGs with CUDA cores.
@@ -68,6 +73,7 @@ class CpuInfo:
     capability: str | None  # torch.backends.cpu.get_cpu_capability(): AVX2, AVX512, ...
     flags: dict[str, bool]
     native_bf16: bool
+    bf16_capped_by: str | None = None  # "ONEDNN_MAX_CPU_ISA=AVX2": flags have it, oneDNN not
 
 
 @dataclasses.dataclass(frozen=True)
@@ -207,6 +213,16 @@ def _cpuinfo() -> dict[str, str]:
     return fields
 
 
+def onednn_bf16_cap() -> str | None:
+    """``"NAME=VALUE"`` where an oneDNN variable caps its ISA below its bf16 ones (so torch
+    emulates bf16 matmuls on any CPU), else None."""
+    for name in _ONEDNN_CAP_VARIABLES:
+        value = os.environ.get(name, "").strip()
+        if value:  # oneDNN reads the first it finds
+            return f"{name}={value}" if value.upper() in _ONEDNN_BELOW_BF16 else None
+    return None
+
+
 def cpu_info(torch_module: Any = None) -> CpuInfo:
     fields = _cpuinfo()
     flags = set((fields.get("flags") or fields.get("Features") or "").split())
@@ -221,10 +237,12 @@ def cpu_info(torch_module: Any = None) -> CpuInfo:
         usable = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         usable = os.cpu_count() or 1
+    has_bf16 = any(f in flags for f in _NATIVE_BF16_FLAGS)
+    capped = onednn_bf16_cap() if has_bf16 and platform.machine() == "x86_64" else None
     return CpuInfo(
         model=model, machine=platform.machine(), cores=os.cpu_count() or 1, usable_cores=usable,
         capability=capability, flags={f: f in flags for f in CPU_FLAGS},
-        native_bf16=any(f in flags for f in _NATIVE_BF16_FLAGS))
+        native_bf16=has_bf16 and capped is None, bf16_capped_by=capped)
 
 
 def _gpus(torch_module: Any) -> tuple[bool, list[GpuInfo]]:
@@ -318,7 +336,11 @@ def _advice(report: MachineReport) -> list[str]:
         lines.append(f"{report.libjpeg} is not libjpeg-turbo: region decoding is slower and its "
                      "results may differ from DALI's; install libjpeg-turbo")
     cpu = report.cpu
-    if not cpu.native_bf16 and not report.cuda_available:
+    if cpu.bf16_capped_by and not report.cuda_available:
+        lines.append(f"{cpu.bf16_capped_by} keeps torch's matmuls (oneDNN) from this CPU's "
+                     "bf16 instructions: bf16 autocast is emulated and slower than fp32; unset "
+                     "it, or train with amp='off'")
+    elif not cpu.native_bf16 and not report.cuda_available:
         lines.append("this CPU has no native bf16 (avx512_bf16/amx_bf16): bf16 autocast is "
                      "emulated and slower than fp32 here; train with amp='off'")
     if cpu.machine == "x86_64" and not cpu.flags.get("avx2"):

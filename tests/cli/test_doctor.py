@@ -114,8 +114,38 @@ def test_cpu_with_amx_has_native_bf16_and_no_amp_advice(monkeypatch, tmp_path):
 
     xeon = {"model name": "Intel Xeon", "flags": "avx2 avx512f avx512_bf16 amx_tile amx_bf16"}
     monkeypatch.setattr(machine, "_cpuinfo", lambda: xeon)
+    for variable in ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"):
+        monkeypatch.delenv(variable, raising=False)
     report = _probe(tmp_path)
     assert report.cpu.native_bf16
+    assert not any("bf16" in line for line in report.advice)
+
+
+@pytest.mark.parametrize("variable", ["ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"])
+def test_onednn_capped_below_its_bf16_isas_makes_bf16_emulated_and_says_why(monkeypatch,
+                                                                            tmp_path, variable):
+    from fastload.utils import machine
+
+    xeon = {"model name": "Intel Xeon", "flags": "avx2 avx512f avx512_bf16 amx_tile amx_bf16"}
+    monkeypatch.setattr(machine, "_cpuinfo", lambda: xeon)
+    monkeypatch.setattr(machine.platform, "machine", lambda: "x86_64")
+    monkeypatch.setenv(variable, "avx2")
+    report = _probe(tmp_path)
+    assert not report.cpu.native_bf16
+    assert report.cpu.bf16_capped_by == f"{variable}=avx2"
+    assert any(line.startswith(f"{variable}=avx2 keeps torch's matmuls") and "amp='off'" in line
+               for line in report.advice)
+
+
+def test_onednn_capped_at_a_bf16_isa_keeps_native_bf16(monkeypatch, tmp_path):
+    from fastload.utils import machine
+
+    xeon = {"model name": "Intel Xeon", "flags": "avx2 avx512f avx512_bf16 amx_tile amx_bf16"}
+    monkeypatch.setattr(machine, "_cpuinfo", lambda: xeon)
+    monkeypatch.setattr(machine.platform, "machine", lambda: "x86_64")
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX512_CORE_AMX")
+    report = _probe(tmp_path)
+    assert report.cpu.native_bf16 and report.cpu.bf16_capped_by is None
     assert not any("bf16" in line for line in report.advice)
 
 
