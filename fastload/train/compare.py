@@ -71,12 +71,13 @@ class TrainingPace:
 
 def measure_training_pace(model_name: str, img_size: int, batch_size: int, *,
                           bf16: bool = False, steps: int = 5,
-                          bf16_steps: int = 3) -> TrainingPace:
+                          bf16_steps: int = 1) -> TrainingPace:
     """The fp32 step of ``model_name`` at ``img_size`` and ``batch_size`` on this CPU (the
     median of ``steps`` timed steps on random inputs), and with ``bf16`` bf16 autocast's
-    speed over it (of ``bf16_steps``: where bf16 is emulated a step is several times
-    longer; :func:`fastload.train.amp.choose_amp` states the ratio): what the demo sizes its
-    A/B by, in a few seconds."""
+    speed over it (the median of ``bf16_steps`` after a warm-up step: where bf16 is emulated
+    a step is 8-16 times longer, about 5 s on a Zen 1, and the ratio is only stated by
+    :func:`fastload.train.amp.choose_amp`, which skips the row whatever it is): what the
+    demo sizes its A/B by, in a few seconds."""
     import torch
 
     from fastload.train.amp import training_step_seconds
