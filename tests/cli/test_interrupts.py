@@ -355,18 +355,6 @@ def test_ctrl_c_handler_raises_records_keeps_an_ignored_sigint_and_is_put_back()
     assert run.stdout == "ok\n", run.stderr
 
 
-if __name__ == "__main__":
-    import argparse
-
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--trials", type=int, default=10)
-    parser.add_argument("names", nargs="*",
-                        default=["synth", "convert", "bench", "demo", "finetune", "script"])
-    options = parser.parse_args()
-    for command, counts in trials(options.trials, options.names).items():
-        print(f"{command}: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
-
-
 _REPORT_IN_DALI_GC = """KeyboardInterrupt
 Exception ignored in atexit callback: <function _unload_dali at 0x7f026a255940>
 Traceback (most recent call last):
@@ -393,3 +381,15 @@ def test_a_traceback_through_dalis_hook_into_other_code_is_dali_output():
         "    gc.collect()\n",
         "    gc.collect()\n  File \"/venv/nvidia/dali/pipeline.py\", line 9, in __del__\n")
     assert dali_output(deeper)
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--trials", type=int, default=10)
+    parser.add_argument("names", nargs="*",
+                        default=["synth", "convert", "bench", "demo", "finetune", "script"])
+    options = parser.parse_args()
+    for command, counts in trials(options.trials, options.names).items():
+        print(f"{command}: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
