@@ -21,9 +21,12 @@ TRAIN_SIZES = (2000, 1000, 500, 250)  # training images to generate, the largest
 VAL_SHARE = 0.2  # validation images per training image
 # A row's training step over the probe's forward+backward (data loading on the same cores,
 # the optimizer, validation), and its fixed cost (a fresh process, imports, the loader's
-# set-up): from `make demo`'s four rows on a 2-core Zen 4 EPYC, whose 410 steps took 148 and
-# 175 s in two runs after a probed step of 0.13 s (2.2x and 2.7x after 4 x 8 s), the larger
-STEP_FACTOR = 2.7
+# set-up), the largest of three fits:
+# - `make demo`'s four rows on a 2-core Zen 4 EPYC: 410 steps took 148 and 175 s in two runs,
+#   after a probed step of 0.13 s (2.2x and 2.7x after 4 x 8 s);
+# - its three rows on that CPU limited to 0.6 CPU and AVX2, a Zen 1 stand-in: 96 steps took
+#   178 s after a probed 0.50 s (3.2x). The data loading shares slower cores there.
+STEP_FACTOR = 3.2
 ROW_START_S = 8.0
 
 
