@@ -2,10 +2,12 @@
  * steps on two vectors of 8 lanes, for CPUs without AVX-512.
  *
  * AVX2 has no mask registers: a lane's flags are vectors (-1 where set), turned into bits
- * (movemask) where the scalar side takes over. The data's next bits are eight scalar loads
- * (two gathers of four 64-bit addresses were slower on a Xeon); the look-up's entry one
- * gather of eight offsets from base, or eight loads where gathers are slow (AMD's Zen 1
- * and 2, Intel's with the Downfall microcode; benchmarks/NOTES.md C17). Two vectors, not four: 32 lanes ran slower.
+ * (movemask) where the scalar side takes over. The data's next bits are a 64-bit word a
+ * lane by eight scalar loads, each word for two steps or more (two gathers of four 64-bit
+ * addresses were slower on a Xeon, one gather of 32-bit offsets on a Zen 4); the look-up's
+ * entry one gather of eight offsets from base, or eight loads where gathers are slow (AMD's
+ * Zen 1, 2 and 4, Intel's with the Downfall microcode; benchmarks/NOTES.md C17). Two vectors,
+ * not four: 32 lanes ran slower.
  * Everything else (the look-ups, what goes to lane_settle, so the verdicts) is wide.c's,
  * through group.c.
  */
@@ -44,8 +46,10 @@ lanes_avx2_supported(void)
     static int supported = -1; /* asked once (the table lists the pass twice; /sys is read) */
     if (supported < 0) {
         __builtin_cpu_init();
-        gathers_slow =
-            __builtin_cpu_is("znver1") || __builtin_cpu_is("znver2") || gather_mitigated();
+        /* Zen 4 (lanes_wide_slower): its 8-lane gathers cost what loads do, and with the
+         * words' fewer loads the loads ran 3.5% faster (NOTES C21) */
+        gathers_slow = __builtin_cpu_is("znver1") || __builtin_cpu_is("znver2") ||
+                       gather_mitigated() || lanes_wide_slower();
         supported = __builtin_cpu_supports("avx2");
     }
     return supported;
@@ -108,19 +112,55 @@ settle(Group *g, GroupFixed *f, unsigned special, unsigned slow)
     return done != 0;
 }
 
-/* Each lane's next 32 bits of data at its bit position's byte, first in the top */
-static inline __attribute__((always_inline)) AVX2 __m256i
-next_bits(const GroupFixed *f, __m256i pos)
+/* Each lane's next 64 bits of data from its bit position's byte, first in the top (lanes 0-3
+ * in lo, 4-7 in hi), and where each word starts (in bits). A step takes at most 27 bits and
+ * reads a look-up's 12 from where it stands: so a word loaded at a byte (7 bits at most
+ * before the position) serves two steps, and more while every lane has 12 bits left in it.
+ * One load of eight for two or more steps, and the steps after the first take their bits by
+ * shifts (benchmarks/NOTES.md C21). */
+typedef struct {
+    __m256i lo, hi, start;
+} Words;
+
+#define WORD_BITS 64
+#define SURE_STEPS 2 /* steps a word serves whatever the codes: 7 + 27 + 12 <= 64 */
+#define WORD_STEPS 4 /* steps a word serves at most, while every lane has 12 bits left */
+
+static inline __attribute__((always_inline)) AVX2 void
+load_words(Words *w, const GroupFixed *f, __m256i pos)
 {
     int32_t at[GROUP] __attribute__((aligned(32)));
-    uint32_t bits[GROUP] __attribute__((aligned(32)));
+    uint64_t word[GROUP] __attribute__((aligned(32)));
     _mm256_store_si256((__m256i *)at, pos);
     for (int i = 0; i < GROUP; i++) {
-        uint32_t word;
-        memcpy(&word, (const uint8_t *)(intptr_t)f->data[i] + ((uint32_t)at[i] >> 3), 4);
-        bits[i] = __builtin_bswap32(word);
+        uint64_t bytes;
+        memcpy(&bytes, (const uint8_t *)(intptr_t)f->data[i] + ((uint32_t)at[i] >> 3), 8);
+        word[i] = __builtin_bswap64(bytes);
     }
-    return _mm256_load_si256((const __m256i *)bits);
+    w->lo = _mm256_load_si256((const __m256i *)word);
+    w->hi = _mm256_load_si256((const __m256i *)(word + 4));
+    w->start = _mm256_slli_epi32(_mm256_srli_epi32(pos, 3), 3);
+}
+
+/* The 32 bits at each lane's position, first in the top (zeros past its word's end) */
+static inline __attribute__((always_inline)) AVX2 __m256i
+bits_at(const Words *w, __m256i pos)
+{
+    __m256i into = _mm256_sub_epi32(pos, w->start);
+    __m256i into_lo = _mm256_cvtepu32_epi64(_mm256_castsi256_si128(into));
+    __m256i into_hi = _mm256_cvtepu32_epi64(_mm256_extracti128_si256(into, 1));
+    __m256i lo = _mm256_srli_epi64(_mm256_sllv_epi64(w->lo, into_lo), 32);
+    __m256i hi = _mm256_sllv_epi64(w->hi, into_hi);
+    __m256i mixed = _mm256_blend_epi32(lo, hi, 0xAA); /* lanes 0 4 1 5 2 6 3 7 */
+    return _mm256_permutevar8x32_epi32(mixed, _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7));
+}
+
+/* Whether a lane of g has fewer than a look-up's bits left in its word */
+static inline __attribute__((always_inline)) AVX2 int
+word_spent(const Group *g, const Words *w)
+{
+    __m256i into = _mm256_sub_epi32(g->pos, w->start);
+    return bits_of(_mm256_cmpgt_epi32(into, _mm256_set1_epi32(WORD_BITS - LANE_AC_BITS))) != 0;
 }
 
 /* The look-up entries at base + at of the active lanes (0 for the others): a gather, or
@@ -141,14 +181,14 @@ entries(const uint8_t *base, __m256i at, __m256i active, int gather)
 
 /* One look-up step of every active lane, as wide.c's step */
 static inline __attribute__((always_inline)) AVX2 unsigned
-step(Group *g, const GroupFixed *f, const uint8_t *base, unsigned *slow, int gather)
+step(Group *g, const GroupFixed *f, const Words *w, const uint8_t *base, unsigned *slow,
+     int gather)
 {
     const __m256i zero = _mm256_setzero_si256(), one = _mm256_set1_epi32(1);
     const __m256i byte_mask = _mm256_set1_epi32(0xFF);
     __m256i at_dc = _mm256_and_si256(g->active, _mm256_cmpeq_epi32(g->k, zero));
-    /* the next 25 or more bits, first in the top */
-    __m256i bits = next_bits(f, g->pos);
-    bits = _mm256_sllv_epi32(bits, _mm256_and_si256(g->pos, _mm256_set1_epi32(7)));
+    /* the next 12 or more bits, first in the top */
+    __m256i bits = bits_at(w, g->pos);
     /* the entry, of the AC look-up or (at k = 0) the DC one */
     __m256i at = _mm256_slli_epi32(
         _mm256_srlv_epi32(bits, _mm256_blendv_epi8(_mm256_set1_epi32(32 - LANE_AC_BITS),
@@ -223,10 +263,30 @@ run(EntropyLane *const *lanes, int n, const uint8_t *base, int gather)
     int done = 0;
     while (!done) {
         unsigned special[GROUPS], slow[GROUPS], any = 0;
+        Words w[GROUPS];
 #pragma GCC unroll 8
-        for (int j = 0; j < GROUPS; j++) {
-            special[j] = step(&v[j], &f[j], base, &slow[j], gather);
-            any |= special[j];
+        for (int j = 0; j < GROUPS; j++)
+            load_words(&w[j], &f[j], v[j].pos);
+#pragma GCC unroll 2
+        for (int s = 0; s < SURE_STEPS && !any; s++) {
+#pragma GCC unroll 8
+            for (int j = 0; j < GROUPS; j++) {
+                special[j] = step(&v[j], &f[j], &w[j], base, &slow[j], gather);
+                any |= special[j];
+            }
+        }
+        for (int s = SURE_STEPS; s < WORD_STEPS && !any; s++) {
+            int spent = 0;
+#pragma GCC unroll 8
+            for (int j = 0; j < GROUPS; j++)
+                spent |= word_spent(&v[j], &w[j]);
+            if (spent)
+                break;
+#pragma GCC unroll 8
+            for (int j = 0; j < GROUPS; j++) {
+                special[j] = step(&v[j], &f[j], &w[j], base, &slow[j], gather);
+                any |= special[j];
+            }
         }
         if (__builtin_expect(any != 0, 0)) {
 #pragma GCC unroll 8
