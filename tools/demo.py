@@ -34,7 +34,7 @@ import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from fastload.bench.demo_plan import AB_BUDGET_S, TRAIN_SIZES, VAL_SHARE
+from fastload.bench.demo_plan import AB_BUDGET_S, TRAIN_SIZES, val_images
 
 SPLITS = ("train", "val")
 AB_ROWS = ("baseline", "fastload", "amp", "gc")
@@ -307,7 +307,7 @@ def _plan_step(workdir: Path, config: DemoConfig, training: DemoTraining, device
     made = _made_set(workdir)
     if train is not None:
         config = replace(config, train=train,
-                         val=val if val is not None else max(1, round(train * VAL_SHARE)))
+                         val=val if val is not None else val_images(train))
         sized = f"--train {train:,} as given"
     elif made is not None:
         config = replace(config, train=made["train"], val=made["val"])
@@ -454,7 +454,7 @@ def run(args: argparse.Namespace) -> int:
             say(line)
         elif train is not None:
             config = replace(config, train=train,
-                             val=val if val is not None else max(1, round(train * VAL_SHARE)))
+                             val=val if val is not None else val_images(train))
         elif val is not None:
             config = replace(config, val=val)
         say(_synth_step(workdir, config, args.workers, progress))

@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 
 __all__ = ["AB_BUDGET_S", "TRAIN_SIZES", "VAL_SHARE", "ABPlan", "plan_ab", "predict_ab_seconds",
-           "technique_row_steps", "technique_rows"]
+           "technique_row_steps", "technique_rows", "val_images"]
 
 AB_BUDGET_S = 240.0  # the A/B's predicted seconds at most, where a smaller set can do it
 TRAIN_SIZES = (2000, 1000, 500, 250)  # training images to generate, the largest that fits
@@ -28,6 +28,12 @@ VAL_SHARE = 0.2  # validation images per training image
 #   178 s after a probed 0.50 s (3.2x). The data loading shares slower cores there.
 STEP_FACTOR = 3.2
 ROW_START_S = 8.0
+
+
+def val_images(train: int) -> int:
+    """Validation images for ``train`` training images: :data:`VAL_SHARE` of them, at least
+    one."""
+    return max(1, round(train * VAL_SHARE))
 
 
 def technique_rows(rows: list[str]) -> list[str]:
@@ -86,4 +92,4 @@ def plan_ab(step_s: float, *, batch_size: int, epochs: int, rows: list[str],
         sentence += f" ({largest:,} would take about {format_duration(predicted[largest])})"
     sentence += (f", about {format_duration(predicted[train])} predicted for "
                  f"{len(rows)} rows (budget {format_duration(budget_s)})")
-    return ABPlan(train, max(1, round(train * VAL_SHARE)), predicted[train], sentence)
+    return ABPlan(train, val_images(train), predicted[train], sentence)
