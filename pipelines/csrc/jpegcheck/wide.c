@@ -36,9 +36,9 @@ lanes_wide_supported(void)
 }
 
 /* AMD's Zen 4 (family 19h, the one with AVX-512) runs 512-bit operations as two halves, and a
- * gather of 16 lanes, or of 8 from 64-bit addresses, costs more than the eight loads and
- * one 8-lane gather of the AVX2 pass: there 0.158 CPU-ms a photograph against 0.141
- * (benchmarks/NOTES.md C18). GCC 12 cannot name znver4, so the family is read from CPUID. */
+ * gather of 16 lanes, or of 8 from 64-bit addresses, costs more than the AVX2 pass's eight
+ * loads: there 0.158 CPU-ms a photograph against 0.141 (benchmarks/NOTES.md C18; the AVX2
+ * pass 0.130 since C21). GCC 12 cannot name znver4, so the family is read from CPUID. */
 int
 lanes_wide_slower(void)
 {

@@ -24,7 +24,9 @@
 
 /* Where gathers are slow: AMD's Zen 1 and 2 run them in microcode (GCC's tuning for them
  * emits none); Intel's microcode against Gather Data Sampling (Downfall) slows them down
- * (compilers added -mno-gather for it). Set where lanes_avx2_supported is asked. */
+ * (compilers added -mno-gather for it); on Zen 4 (lanes_wide_slower) an 8-lane gather costs
+ * what eight loads do, and with the words' fewer data loads the loads ran 3.5% faster
+ * (benchmarks/NOTES.md C21). Set where lanes_avx2_supported is asked. */
 static int gathers_slow;
 
 static int
@@ -46,8 +48,6 @@ lanes_avx2_supported(void)
     static int supported = -1; /* asked once (the table lists the pass twice; /sys is read) */
     if (supported < 0) {
         __builtin_cpu_init();
-        /* Zen 4 (lanes_wide_slower): its 8-lane gathers cost what loads do, and with the
-         * words' fewer loads the loads ran 3.5% faster (NOTES C21) */
         gathers_slow = __builtin_cpu_is("znver1") || __builtin_cpu_is("znver2") ||
                        gather_mitigated() || lanes_wide_slower();
         supported = __builtin_cpu_supports("avx2");
