@@ -10,6 +10,9 @@ import sys
 
 import pytest
 
+_XEON_WITH_AMX = {"model name": "Intel Xeon",
+                  "flags": "avx2 avx512f avx512_bf16 amx_tile amx_bf16"}
+
 
 def _probe(tmp_path):
     from fastload.utils.machine import machine_report
@@ -112,8 +115,7 @@ def test_cpu_without_native_bf16_gets_the_amp_advice(monkeypatch, tmp_path):
 def test_cpu_with_amx_has_native_bf16_and_no_amp_advice(monkeypatch, tmp_path):
     from fastload.utils import machine
 
-    xeon = {"model name": "Intel Xeon", "flags": "avx2 avx512f avx512_bf16 amx_tile amx_bf16"}
-    monkeypatch.setattr(machine, "_cpuinfo", lambda: xeon)
+    monkeypatch.setattr(machine, "_cpuinfo", lambda: _XEON_WITH_AMX)
     for variable in ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"):
         monkeypatch.delenv(variable, raising=False)
     report = _probe(tmp_path)
@@ -126,8 +128,7 @@ def test_onednn_capped_below_its_bf16_isas_makes_bf16_emulated_and_says_why(monk
                                                                             tmp_path, variable):
     from fastload.utils import machine
 
-    xeon = {"model name": "Intel Xeon", "flags": "avx2 avx512f avx512_bf16 amx_tile amx_bf16"}
-    monkeypatch.setattr(machine, "_cpuinfo", lambda: xeon)
+    monkeypatch.setattr(machine, "_cpuinfo", lambda: _XEON_WITH_AMX)
     monkeypatch.setattr(machine.platform, "machine", lambda: "x86_64")
     monkeypatch.setenv(variable, "avx2")
     report = _probe(tmp_path)
@@ -140,8 +141,7 @@ def test_onednn_capped_below_its_bf16_isas_makes_bf16_emulated_and_says_why(monk
 def test_onednn_capped_at_a_bf16_isa_keeps_native_bf16(monkeypatch, tmp_path):
     from fastload.utils import machine
 
-    xeon = {"model name": "Intel Xeon", "flags": "avx2 avx512f avx512_bf16 amx_tile amx_bf16"}
-    monkeypatch.setattr(machine, "_cpuinfo", lambda: xeon)
+    monkeypatch.setattr(machine, "_cpuinfo", lambda: _XEON_WITH_AMX)
     monkeypatch.setattr(machine.platform, "machine", lambda: "x86_64")
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX512_CORE_AMX")
     report = _probe(tmp_path)
