@@ -8,6 +8,13 @@ stdout and stderr, and leaves with :data:`EXIT_INTERRUPTED` through ``os._exit``
 interpreter's own exit would run the atexit hooks of the libraries underneath, which
 join worker pools (a hang when a worker is gone) and shut down DALI pipelines a thread may
 still be using (DALI's ``AssertionError`` at exit).
+
+A KeyboardInterrupt is raised only where it can travel up to the command. A press during an
+import, a second press, and a press the program has not ended on within
+:data:`ENDS_WITHIN_S` end the command at once instead: an extension module's initialisation
+may swallow it (torch's ``torch._C`` imports numpy and goes on without it when that import
+fails, so the command ran on for minutes), and one raised inside C++ code that may not throw
+(a pybind11 destructor) aborts the process ("terminate called", rc -6).
 """
 
 from __future__ import annotations
@@ -16,19 +23,22 @@ import contextlib
 import os
 import signal
 import sys
+import threading
 from collections.abc import Callable, Iterator
+from types import FrameType
 
-__all__ = ["EXIT_INTERRUPTED", "ctrl_c_ends", "end_interrupted"]
+from fastload.utils.process import descendant_pids, end_processes
+
+__all__ = ["ENDS_WITHIN_S", "EXIT_INTERRUPTED", "ctrl_c_ends", "end_interrupted"]
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a program Ctrl-C ended
+ENDS_WITHIN_S = 5.0  # a command still running this long after its Ctrl-C is ended at once
 
 
 def end_interrupted(command: str | None, note: str | None = None, *, say: bool = True) -> None:
     """Say ``fastload COMMAND: interrupted`` (and ``note``; not with ``say=False``, for a
     command that said it already) on stderr, end this process's descendants and exit with
-    status 130. Never returns."""
-    from fastload.utils.process import descendant_pids, end_processes
-
+    status 130. Never returns; it may run in the SIGINT handler or in another thread."""
     try:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
     except ValueError:  # not the main thread: the pending interrupt is all there is
@@ -45,27 +55,44 @@ def end_interrupted(command: str | None, note: str | None = None, *, say: bool =
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()
-            except (OSError, ValueError):  # a closed pipe or stream: nothing more to say
+            # a closed pipe or stream, or (RuntimeError) a handler that interrupted a write
+            # to it: nothing more to say
+            except (OSError, ValueError, RuntimeError):
                 pass
         os._exit(EXIT_INTERRUPTED)
+
+
+def _importing(frame: FrameType | None) -> bool:
+    """Whether ``frame`` runs inside an import (a frame of importlib's bootstrap under it)."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
 
 
 @contextlib.contextmanager
 def ctrl_c_ends(command: Callable[[], str | None]) -> Iterator[Callable[[], bool]]:
     """Record the Ctrl-C presses while the block runs; yields ``pressed()``, whether any came.
 
-    Python's own SIGINT handler is replaced by one that does what it does (raise
-    KeyboardInterrupt) and records the press, so that the program can end as interrupted
-    whatever the KeyboardInterrupt became on its way up: caught by a library inside an
-    import and turned into another error (a module left half imported fails at its next
-    use), or landed where Python cannot raise it (a weakref callback or ``__del__``, such
-    as importlib's module-lock clean-up: the latter ends the command at once, see
-    ``sys.unraisablehook``). A SIGINT that was ignored (a shell's background job) stays
-    ignored; both hooks are put back after the block. ``command()`` names the command."""
+    Python's own SIGINT handler is replaced by one that records the press and raises
+    KeyboardInterrupt where it can reach the command, so that the program can end as
+    interrupted whatever the KeyboardInterrupt became on its way up: caught by a library and
+    turned into another error, or landed where Python cannot raise it (a weakref callback
+    or ``__del__``: that ends the command at once, see ``sys.unraisablehook``). A press
+    during an import, a second press, and a first press not ended on within
+    :data:`ENDS_WITHIN_S` end the command at once (the module docstring says why). A SIGINT
+    that was ignored (a shell's background job) stays ignored; both hooks are put back after
+    the block. ``command()`` names the command."""
     presses: list[int] = []
+    watchdog = threading.Timer(ENDS_WITHIN_S, lambda: end_interrupted(command()))
+    watchdog.daemon = True
 
-    def on_sigint(signum, frame) -> None:
+    def on_sigint(signum: int, frame: FrameType | None) -> None:
         presses.append(signum)
+        if len(presses) > 1 or _importing(frame):
+            end_interrupted(command())
+        watchdog.start()
         raise KeyboardInterrupt
 
     def on_unraisable(unraisable) -> None:
@@ -85,6 +112,7 @@ def ctrl_c_ends(command: Callable[[], str | None]) -> Iterator[Callable[[], bool
     try:
         yield lambda: bool(presses)
     finally:
+        watchdog.cancel()
         sys.unraisablehook = previous_hook
         if install:
             signal.signal(signal.SIGINT, previous_handler)

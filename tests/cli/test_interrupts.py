@@ -325,6 +325,59 @@ def test_ctrl_c_a_library_caught_still_ends_the_command_with_130(then):
     assert (run.returncode, run.stderr) == (130, "fastload synth: interrupted\n")
 
 
+# The command's run replaced by one in which a press lands at a known point: in an import
+# whose module swallows it (as torch._C's initialisation swallows one in its numpy import),
+# in a clean-up a second press interrupts, or in work that swallowed the first press.
+_PRESSED_IN = """
+import os, signal, sys, time
+import fastload.tools.synth as synth
+from fastload.tools.cli import main
+
+def run(args):
+    where = sys.argv[1]
+    if where == "import":
+        sys.path.insert(0, sys.argv[2])
+        import swallows_ctrl_c  # noqa: F401
+    else:
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(30)
+        except KeyboardInterrupt:
+            if where == "clean-up":
+                os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(30)
+    return 0
+
+synth.run = run
+sys.exit(main(["synth", "unused"]))
+"""
+
+_SWALLOWING_MODULE = """
+import os, signal, time
+try:
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(30)
+except BaseException:
+    pass
+time.sleep(30)
+"""
+
+
+@pytest.mark.parametrize("where", ["import", "clean-up", "work"])
+def test_ctrl_c_in_an_import_a_second_press_or_a_swallowed_press_end_the_command(tmp_path,
+                                                                                  where):
+    from fastload.tools.interrupt import ENDS_WITHIN_S
+
+    (tmp_path / "swallows_ctrl_c.py").write_text(_SWALLOWING_MODULE)
+    started = time.monotonic()
+    run = subprocess.run([sys.executable, "-c", _PRESSED_IN, where, str(tmp_path)],
+                         capture_output=True, text=True, timeout=60,
+                         preexec_fn=_default_sigint)
+    assert (run.returncode, run.stderr) == (130, "fastload synth: interrupted\n")
+    # at once, or (a press the command swallowed) once ENDS_WITHIN_S have passed
+    assert time.monotonic() - started < ENDS_WITHIN_S + (10 if where == "work" else 0)
+
+
 _HANDLERS = """
 import signal
 from fastload.tools.interrupt import ctrl_c_ends
