@@ -265,6 +265,36 @@ def trials(count: int, names: list[str]) -> dict[str, dict[str, int]]:
         shutil.rmtree(base, ignore_errors=True)
 
 
+def sweep(name: str, presses: int, start_s: float, stop_s: float, step_s: float) -> int:
+    """A trial of ``name`` at every ``step_s`` from ``start_s`` to ``stop_s`` (each press
+    count in turn lands in each import and set-up step): prints each trial with a problem,
+    then the count; returns the number of trials with a problem."""
+    import tempfile
+
+    base = Path(tempfile.mkdtemp(prefix="fastload-interrupts-"))
+    try:
+        _make_images(base)
+        moments = [start_s + step_s * k
+                   for k in range(int((stop_s - start_s) / step_s + 1e-9) + 1)]
+        bad = 0
+        for trial, after_s in enumerate(moments):
+            work = base / f"{name}-{trial}"
+            work.mkdir()
+            outcome = interrupt(commands(base / "data", work)[name], after_s, presses,
+                                cwd=work, ready="ready" if name == "script" else None)
+            problems = outcome.problems(name == "script")
+            if problems:
+                bad += 1
+                print(f"{presses}x Ctrl-C at {after_s:.3f} s -> rc {outcome.rc} in "
+                      f"{outcome.seconds:.2f} s; {'; '.join(problems)}\n  "
+                      + outcome.stderr[-1500:].replace("\n", "\n  "), flush=True)
+        print(f"{name}, {presses}x Ctrl-C at {start_s}-{stop_s} s every {step_s} s: "
+              f"{bad} of {len(moments)} trials with a problem", flush=True)
+        return bad
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
 def test_first_fresh_process_imports_with_ctrl_c_held_back(tmp_path):
     """The first spawned child also starts Python's resource tracker, whose start unblocks
@@ -441,8 +471,15 @@ if __name__ == "__main__":
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trials", type=int, default=10)
+    parser.add_argument("--sweep", nargs=3, type=float, metavar=("START", "STOP", "STEP"),
+                        help="instead: a trial every STEP seconds from START to STOP")
+    parser.add_argument("--presses", type=int, default=1, help="with --sweep: 1 or 2")
     parser.add_argument("names", nargs="*",
                         default=["synth", "convert", "bench", "demo", "finetune", "script"])
     options = parser.parse_args()
-    for command, counts in trials(options.trials, options.names).items():
-        print(f"{command}: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+    if options.sweep:
+        for command in options.names:
+            sweep(command, options.presses, *options.sweep)
+    else:
+        for command, counts in trials(options.trials, options.names).items():
+            print(f"{command}: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
