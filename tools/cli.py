@@ -22,7 +22,7 @@ EXIT_CODES_HELP = (
     "exit status: 0 success; 1 the command ran and failed (a path missing, unreadable, "
     "damaged or already there, data that does not verify, a run that stopped); 2 the "
     "command line is wrong (an unknown option, a value out of range, a missing optional "
-    "extra), nothing was done"
+    "extra), nothing was done; 130 interrupted by Ctrl-C"
 )
 
 # Optional modules -> the extra that installs them (pyproject.toml [project.optional-dependencies]).
