@@ -9,12 +9,12 @@ interpreter's own exit would run the atexit hooks of the libraries underneath, w
 join worker pools (a hang when a worker is gone) and shut down DALI pipelines a thread may
 still be using (DALI's ``AssertionError`` at exit).
 
-A KeyboardInterrupt is raised only where it can travel up to the command. A press during an
-import, a second press, and a press the program has not ended on within
-:data:`ENDS_WITHIN_S` end the command at once instead: an extension module's initialisation
-may swallow it (torch's ``torch._C`` imports numpy and goes on without it when that import
-fails, so the command ran on for minutes), and one raised inside C++ code that may not throw
-(a pybind11 destructor) aborts the process ("terminate called", rc -6).
+Only a first press outside an import raises KeyboardInterrupt. A press during an import, a
+second press, and a first press the program has not ended on within :data:`ENDS_WITHIN_S`
+end the command at once: an extension module's initialisation may swallow the
+KeyboardInterrupt (``torch._C`` imports numpy and goes on without it when that import fails,
+so ``fastload bench`` ran on for minutes), and one raised where C++ code may not throw aborts
+the process ("terminate called", rc -6, seen once after a second press).
 """
 
 from __future__ import annotations
