@@ -11,6 +11,7 @@ moments and prints the counts (the issue's acceptance figure).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import re
@@ -19,6 +20,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -184,13 +186,19 @@ def commands(data: Path, work: Path) -> dict[str, list[str]]:
     }
 
 
-def _check(name: str, data: Path, work: Path, after_s: float, presses: int) -> Outcome:
+def _trial(name: str, data: Path, work: Path, after_s: float,
+           presses: int) -> tuple[Outcome, list[str]]:
+    """Command ``name`` on ``data``, run in ``work`` and Ctrl-C'd: how it ended, its problems."""
     work.mkdir(parents=True, exist_ok=True)
     script = name == "script"
     outcome = interrupt(commands(data, work)[name], after_s, presses, cwd=work,
                         ready="ready" if script else None)
-    assert not outcome.problems(script), (name, after_s, presses, outcome.problems(script),
-                                          outcome.stderr[-3000:])
+    return outcome, outcome.problems(script)
+
+
+def _check(name: str, data: Path, work: Path, after_s: float, presses: int) -> Outcome:
+    outcome, problems = _trial(name, data, work, after_s, presses)
+    assert not problems, (name, after_s, presses, problems, outcome.stderr[-3000:])
     return outcome
 
 
@@ -234,65 +242,67 @@ def trials(count: int, names: list[str]) -> dict[str, dict[str, int]]:
     over 1-6 s, from where fastload runs (see _TRIALS), or over _TRIAL_SECONDS):
     ``{command: {"ok": n, problem: n, ...}}``, printed as they come."""
     import random
-    import tempfile
 
-    base = Path(tempfile.mkdtemp(prefix="fastload-interrupts-"))
-    try:
-        _make_images(base)
+    with _trial_images() as base:
         results: dict[str, dict[str, int]] = {}
         draw = random.Random(0)
         for name in names:
             counts: dict[str, int] = {}
             for trial in range(count):
-                work = base / f"{name}-{trial}"
-                work.mkdir()
                 presses = 1 + trial % 2
                 after_s = draw.uniform(*_TRIAL_SECONDS.get(name, (1.0, 6.0)))
-                outcome = interrupt(commands(base / "data", work)[name], after_s, presses,
-                                    cwd=work, ready="ready" if name == "script" else None)
-                problems = outcome.problems(name == "script")
+                work = base / f"{name}-{trial}"
+                outcome, problems = _trial(name, base / "data", work, after_s, presses)
                 for key in problems or ["ok"]:
                     counts[key.split(":")[0]] = counts.get(key.split(":")[0], 0) + 1
                 print(f"{name} trial {trial + 1}: {presses}x Ctrl-C at {after_s:.1f} s -> rc "
                       f"{outcome.rc} in {outcome.seconds:.2f} s"
                       + (f"; {'; '.join(problems)}" if problems else ""), flush=True)
                 if problems:
-                    print("  " + outcome.stderr[-1500:].replace("\n", "\n  "), flush=True)
+                    print(_indented_tail(outcome.stderr), flush=True)
                 shutil.rmtree(work, ignore_errors=True)
             results[name] = counts
         return results
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
 
 
 def sweep(name: str, presses: int, start_s: float, stop_s: float, step_s: float) -> int:
     """A trial of ``name`` at every ``step_s`` from ``start_s`` to ``stop_s`` (each press
     count in turn lands in each import and set-up step): prints each trial with a problem,
     then the count; returns the number of trials with a problem."""
-    import tempfile
-
-    base = Path(tempfile.mkdtemp(prefix="fastload-interrupts-"))
-    try:
-        _make_images(base)
+    with _trial_images() as base:
         moments = [start_s + step_s * k
                    for k in range(int((stop_s - start_s) / step_s + 1e-9) + 1)]
         bad = 0
         for trial, after_s in enumerate(moments):
             work = base / f"{name}-{trial}"
-            work.mkdir()
-            outcome = interrupt(commands(base / "data", work)[name], after_s, presses,
-                                cwd=work, ready="ready" if name == "script" else None)
-            problems = outcome.problems(name == "script")
+            outcome, problems = _trial(name, base / "data", work, after_s, presses)
             if problems:
                 bad += 1
                 print(f"{presses}x Ctrl-C at {after_s:.3f} s -> rc {outcome.rc} in "
-                      f"{outcome.seconds:.2f} s; {'; '.join(problems)}\n  "
-                      + outcome.stderr[-1500:].replace("\n", "\n  "), flush=True)
+                      f"{outcome.seconds:.2f} s; {'; '.join(problems)}\n"
+                      + _indented_tail(outcome.stderr), flush=True)
+            shutil.rmtree(work, ignore_errors=True)
         print(f"{name}, {presses}x Ctrl-C at {start_s}-{stop_s} s every {step_s} s: "
               f"{bad} of {len(moments)} trials with a problem", flush=True)
         return bad
+
+
+@contextlib.contextmanager
+def _trial_images() -> Iterator[Path]:
+    """A temporary folder holding :func:`_make_images`'s trees, removed after the block."""
+    import tempfile
+
+    base = Path(tempfile.mkdtemp(prefix="fastload-interrupts-"))
+    try:
+        _make_images(base)
+        yield base
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def _indented_tail(stderr: str) -> str:
+    """The last 1,500 characters of a trial's stderr, indented under its line."""
+    return "  " + stderr[-1500:].replace("\n", "\n  ")
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
