@@ -75,8 +75,8 @@ def _importing(frame: FrameType | None) -> bool:
 def ctrl_c_ends(command: Callable[[], str | None]) -> Iterator[Callable[[], bool]]:
     """Record the Ctrl-C presses while the block runs; yields ``pressed()``, whether any came.
 
-    Python's own SIGINT handler is replaced by one that records the press and raises
-    KeyboardInterrupt where it can reach the command, so that the program can end as
+    Python's own SIGINT handler is replaced by one that records the press and, for a first
+    press outside an import, raises KeyboardInterrupt, so that the program can end as
     interrupted whatever the KeyboardInterrupt became on its way up: caught by a library and
     turned into another error, or landed where Python cannot raise it (a weakref callback
     or ``__del__``: that ends the command at once, see ``sys.unraisablehook``). A press
