@@ -157,6 +157,27 @@ def test_folder_to_lmdb_keeps_jpeg_bytes_in_imagefolder_order(synth_lmdb, synth_
         assert stored_label == label
 
 
+@pytest.mark.parametrize("shards", [None, 3])
+def test_records_waiting_for_their_strict_check_keep_their_own_bytes(tmp_path, shards):
+    # More files than the writer holds while their checks run (its window), of varied
+    # sizes; with shards, the next shard's first records are read while one finishes.
+    from fastload.data.format.dataset import LMDBDataset
+
+    rng = np.random.default_rng(5)
+    src = tmp_path / "src" / "only"
+    src.mkdir(parents=True)
+    for i in range(400):
+        side = int(rng.integers(8, 48))
+        pixels = rng.integers(0, 256, (side, side, 3), dtype=np.uint8)
+        (src / f"{i:04d}.jpg").write_bytes(_jpeg(Image.fromarray(pixels), quality=90))
+    report = convert_folder(src.parent, tmp_path / "db", workers=2, check="decode",
+                            shards=shards, progress=False)
+    assert report.stored == 400
+    reader = LMDBDataset(tmp_path / "db").reader
+    for i, path in enumerate(sorted(src.iterdir())):
+        assert bytes(reader.image_bytes(i)[0]) == path.read_bytes(), path.name
+
+
 def test_every_kind_of_file_is_stored_or_reported(bad_tree, tmp_path, capsys):
     dst = tmp_path / "db"
     assert cli(["convert", str(bad_tree), str(dst), "--workers", "2", "--no-progress"]) == 0
