@@ -191,6 +191,21 @@ def test_fuzz_mutations_get_the_strict_decodes_verdicts(valid):
     assert counts["refused"] > 2000 and counts["intact"] > 100
 
 
+def test_calls_of_any_size_get_each_files_verdict_alone(valid):
+    """A call's width sets how a pass runs (AVX2: one vector up to 8 files in flight, two
+    above; two at a time below the pass's fewest): every size gives each file's verdict."""
+    names = sorted(valid)
+    files = [valid[n] for n in names] + [valid[n][: len(valid[n]) * 2 // 3] for n in names]
+    random.Random(17).shuffle(files)
+    alone = [_jpegcheck.check(data) is None for data in files]
+    for wide in (False, *_jpegcheck.WIDE_PASSES):
+        for size in range(1, 19):
+            together = []
+            for i in range(0, len(files), size):
+                together += _jpegcheck.check_many(files[i:i + size], wide=wide)
+            assert [v is None for v in together] == alone, (wide, size)
+
+
 def test_the_fuzz_regressions_and_hand_made_scans_get_the_strict_decodes_verdicts():
     files = {"dc overflow": corpus.dc_overflow_jpeg(), "no end of block":
              corpus.no_end_of_block_jpeg(), "small": corpus.small_jpeg()}

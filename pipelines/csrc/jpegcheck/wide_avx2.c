@@ -55,10 +55,22 @@ lanes_avx2_supported(void)
     return supported;
 }
 
-/* A vector of lanes: what changes at each step (active: -1 for a lane that runs) */
+/* A vector of lanes: what changes at each step (active: -1 for a lane that runs). The
+ * block and the MCU counts are kept as the step needs them, not as GroupNumbers holds them:
+ * tables, the lane's blocks that use its second pair of tables from the current one on, with
+ * a bit set past the MCU's last (its value 1: the last block); left, the MCUs before one
+ * whose end the scalar side takes (the scan's last, or with restart markers an interval's
+ * last), counting the current one. Two vectors fewer than GroupNumbers' five: fewer spilled
+ * to the stack (benchmarks/NOTES.md C23). */
 typedef struct {
-    __m256i pos, k, block, mcus, to_go, active;
+    __m256i pos, k, tables, left, active;
 } Group;
+
+/* What the Group's numbers are counted from, per vector: each lane's tables at an MCU's
+ * first block, and its left, MCUs and to_go when the vector was last loaded */
+typedef struct {
+    int32_t tables[GROUP], left[GROUP], mcus[GROUP], to_go[GROUP];
+} Counts;
 
 static inline AVX2 __m256i
 in(const int32_t *numbers)
@@ -80,34 +92,48 @@ flags_of(unsigned bits)
                               lane_bit);
 }
 
-static AVX2 void
-store(const Group *g, GroupNumbers *n)
+/* The index of each lane's highest set bit (x >= 1): a float's exponent */
+static inline AVX2 __m256i
+top_bit(__m256i x)
 {
-    _mm256_storeu_si256((__m256i *)n->pos, g->pos);
-    _mm256_storeu_si256((__m256i *)n->k, g->k);
-    _mm256_storeu_si256((__m256i *)n->block, g->block);
-    _mm256_storeu_si256((__m256i *)n->mcus, g->mcus);
-    _mm256_storeu_si256((__m256i *)n->to_go, g->to_go);
+    __m256i exponent = _mm256_srli_epi32(_mm256_castps_si256(_mm256_cvtepi32_ps(x)), 23);
+    return _mm256_sub_epi32(exponent, _mm256_set1_epi32(127));
 }
 
 static AVX2 void
-load(Group *g, const GroupNumbers *n)
+store(const Group *g, const GroupFixed *f, const Counts *c, GroupNumbers *n)
 {
+    __m256i blocks = in(f->blocks);
+    __m256i spent = _mm256_sub_epi32(in(c->left), g->left);
+    _mm256_storeu_si256((__m256i *)n->pos, g->pos);
+    _mm256_storeu_si256((__m256i *)n->k, g->k);
+    _mm256_storeu_si256((__m256i *)n->block, _mm256_sub_epi32(blocks, top_bit(g->tables)));
+    _mm256_storeu_si256((__m256i *)n->mcus, _mm256_sub_epi32(in(c->mcus), spent));
+    _mm256_storeu_si256((__m256i *)n->to_go,
+                        _mm256_sub_epi32(in(c->to_go), _mm256_and_si256(spent, in(f->restarts))));
+}
+
+static AVX2 void
+load(Group *g, const GroupFixed *f, Counts *c, const GroupNumbers *n)
+{
+    __m256i mcus = in(n->mcus), to_go = in(n->to_go);
     g->pos = in(n->pos);
     g->k = in(n->k);
-    g->block = in(n->block);
-    g->mcus = in(n->mcus);
-    g->to_go = in(n->to_go);
+    g->tables = _mm256_srlv_epi32(in(c->tables), in(n->block));
+    g->left = _mm256_blendv_epi8(mcus, _mm256_min_epu32(mcus, to_go), in(f->restarts));
+    _mm256_storeu_si256((__m256i *)c->left, g->left);
+    _mm256_storeu_si256((__m256i *)c->mcus, mcus);
+    _mm256_storeu_si256((__m256i *)c->to_go, to_go);
 }
 
 /* As wide.c's settle */
 static __attribute__((noinline)) AVX2 int
-settle(Group *g, GroupFixed *f, unsigned special, unsigned slow)
+settle(Group *g, GroupFixed *f, Counts *c, unsigned special, unsigned slow)
 {
     GroupNumbers n;
-    store(g, &n);
+    store(g, f, c, &n);
     unsigned done = group_settle(f, &n, special, slow);
-    load(g, &n);
+    load(g, f, c, &n);
     g->active = flags_of(bits_of(g->active) & ~done);
     return done != 0;
 }
@@ -163,84 +189,89 @@ word_spent(const Group *g, const Words *w)
     return bits_of(_mm256_cmpgt_epi32(into, _mm256_set1_epi32(WORD_BITS - LANE_AC_BITS))) != 0;
 }
 
-/* The look-up entries at base + at of the active lanes (0 for the others): a gather, or
+/* The look-up entries at base + 4 x at of the active lanes (0 for the others): a gather, or
  * eight loads where gathers are slow */
 static inline __attribute__((always_inline)) AVX2 __m256i
 entries(const uint8_t *base, __m256i at, __m256i active, int gather)
 {
     if (gather)
         return _mm256_mask_i32gather_epi32(_mm256_setzero_si256(), (const int *)base, at,
-                                           active, 1);
+                                           active, 4);
     int32_t offset[GROUP] __attribute__((aligned(32)));
     uint32_t e[GROUP] __attribute__((aligned(32)));
     _mm256_store_si256((__m256i *)offset, at);
     for (int i = 0; i < GROUP; i++)
-        memcpy(&e[i], base + offset[i], 4); /* an inactive lane's: within the cache, unused */
+        memcpy(&e[i], base + 4 * (int64_t)offset[i], 4); /* an inactive lane's: unused */
     return _mm256_and_si256(_mm256_load_si256((const __m256i *)e), active);
 }
 
 /* One look-up step of every active lane, as wide.c's step */
 static inline __attribute__((always_inline)) AVX2 unsigned
-step(Group *g, const GroupFixed *f, const Words *w, const uint8_t *base, unsigned *slow,
-     int gather)
+step(Group *g, const GroupFixed *f, const Counts *c, const Words *w, const uint8_t *base,
+     unsigned *slow, int gather)
 {
     const __m256i zero = _mm256_setzero_si256(), one = _mm256_set1_epi32(1);
     const __m256i byte_mask = _mm256_set1_epi32(0xFF);
-    __m256i at_dc = _mm256_and_si256(g->active, _mm256_cmpeq_epi32(g->k, zero));
+    /* at k = 0 the DC look-up (an inactive lane's entry is 0 whichever it reads) */
+    __m256i at_dc = _mm256_cmpeq_epi32(g->k, zero);
     /* the next 12 or more bits, first in the top */
     __m256i bits = bits_at(w, g->pos);
-    /* the entry, of the AC look-up or (at k = 0) the DC one */
-    __m256i at = _mm256_slli_epi32(
-        _mm256_srlv_epi32(bits, _mm256_blendv_epi8(_mm256_set1_epi32(32 - LANE_AC_BITS),
-                                                   _mm256_set1_epi32(32 - HUFF_FAST_BITS),
-                                                   at_dc)),
-        2);
-    __m256i second = _mm256_cmpeq_epi32(
-        _mm256_and_si256(_mm256_srlv_epi32(in(f->second), g->block), one), one);
+    /* the entry's offset from base, in entries, in the AC look-up or the DC one; the
+     * choice last, so that a block's end reaches it by one step */
+    __m256i second = _mm256_cmpeq_epi32(_mm256_and_si256(g->tables, one), one);
     __m256i dc = _mm256_blendv_epi8(in(f->dc[0]), in(f->dc[1]), second);
     __m256i ac = _mm256_blendv_epi8(in(f->ac[0]), in(f->ac[1]), second);
-    at = _mm256_add_epi32(at, _mm256_blendv_epi8(ac, dc, at_dc));
+    __m256i at = _mm256_blendv_epi8(
+        _mm256_add_epi32(_mm256_srli_epi32(bits, 32 - LANE_AC_BITS), ac),
+        _mm256_add_epi32(_mm256_srli_epi32(bits, 32 - HUFF_FAST_BITS), dc), at_dc);
     __m256i e = entries(base, at, g->active, gather);
-    /* slow: k >= the entry's first index where it stops holding */
-    __m256i slow_flags =
-        _mm256_andnot_si256(_mm256_cmpgt_epi32(_mm256_srli_epi32(e, 16), g->k), g->active);
-    __m256i ok = _mm256_andnot_si256(slow_flags, g->active);
+    /* ok: k below the entry's first index where it stops holding (an inactive lane's entry
+     * is 0: never) */
+    __m256i ok = _mm256_cmpgt_epi32(_mm256_srli_epi32(e, 16), g->k);
+    __m256i slow_flags = _mm256_andnot_si256(ok, g->active);
     g->pos = _mm256_add_epi32(g->pos, _mm256_and_si256(ok, _mm256_and_si256(e, byte_mask)));
     g->k = _mm256_add_epi32(
         g->k, _mm256_and_si256(ok, _mm256_and_si256(_mm256_srli_epi32(e, 8), byte_mask)));
-    /* a block's end: the next block's DC, an MCU's end counted here unless it needs more */
-    __m256i ended = _mm256_and_si256(ok, _mm256_cmpgt_epi32(g->k, _mm256_set1_epi32(63)));
-    __m256i next = _mm256_add_epi32(g->block, one);
-    __m256i mcu_end = _mm256_and_si256(ended, _mm256_cmpeq_epi32(next, in(f->blocks)));
+    /* a block's end (a slow lane's k stays below 64): the next block's DC, an MCU's end
+     * counted here unless it needs more */
+    __m256i ended = _mm256_cmpgt_epi32(g->k, _mm256_set1_epi32(63));
+    __m256i next = _mm256_srli_epi32(g->tables, 1);
+    __m256i mcu_end = _mm256_and_si256(ended, _mm256_cmpeq_epi32(next, one));
     __m256i held = _mm256_and_si256(
-        mcu_end,
-        _mm256_or_si256(_mm256_or_si256(_mm256_cmpgt_epi32(g->pos, in(f->ends)),
-                                        _mm256_cmpeq_epi32(g->mcus, one)),
-                        _mm256_and_si256(in(f->restarts), _mm256_cmpeq_epi32(g->to_go, one))));
+        mcu_end, _mm256_or_si256(_mm256_cmpgt_epi32(g->pos, in(f->ends)),
+                                 _mm256_cmpeq_epi32(g->left, one)));
     __m256i in_mcu = _mm256_andnot_si256(mcu_end, ended);
     __m256i new_mcu = _mm256_andnot_si256(held, mcu_end); /* -1 where a new MCU starts */
-    g->block = _mm256_blendv_epi8(g->block, next, in_mcu);
-    g->block = _mm256_andnot_si256(new_mcu, g->block);
-    g->mcus = _mm256_add_epi32(g->mcus, new_mcu);
-    g->to_go = _mm256_add_epi32(g->to_go, _mm256_and_si256(new_mcu, in(f->restarts)));
-    g->k = _mm256_andnot_si256(_mm256_or_si256(in_mcu, new_mcu), g->k);
+    g->tables = _mm256_blendv_epi8(g->tables, next, in_mcu);
+    g->tables = _mm256_blendv_epi8(g->tables, in(c->tables), new_mcu);
+    g->left = _mm256_add_epi32(g->left, new_mcu);
+    /* k to 0 at a block's end, but where the lane is held (its end is settle's) */
+    g->k = _mm256_blendv_epi8(_mm256_andnot_si256(ended, g->k), g->k, held);
     *slow = bits_of(slow_flags);
     return bits_of(_mm256_or_si256(slow_flags, held));
 }
 
 static AVX2 void
-group_load(Group *g, GroupFixed *f, EntropyLane *const *lanes, int n, const uint8_t *base)
+group_load(Group *g, GroupFixed *f, Counts *c, EntropyLane *const *lanes, int n,
+           const uint8_t *base)
 {
     GroupNumbers numbers;
     g->active = flags_of(group_in(f, &numbers, lanes, n, base));
-    load(g, &numbers);
+    for (int i = 0; i < GROUP; i++) {
+        c->tables[i] = f->second[i] | 1 << f->blocks[i];
+        for (int pair = 0; pair < 2; pair++) { /* in entries: step's at is an index */
+            f->dc[pair][i] /= 4;
+            f->ac[pair][i] /= 4;
+        }
+    }
+    load(g, f, c, &numbers);
 }
 
 static AVX2 void
-group_store(const Group *g, const GroupFixed *f)
+group_store(const Group *g, const GroupFixed *f, const Counts *c)
 {
     GroupNumbers n;
-    store(g, &n);
+    store(g, f, c, &n);
     group_out(f, &n, bits_of(g->active));
 }
 
@@ -251,9 +282,10 @@ run(EntropyLane *const *lanes, int n, const uint8_t *base, int gather)
         return;
     Group g[GROUPS];
     GroupFixed f[GROUPS];
+    Counts c[GROUPS];
     for (int j = 0; j < GROUPS; j++) {
         int from = j * GROUP, count = n - from < GROUP ? n - from : GROUP;
-        group_load(&g[j], &f[j], lanes + (count > 0 ? from : 0), count > 0 ? count : 0, base);
+        group_load(&g[j], &f[j], &c[j], lanes + (count > 0 ? from : 0), count > 0 ? count : 0, base);
     }
     /* the vectors in locals whose address is never taken (registers), apart from settle */
     Group v[GROUPS];
@@ -271,7 +303,7 @@ run(EntropyLane *const *lanes, int n, const uint8_t *base, int gather)
         for (int s = 0; s < SURE_STEPS && !any; s++) {
 #pragma GCC unroll 8
             for (int j = 0; j < GROUPS; j++) {
-                special[j] = step(&v[j], &f[j], &w[j], base, &slow[j], gather);
+                special[j] = step(&v[j], &f[j], &c[j], &w[j], base, &slow[j], gather);
                 any |= special[j];
             }
         }
@@ -284,7 +316,7 @@ run(EntropyLane *const *lanes, int n, const uint8_t *base, int gather)
                 break;
 #pragma GCC unroll 8
             for (int j = 0; j < GROUPS; j++) {
-                special[j] = step(&v[j], &f[j], &w[j], base, &slow[j], gather);
+                special[j] = step(&v[j], &f[j], &c[j], &w[j], base, &slow[j], gather);
                 any |= special[j];
             }
         }
@@ -294,7 +326,7 @@ run(EntropyLane *const *lanes, int n, const uint8_t *base, int gather)
                 g[j] = v[j];
             for (int j = 0; j < GROUPS; j++)
                 if (special[j])
-                    done |= settle(&g[j], &f[j], special[j], slow[j]);
+                    done |= settle(&g[j], &f[j], &c[j], special[j], slow[j]);
 #pragma GCC unroll 8
             for (int j = 0; j < GROUPS; j++)
                 v[j] = g[j];
@@ -304,7 +336,7 @@ run(EntropyLane *const *lanes, int n, const uint8_t *base, int gather)
     for (int j = 0; j < GROUPS; j++)
         g[j] = v[j];
     for (int j = 0; j < GROUPS; j++)
-        group_store(&g[j], &f[j]);
+        group_store(&g[j], &f[j], &c[j]);
 }
 
 static __attribute__((noinline)) AVX2 void
