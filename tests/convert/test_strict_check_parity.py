@@ -192,8 +192,9 @@ def test_fuzz_mutations_get_the_strict_decodes_verdicts(valid):
 
 
 def test_calls_of_any_size_get_each_files_verdict_alone(valid):
-    """A call's width sets how a pass runs (AVX2: one vector up to 8 files in flight, two
-    above; two at a time below the pass's fewest): every size gives each file's verdict."""
+    """A call's size sets how a pass runs (a wide pass with some lanes empty from the start
+    or as files end, two at a time below 10 files in flight): every size gives each file's
+    verdict."""
     names = sorted(valid)
     files = [valid[n] for n in names] + [valid[n][: len(valid[n]) * 2 // 3] for n in names]
     random.Random(17).shuffle(files)

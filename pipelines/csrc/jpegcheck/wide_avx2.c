@@ -285,7 +285,8 @@ run(EntropyLane *const *lanes, int n, const uint8_t *base, int gather)
     Counts c[GROUPS];
     for (int j = 0; j < GROUPS; j++) {
         int from = j * GROUP, count = n - from < GROUP ? n - from : GROUP;
-        group_load(&g[j], &f[j], &c[j], lanes + (count > 0 ? from : 0), count > 0 ? count : 0, base);
+        group_load(&g[j], &f[j], &c[j], lanes + (count > 0 ? from : 0), count > 0 ? count : 0,
+                   base);
     }
     /* the vectors in locals whose address is never taken (registers), apart from settle */
     Group v[GROUPS];
