@@ -24,6 +24,7 @@ from fastload.data.format.constants import (
     KEY_DIGITS,
     LABELS_DTYPE,
     LABELS_FILE,
+    MAX_CLASSES,
     META_FILE,
     PARTIAL_FILE,
     STATE_COMPLETE,
@@ -39,7 +40,6 @@ from fastload.data.format.untrusted import read_json, refuse_url, regular_file_s
 
 MAX_META_BYTES = 16 << 20  # fastload.json holds identity and counts: kilobytes
 MAX_RECORDS = 10**KEY_DIGITS  # keys have KEY_DIGITS digits
-MAX_CLASSES = 1_000_000
 MAX_CLASS_NAME = 4096  # characters
 
 

@@ -31,7 +31,9 @@ import hmac
 import json
 import os
 import stat
+import sys
 import warnings
+from array import array
 from pathlib import Path
 
 from fastload.data.format.constants import (
@@ -112,11 +114,24 @@ def _sign(key: bytes, subject: dict) -> str:
 
 
 def _database_subject(count: int, checksums) -> dict:
+    return {"claim": {META_JPEG_CHECK: JPEG_CHECK_STRICT}, "kind": "database",
+            "count": int(count),
+            "checksums_sha256": hashlib.sha256(_checksum_bytes(checksums)).hexdigest()}
+
+
+def _checksum_bytes(checksums) -> bytes:
+    """The CRC-32s as ``checksums.crc32`` holds them (little-endian uint32). The writer's
+    ``array('I')`` needs no numpy: a conversion that imports numpy also starts OpenBLAS's
+    threads, which spin on a core for about 0.1 s (benchmarks/NOTES.md C24)."""
+    if isinstance(checksums, array) and checksums.itemsize == 4:
+        if sys.byteorder == "little":
+            return checksums.tobytes()
+        swapped = array(checksums.typecode, checksums)
+        swapped.byteswap()
+        return swapped.tobytes()
     import numpy as np
 
-    data = np.asarray(checksums, dtype=np.uint32).astype(CHECKSUM_DTYPE).tobytes()
-    return {"claim": {META_JPEG_CHECK: JPEG_CHECK_STRICT}, "kind": "database",
-            "count": int(count), "checksums_sha256": hashlib.sha256(data).hexdigest()}
+    return np.asarray(checksums, dtype=np.uint32).astype(CHECKSUM_DTYPE).tobytes()
 
 
 def _manifest_subject(manifest: dict, shards=None) -> dict:
