@@ -130,15 +130,15 @@ def held_check_threads(monkeypatch):
     """The check threads' tasks wait until the returned event is set (the real check then
     runs); the thread each task ran in is listed."""
     release, ran_in = threading.Event(), []
-    check = check_batches.kept_records_problems
+    check = check_batches.kept_jpegs_problems
 
-    def held(records):
+    def held(jpegs):
         ran_in.append(threading.current_thread())
         if threading.current_thread() is not threading.main_thread():
             release.wait(timeout=30)
-        return check(records)
+        return check(jpegs)
 
-    monkeypatch.setattr(check_batches, "kept_records_problems", held)
+    monkeypatch.setattr(check_batches, "kept_jpegs_problems", held)
     yield release, ran_in
     release.set()
 

@@ -24,7 +24,8 @@ import queue
 import threading
 from collections import deque
 
-from fastload.data.convert.image_check import kept_records_problems
+from fastload.data.convert.image_check import kept_jpegs_problems
+from fastload.data.format.datum import datum_fields
 from fastload.data.format.jpeg_damage import release_thread_cache
 
 __all__ = ["LEAST", "MOST", "STEAL", "CheckBatches", "CheckedRecord"]
@@ -53,7 +54,7 @@ class _Task:
         # the records refer to their task: let go of them, so no cycle keeps their buffers
         records, self.records = self.records, []
         try:
-            self.problems = kept_records_problems([record.kept[1] for record in records])
+            self.problems = kept_jpegs_problems([_jpeg_of(record.kept) for record in records])
         except Exception as exc:  # noqa: BLE001 - raised where a verdict is asked for
             self.error = exc
         except BaseException as exc:  # a Ctrl-C while the reader checks: raised there
@@ -67,6 +68,12 @@ class _Task:
         self.records = []
         self.error = RuntimeError("the strict check stopped before this record's")
         self.done.set()
+
+
+def _jpeg_of(kept: tuple) -> bytes | memoryview:
+    """The JPEG of a kept result: its view as ``check_file(..., keep_only=True)`` gives it,
+    else parsed from the record."""
+    return kept[4] if len(kept) > 4 else datum_fields(kept[1])[0]
 
 
 class CheckedRecord:
@@ -117,7 +124,8 @@ class CheckBatches:
         self._helped = False  # the waiting thread has run checks (its C caches are filled)
 
     def add(self, kept: tuple) -> CheckedRecord:
-        """The check of ``kept`` (``("ok", record, crc, how)``), started with its task."""
+        """The check of ``kept`` (``("ok", record, crc, how[, jpeg])``: with the JPEG's view
+        where ``check_file(..., keep_only=True)`` gives it), started with its task."""
         record = CheckedRecord(kept, self)
         with self._lock:
             self._open.append(record)

@@ -188,7 +188,7 @@ def _run_from(start, samples, writer, workers, options, strict, bar, commit_ever
                     "(did the image decoder crash?); rerun the same command to resume"
                 ) from None
         if result[0] == "ok":
-            _, record, crc, how = result
+            record, crc, how = result[1:4]  # a kept file's JPEG view may follow (check_file)
             writer.add(record, crc, label, how)
         elif strict:
             writer.commit(index)

@@ -34,7 +34,7 @@ import os
 import warnings
 
 from fastload.data.format.constants import crc32
-from fastload.data.format.datum import datum_fields, datum_parts, encode_datum
+from fastload.data.format.datum import datum_parts, encode_datum
 from fastload.data.format.jpeg import Unreadable, parse_jpeg
 from fastload.data.format.jpeg_damage import (
     CORRUPT_PREFIXES,
@@ -177,11 +177,9 @@ def _problem(data: bytes | memoryview, error: str | None, kept: bool) -> str | N
     return None
 
 
-def kept_records_problems(records: list[bytes | memoryview]) -> list[str | None]:
-    """:func:`strict_problem` of the JPEG inside each kept file's Datum record, the files
-    checked together (two decoded at once:
-    :func:`fastload.data.format.jpeg_damage.strict_decode_errors`)."""
-    jpegs = [datum_fields(record)[0] for record in records]
+def kept_jpegs_problems(jpegs: list[bytes | memoryview]) -> list[str | None]:
+    """:func:`strict_problem` of each kept file's JPEG, the files checked together (several
+    decoded at once: :func:`fastload.data.format.jpeg_damage.strict_decode_errors`)."""
     return [_problem(data, error, True)
             for data, error in zip(jpegs, strict_decode_errors(jpegs), strict=True)]
 
@@ -321,7 +319,9 @@ def check_file(
     then a ``memoryview`` (``bytes`` when ``check_file_task_copy`` runs it in a worker),
     of ``scratch``'s buffer when given: valid only until ``scratch`` is used again.
     With ``keep_only``, a file that needs decoding returns ``None`` (the cheap check that
-    the converter's main process runs before handing such files to worker processes).
+    the converter's main process runs before handing such files to worker processes), and
+    a kept one's tuple holds a fifth item, the JPEG's own view inside the record (what the
+    strict check reads, without parsing the record again).
     """
     try:
         if data is not None:
@@ -350,6 +350,8 @@ def check_file(
         view[start:_HEADROOM] = prefix
         view[_HEADROOM + size:end] = suffix
         record = view[start:end]
+        if keep_only:
+            return ("ok", record, crc32(record), how, view[_HEADROOM:_HEADROOM + size])
     else:
         record = encode_datum(image, label, height, width, 3)
     return ("ok", record, crc32(record), how)
