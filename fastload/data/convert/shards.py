@@ -165,10 +165,10 @@ def finished_shard(folder: Path, identity: dict, files: int) -> bool:
     """True when ``folder`` holds a finished shard of this conversion, checked (it opens
     with the reader's checks and was made from ``identity``'s source, options and range);
     False when it is unfinished or absent. A finished shard that fails a check is refused."""
-    from fastload.data.format.reader import LMDBReader
-
     if not is_complete(folder):
         return False
+    from fastload.data.format.reader import LMDBReader  # numpy: only for a finished shard
+
     try:
         reader = LMDBReader(folder)
     except (OSError, ValueError) as exc:

@@ -30,7 +30,6 @@ FORMAT_VERSION = 1
 SUPPORTED_VERSIONS = (1,)  # versions this reader understands
 
 KEY_DIGITS = 8  # keys "00000000" .. "99999999"; LMDB sorts them in index order
-MAX_CLASSES = 1_000_000  # class names a set may list
 META_FILE = "fastload.json"
 CHECKSUM_FILE = "checksums.crc32"
 CHECKSUM_DTYPE = "<u4"  # little-endian uint32, numpy dtype string

@@ -21,10 +21,8 @@ from fastload.data.format.constants import (
     CHECKSUM_FILE,
     DATA_FILE,
     FORMAT_NAME,
-    KEY_DIGITS,
     LABELS_DTYPE,
     LABELS_FILE,
-    MAX_CLASSES,
     META_FILE,
     PARTIAL_FILE,
     STATE_COMPLETE,
@@ -34,13 +32,10 @@ from fastload.data.format.constants import (
 )
 from fastload.data.format.datum import datum_fields
 from fastload.data.format.envs import acquire_env, release_env
+from fastload.data.format.limits import MAX_META_BYTES, MAX_RECORDS, class_list_problem
 from fastload.data.format.lmdb_meta import check_data_file
 from fastload.data.format.targets import Labels
 from fastload.data.format.untrusted import read_json, refuse_url, regular_file_size, short_repr
-
-MAX_META_BYTES = 16 << 20  # fastload.json holds identity and counts: kilobytes
-MAX_RECORDS = 10**KEY_DIGITS  # keys have KEY_DIGITS digits
-MAX_CLASS_NAME = 4096  # characters
 
 
 def record_index(index: Any, count: int, path: str | os.PathLike) -> int:
@@ -121,21 +116,6 @@ def _check_meta_fields(meta: dict, meta_path: Path, fix: str) -> None:
     if problem:
         raise ValueError(f"{str(meta_path)!r} states classes={short_repr(meta['classes'])}, "
                          f"which {problem}; {fix}")
-
-
-def class_list_problem(classes: object) -> str | None:
-    """Why ``classes`` is not a list of distinct class names (one phrase), or None."""
-    if not isinstance(classes, list) or len(classes) > MAX_CLASSES:
-        return f"is not a list of at most {MAX_CLASSES} class names"
-    seen: set[str] = set()
-    for i, name in enumerate(classes):
-        if not isinstance(name, str) or not 0 < len(name) <= MAX_CLASS_NAME:
-            return (f"holds {short_repr(name)} at [{i}], not a class name (a string of 1 to "
-                    f"{MAX_CLASS_NAME} characters)")
-        if name in seen:
-            return f"names class {short_repr(name)} twice"
-        seen.add(name)
-    return None
 
 
 def _checked_sidecar(path: Path, meta: dict, kind: str, default_file: str,

@@ -58,7 +58,7 @@ from fastload.data.convert.engine_run import (
 )
 from fastload.data.convert.plan import ConversionPlan
 from fastload.data.format.constants import ERRORS_FILE, META_FILE
-from fastload.data.format.reader import MAX_META_BYTES
+from fastload.data.format.limits import MAX_META_BYTES
 from fastload.data.remote.upload import (
     claim_url_set,
     complete_url_set,

@@ -37,7 +37,8 @@ from fastload.data.format.constants import (
     META_FILE,
     record_key,
 )
-from fastload.data.format.reader import MAX_META_BYTES, CorruptRecord, LMDBReader, record_index
+from fastload.data.format.limits import MAX_META_BYTES
+from fastload.data.format.reader import CorruptRecord, LMDBReader, record_index
 from fastload.data.remote.cache import (
     DISK_FULL,
     Lease,

@@ -47,8 +47,9 @@ from fastload.data.format.constants import (
     STATE_COMPLETE,
     crc32,
 )
+from fastload.data.format.limits import MAX_META_BYTES
 from fastload.data.format.lmdb_meta import HEAD_BYTES, meta_from_head
-from fastload.data.format.reader import MAX_META_BYTES, load_checksums, load_labels, load_meta
+from fastload.data.format.reader import load_checksums, load_labels, load_meta
 from fastload.data.remote.cache import default_cache_dir, set_key
 from fastload.data.remote.sets import endpoint_of
 from fastload.data.remote.url import RemoteLocation

@@ -155,7 +155,7 @@ def open_manifest(path: str | os.PathLike, *, shards_present: bool = True):
 
 def _read_meta(shard_dir: Path) -> dict | None:
     """A shard's ``fastload.json`` when it says complete, else None (lenient: for listing)."""
-    from fastload.data.format.reader import MAX_META_BYTES
+    from fastload.data.format.limits import MAX_META_BYTES
     from fastload.data.format.untrusted import read_json
 
     try:

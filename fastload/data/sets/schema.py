@@ -21,8 +21,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import numpy as np
-
 from fastload.data.format.constants import (
     CHECKSUM_FILE,
     LABELS_DTYPE,
@@ -30,7 +28,7 @@ from fastload.data.format.constants import (
     STATE_COMPLETE,
     SUPPORTED_VERSIONS,
 )
-from fastload.data.format.reader import MAX_RECORDS, class_list_problem
+from fastload.data.format.limits import MAX_RECORDS, class_list_problem
 from fastload.data.format.untrusted import confined_path, read_json, short_repr
 from fastload.data.sets.table import SHARD_PREFIX, ShardEntry, ShardTable, shard_names
 
@@ -149,6 +147,8 @@ def _table_as_written(real_root: str, shards: list, count: int,
     checks them, shard ``k`` at ``shard_name(k, N)`` with its checksum file, and (``present``)
     each a real folder, not a symlink, in one listing of ``real_root``. None when anything
     differs: :func:`_entry` then finds and names it, or accepts what this does not."""
+    import numpy as np  # here, not at import: a conversion's shards need none (NOTES C24)
+
     if set(map(type, shards)) != {dict}:
         return None
     bounds = np.empty(len(shards) + 1, dtype=np.int64)  # the table's: starts, then count
@@ -215,6 +215,8 @@ def _table_of(real_root: str, entries: list[ShardEntry], count: int) -> ShardTab
     if paths == shard_names(len(entries)) and folders == [
             os.path.join(real_root, path) for path in paths]:
         paths = folders = None
+    import numpy as np
+
     bounds = np.array([entry.start for entry in entries] + [count], dtype=np.int64)
     crcs = np.array([entry.checksum_crc32 for entry in entries], dtype=np.uint32)
     return ShardTable(real_root, bounds, crcs, paths, folders)

@@ -17,9 +17,10 @@ import bisect
 import operator
 import os
 from collections.abc import Callable, Sequence
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["SHARD_PREFIX", "ShardEntries", "ShardEntry", "ShardTable", "shard_name",
            "shard_names"]
@@ -65,6 +66,8 @@ class ShardTable:
 
     def __init__(self, real_root: str, bounds, crcs, paths: list[str] | None = None,
                  folders: list[str] | None = None) -> None:
+        import numpy as np  # here, not at import: a conversion's shards need none (NOTES C24)
+
         self.real_root = real_root
         self._bounds = array.array("q")  # bisect over it is as fast as over a list
         self._bounds.frombytes(np.ascontiguousarray(bounds, dtype=np.int64).view(np.uint8))
@@ -114,12 +117,16 @@ class ShardTable:
         return self._view()[1:]
 
     def _view(self) -> np.ndarray:
+        import numpy as np
+
         view = np.frombuffer(self._bounds, dtype=np.int64)
         view.flags.writeable = False
         return view
 
     def ranges(self) -> np.ndarray:
         """The ``(num_shards, 2)`` int64 array of ``[start, stop)`` ranges (a copy)."""
+        import numpy as np
+
         return np.stack([self.starts, self.stops], axis=1)
 
     def path(self, shard: int) -> str:

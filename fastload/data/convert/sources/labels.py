@@ -34,7 +34,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from fastload.data.format.constants import MAX_CLASSES
+from fastload.data.format.limits import MAX_CLASSES
 
 __all__ = ["MAX_CLASSES", "Label", "LabelRule", "assign_labels", "integer_label"]
 
