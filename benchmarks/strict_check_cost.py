@@ -37,8 +37,8 @@ instead times whole conversions of FOLDER (an ImageFolder tree, e.g. FOLDER/trai
 in a fresh process (``fastload convert SRC DST --no-progress --json -``, all cores),
 rounds alternating: ``--check markers``, the strict check as it is now, the strict check
 with the entropy check switched off (the strict decode for every file, as before issue 41;
-not with ``--no-before``), with ``--tree`` the strict check of another checkout (built
-in place), and with ``--capability NAME`` the strict check with
+not with ``--no-before``), with ``--tree`` the strict check and the markers one of another
+checkout (built in place), and with ``--capability NAME`` the strict check with
 FASTLOAD_CPU_CAPABILITY=NAME (``avx2``: the pass a CPU without AVX-512 takes; ``default``:
 two files at a time). The conversion's own seconds (its ``--json`` report), the process's
 wall seconds and CPU seconds (the process and its children), medians and ranges, and each
@@ -95,6 +95,7 @@ def _convert_rounds(src: Path, rounds: int, shard_size: float | None, before: bo
         runs["strict, before"] = (here, [], None)
     if tree is not None:
         runs[f"strict at {tree.name}"] = (tree.resolve(), [], None)
+        runs[f"markers at {tree.name}"] = (tree.resolve(), ["--check", "markers"], None)
     for capability in capabilities:
         runs[f"strict, {capability}"] = (here, [], capability)
     shards = [] if shard_size is None else ["--shard-size", str(shard_size)]
@@ -160,8 +161,8 @@ def main() -> None:
     parser.add_argument("--no-before", action="store_true",
                         help="with --convert: leave out the strict decode of every file")
     parser.add_argument("--tree", type=Path, default=None,
-                        help="with --convert: also time the strict conversion of another "
-                        "checkout (its root, built), in the same rounds")
+                        help="with --convert: also time the strict and markers conversions "
+                        "of another checkout (its root, built), in the same rounds")
     parser.add_argument("--capability", action="append", default=[],
                         choices=["avx512", "avx2", "avx2-loads", "default"],
                         help="with --convert: also time the strict conversion with "
