@@ -19,12 +19,18 @@ print(json.dumps({"status": status, "numpy": "numpy" in sys.modules}))
 """
 
 
-def test_a_folder_converts_into_one_database_without_importing_numpy(tmp_path):
-    for k in range(12):
-        folder = tmp_path / "src" / f"class_{k % 3}"
+def _jpeg_folder(root, count: int):
+    """An ImageFolder of ``count`` small JPEGs in three classes."""
+    for k in range(count):
+        folder = root / f"class_{k % 3}"
         folder.mkdir(parents=True, exist_ok=True)
         Image.radial_gradient("L").convert("RGB").resize((64 + k, 48)).save(
             folder / f"{k}.jpg", quality=90)
+    return root
+
+
+def test_a_folder_converts_into_one_database_without_importing_numpy(tmp_path):
+    _jpeg_folder(tmp_path / "src", 12)
     for check in ("decode", "markers"):
         dst = tmp_path / f"db-{check}"
         run = subprocess.run(
@@ -53,11 +59,7 @@ print(json.dumps({"status": status, **seen}))
 
 
 def test_a_sharded_conversion_imports_numpy_only_for_its_manifest(tmp_path):
-    for k in range(9):
-        folder = tmp_path / "src" / f"class_{k % 3}"
-        folder.mkdir(parents=True, exist_ok=True)
-        Image.radial_gradient("L").convert("RGB").resize((64 + k, 48)).save(
-            folder / f"{k}.jpg", quality=90)
+    _jpeg_folder(tmp_path / "src", 9)
     run = subprocess.run(
         [sys.executable, "-c", SHARDS_AND_LIST_MODULES, str(tmp_path / "src"),
          str(tmp_path / "set")],
