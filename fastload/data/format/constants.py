@@ -19,6 +19,9 @@ conversion, never a finished database.
 
 from __future__ import annotations
 
+import sys
+from array import array
+
 # The checksum of checksums.crc32 (converter, writer and verify all use this one).
 try:  # ISA-L's CRC-32: the same values as zlib.crc32, about 5x faster on this machine
     from isal.isal_zlib import crc32 as crc32
@@ -70,3 +73,13 @@ def jpeg_checked(meta: dict) -> bool:
     passed the strict decode at conversion; whether the loader may trust the claim is
     :func:`fastload.data.sets.attest.trusted_jpeg_check`'s decision."""
     return meta.get(META_JPEG_CHECK) == JPEG_CHECK_STRICT
+
+
+def little_endian_bytes(values: array) -> bytes:
+    """An ``array``'s values as the sidecars hold them: little-endian, whatever this machine's
+    byte order (``checksums.crc32``, ``labels.i32``)."""
+    if sys.byteorder == "little":
+        return values.tobytes()
+    swapped = array(values.typecode, values)
+    swapped.byteswap()
+    return swapped.tobytes()

@@ -28,7 +28,6 @@ from __future__ import annotations
 import errno
 import os
 import signal
-import sys
 import time
 from array import array
 from pathlib import Path
@@ -55,6 +54,7 @@ from fastload.data.format.constants import (
     STATE_COMPLETE,
     STATE_PARTIAL,
     crc32,
+    little_endian_bytes,
     record_key,
 )
 from fastload.data.format.datum import datum_fields
@@ -263,10 +263,10 @@ class LMDBWriter:
         self.close()
         # Each sidecar is fsynced; one folder fsync then makes their renames durable, before
         # fastload.json (fsynced, renamed, folder fsynced) declares the database complete.
-        write_bytes_atomic(self.dst / CHECKSUM_FILE, self._checksums.tobytes()
-                           if _little_endian() else _swapped(self._checksums), sync_dir=False)
-        write_bytes_atomic(self.dst / LABELS_FILE, self._labels.tobytes()
-                           if _little_endian() else _swapped(self._labels), sync_dir=False)
+        write_bytes_atomic(self.dst / CHECKSUM_FILE, little_endian_bytes(self._checksums),
+                           sync_dir=False)
+        write_bytes_atomic(self.dst / LABELS_FILE, little_endian_bytes(self._labels),
+                           sync_dir=False)
         write_json_atomic(self.dst / ERRORS_FILE, {
             "seen": self.seen, "stored": self.stored, "skipped_count": len(self.skipped),
             "skipped": self.skipped,
@@ -314,12 +314,3 @@ def _crash_hook() -> tuple[str | None, int]:
         raise ValueError(f"{CRASH_ENV}={spec!r} must be '<point>:<n>' with point in {CRASH_POINTS}")
     return point, int(count)
 
-
-def _little_endian() -> bool:
-    return sys.byteorder == "little"
-
-
-def _swapped(values: array) -> bytes:
-    copy = array(values.typecode, values)
-    copy.byteswap()
-    return copy.tobytes()

@@ -31,7 +31,6 @@ import hmac
 import json
 import os
 import stat
-import sys
 import warnings
 from array import array
 from pathlib import Path
@@ -41,6 +40,7 @@ from fastload.data.format.constants import (
     JPEG_CHECK_STRICT,
     META_JPEG_ATTESTATION,
     META_JPEG_CHECK,
+    little_endian_bytes,
 )
 
 __all__ = ["KEY_DIR_ENV", "KEY_FILE", "attest_database", "attest_manifest", "key_dir",
@@ -124,11 +124,7 @@ def _checksum_bytes(checksums) -> bytes:
     ``array('I')`` needs no numpy: a conversion that imports numpy also starts OpenBLAS's
     threads, which spin on a core for about 0.1 s (benchmarks/NOTES.md C24)."""
     if isinstance(checksums, array) and checksums.itemsize == 4:
-        if sys.byteorder == "little":
-            return checksums.tobytes()
-        swapped = array(checksums.typecode, checksums)
-        swapped.byteswap()
-        return swapped.tobytes()
+        return little_endian_bytes(checksums)
     import numpy as np
 
     return np.asarray(checksums, dtype=np.uint32).astype(CHECKSUM_DTYPE).tobytes()

@@ -210,13 +210,13 @@ def _all_real_folders(real_root: str, count: int) -> bool:
 def _table_of(real_root: str, entries: list[ShardEntry], count: int) -> ShardTable:
     """The table of ``entries`` checked one by one (their paths and folders kept unless they
     are the ones fastload gives)."""
+    import numpy as np
+
     paths = [entry.path for entry in entries]
     folders = [entry.folder for entry in entries]
     if paths == shard_names(len(entries)) and folders == [
             os.path.join(real_root, path) for path in paths]:
         paths = folders = None
-    import numpy as np
-
     bounds = np.array([entry.start for entry in entries] + [count], dtype=np.int64)
     crcs = np.array([entry.checksum_crc32 for entry in entries], dtype=np.uint32)
     return ShardTable(real_root, bounds, crcs, paths, folders)
