@@ -195,3 +195,39 @@ def test_verdicts_hold_after_a_thread_frees_its_check_caches(files):
     release_thread_cache()  # nothing left to free: no error
     assert strict_decode_errors(files * 2) == first
     assert [error is None for error in first] == [True] * 7 + [False] * 2 + [True] * 7 + [False] * 2
+
+
+def _reader_waits_on_the_held_thread(files, held_check_threads, end_input: bool):
+    """Records 0-1 in the check thread's (held) task, 2-7 queued two a task; the reader
+    asks for record 0's verdict (the thread is released 0.3 s later): which thread checked
+    each task, once every verdict is in."""
+    release, ran_in = held_check_threads
+    batches = CheckBatches(workers=2, least=2, most=2, steal=1)
+    try:
+        records = [batches.add(_kept(files[i])) for i in (0, 1)]
+        _wait_until(lambda: ran_in)  # the one check thread holds the first task
+        records += [batches.add(_kept(files[i])) for i in (2, 7, 3, 4, 8, 5)]
+        if end_input:
+            batches.end_input()
+        threading.Timer(0.3, release.set).start()
+        assert records[0].get()[0] == "ok"
+        _wait_until(lambda: all(record.ready() for record in records))
+        assert [record.get()[0] for record in records] == [
+            "ok", "ok", "ok", "skip", "ok", "ok", "skip", "ok"]
+        return ["reader" if thread is threading.main_thread() else "thread" for thread in ran_in]
+    finally:
+        release.set()
+        batches.shutdown()
+
+
+def test_the_waiting_reader_leaves_the_threads_a_task_while_they_check_its_record(
+        files, held_check_threads):
+    # one record at a time while two would stay queued; the thread takes the last two
+    assert _reader_waits_on_the_held_thread(files, held_check_threads, end_input=False) == [
+        "thread", "reader", "reader", "reader", "reader", "thread"]
+
+
+def test_after_the_input_ends_the_waiting_reader_checks_every_queued_record(
+        files, held_check_threads):
+    assert _reader_waits_on_the_held_thread(files, held_check_threads, end_input=True) == [
+        "thread"] + ["reader"] * 6

@@ -5,6 +5,7 @@ writes, and a record read ahead is taken once, by the writer that starts where i
 from __future__ import annotations
 
 import io
+import threading
 
 import numpy as np
 import pytest
@@ -122,3 +123,70 @@ def test_reading_ahead_stops_at_a_file_for_a_worker_and_at_a_missing_one(tmp_pat
                 assert read == [True, True, True] and entries[1][3][0] == "skip"
     finally:
         checks.shutdown()
+
+
+def _database(path) -> dict:
+    """A database's records, labels, checksums and errors (what a rerun must equal)."""
+    import json
+
+    from fastload.data.format.dataset import LMDBDataset
+
+    reader = LMDBDataset(path).reader
+    return {
+        "records": [(bytes(reader.image_bytes(i)[0]), reader.image_bytes(i)[1])
+                    for i in range(len(reader))],
+        "sidecars": [(path / name).read_bytes() for name in ("labels.i32", "checksums.crc32")],
+        "errors": json.loads((path / "errors.json").read_text()),
+    }
+
+
+@pytest.fixture
+def early_reads(monkeypatch):
+    """The records each one-database conversion read before its source was fingerprinted."""
+    from fastload.data.convert import database, folder
+
+    counts = []
+
+    def counted(*args, **kwargs):
+        early = database.read_early(*args, **kwargs)
+        counts.append(None if early is None else len(early[1].entries))
+        return early
+
+    monkeypatch.setattr(folder, "read_early", counted)
+    return counts
+
+
+def test_a_strict_conversion_reads_its_first_records_while_the_source_is_fingerprinted(
+        source, tmp_path, early_reads):
+    one = convert_folder(source, tmp_path / "one", workers=1, progress=False)
+    two = convert_folder(source, tmp_path / "two", workers=2, progress=False)
+    assert early_reads == [None, 17]  # up to the first PNG (index 17), left to a worker
+    assert (one.stored, one.skipped) == (two.stored, two.skipped) == (44, 4)
+    assert _database(tmp_path / "one") == _database(tmp_path / "two")
+    assert not [t for t in threading.enumerate() if t.name.startswith("fastload-check")]
+
+
+def test_nothing_is_read_early_to_resume_a_partial_or_without_the_strict_check(
+        source, tmp_path, early_reads, monkeypatch):
+    import errno
+
+    from fastload.data.format import writer
+
+    real, calls = writer.write_json_atomic, []
+
+    def full_disk(path, obj, **kwargs):  # the second progress record: a partial is left
+        calls.append(path)
+        if len(calls) == 2:
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return real(path, obj, **kwargs)
+
+    monkeypatch.setattr(writer, "write_json_atomic", full_disk)
+    with pytest.raises(OSError):
+        convert_folder(source, tmp_path / "db", workers=2, progress=False, commit_every=8)
+    assert not [t for t in threading.enumerate() if t.name.startswith("fastload-check")]
+    monkeypatch.setattr(writer, "write_json_atomic", real)
+    resumed = convert_folder(source, tmp_path / "db", workers=2, progress=False, commit_every=8)
+    convert_folder(source, tmp_path / "markers", workers=2, progress=False, check="markers")
+    assert resumed.resumed and early_reads == [17]  # the first run's only
+    convert_folder(source, tmp_path / "one", workers=1, progress=False, commit_every=8)
+    assert _database(tmp_path / "db") == _database(tmp_path / "one")

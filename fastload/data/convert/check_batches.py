@@ -12,7 +12,10 @@ that reads. It reads on while the check threads keep up; when it has to wait for
 verdict, it checks the records of the oldest task no thread has taken, :data:`STEAL` at a
 time, and reads on as soon as the verdict it waits for is in. So no more threads are
 runnable than there are cores: a check never takes the core of the reader that will wait
-for it, and no core idles while a task waits (benchmarks/NOTES.md C16).
+for it, and no core idles while a task waits (benchmarks/NOTES.md C16). While a thread
+checks the record waited for, the reader leaves :data:`LEAST` records a thread queued (so
+that a thread which finishes finds its next task ready), unless :meth:`CheckBatches.end_input`
+said that no more are coming (benchmarks/NOTES.md C25).
 
 One :class:`CheckBatches` may serve several databases in turn (the shards of a set): its
 threads, and the C check's per-thread look-ups and buffers, are kept from one to the next.
@@ -122,12 +125,14 @@ class CheckBatches:
         self._busy = 0  # tasks the threads are checking
         self._ending = False  # threads being ended: a finished task starts no other
         self._helped = False  # the waiting thread has run checks (its C caches are filled)
+        self._input_ended = False  # end_input() since the last add(): no reserve kept
 
     def add(self, kept: tuple) -> CheckedRecord:
         """The check of ``kept`` (``("ok", record, crc, how[, jpeg])``: with the JPEG's view
         where ``check_file(..., keep_only=True)`` gives it), started with its task."""
         record = CheckedRecord(kept, self)
         with self._lock:
+            self._input_ended = False
             self._open.append(record)
             if len(self._open) >= self._most or (
                     len(self._open) >= self._least
@@ -141,10 +146,19 @@ class CheckBatches:
             if self._open:
                 self._submit()
 
+    def end_input(self) -> None:
+        """No more records are coming (until the next :meth:`add`): start a task for those
+        gathered, and let the thread waiting for a verdict take any queued record."""
+        with self._lock:
+            self._input_ended = True
+            if self._open:
+                self._submit()
+
     def help_or_wait(self, record: CheckedRecord) -> None:
         """Check up to ``steal`` records of the oldest task no thread has taken, or where
-        there is none wait for ``record``'s task."""
-        if not self._check_queued(whole=False):
+        there is none (or where a thread checks ``record`` and only the threads' reserve is
+        queued) wait for ``record``'s task."""
+        if not self._check_queued(whole=False, waiting_for=record):
             record.task.done.wait()
 
     def stop_threads(self) -> None:
@@ -186,13 +200,21 @@ class CheckBatches:
             self._ending_threads = []
             self._ending = False
 
-    def _check_queued(self, whole: bool) -> bool:
+    def _check_queued(self, whole: bool, waiting_for: CheckedRecord | None = None) -> bool:
         """Check the oldest task no thread has taken in this thread, or with ``whole=False``
-        its first ``steal`` records (the rest stay queued); False where none is queued."""
+        its first ``steal`` records (the rest stay queued); False where none is queued, or
+        where ``waiting_for``'s task is not queued (a thread checks it) and taking them would
+        leave the threads fewer than ``least`` records each before the input's end."""
         with self._lock:
             if not self._queue:
                 return False
             oldest = self._queue[0]
+            if (waiting_for is not None and not self._input_ended
+                    and not any(task is waiting_for.task for task in self._queue)):
+                queued = sum(len(task.records) for task in self._queue)
+                taken = min(self._steal, len(oldest.records))
+                if queued - taken < self._least * self._thread_count:
+                    return False
             if whole or len(oldest.records) <= self._steal:
                 task = self._queue.popleft()
             else:  # the records' tasks and slots are set anew by each part's _Task

@@ -44,7 +44,7 @@ from fastload.data.format.writer import LMDBWriter, MapFull
 from fastload.data.sets.attest import attest_database
 from fastload.utils.process import default_context, interrupts_held, owned_child
 
-__all__ = ["ConvertError", "ConvertReport", "convert_one", "is_complete"]
+__all__ = ["ConvertError", "ConvertReport", "convert_one", "is_complete", "read_early"]
 
 WORKER_TIMEOUT_S = 600  # longest wait for one image from a worker process
 
@@ -121,6 +121,21 @@ def convert_one(samples, dst_path: Path, identity: dict, total_bytes: int, overw
         errors=writer.skipped, kept=kept, reencoded=writer.stored - kept,
         resumed=writer.resumed, resumed_from=writer.resumed_from,
     )
+
+
+def read_early(samples, workers: int, max_side: int | None, quality: int,
+               composite: bool) -> tuple[CheckBatches, ReadAhead] | None:
+    """A conversion's first records read and their strict checks started in new check
+    threads, while the caller goes on (fingerprints the source, opens the database): for
+    :func:`convert_one`'s ``checks`` and ``ahead`` (the caller shuts ``checks`` down). None
+    where the strict check runs in no thread here (one worker)."""
+    if workers < 2 or not _THREADED_STRICT:
+        return None
+    checks, ahead = CheckBatches(workers), ReadAhead(samples, 0)
+    first = (max_side, quality, "markers", composite)  # as _run_from reads them
+    while ahead.read_one(first, checks, EARLY_RECORDS, WINDOW_BYTES):
+        pass
+    return checks, ahead
 
 
 def _initial_map_size(total_bytes: int, count: int) -> int:
@@ -237,7 +252,7 @@ def _run_from(start, samples, writer, workers, options, strict, bar, commit_ever
                                or _ready(pending[0][3])):
                 settle(*pending.popleft())
         if checks is not None:
-            checks.flush()  # the last records' checks start now, not at the first wait
+            checks.end_input()  # the last records' checks start now, not at the first wait
         while pending:
             if (next_ahead is not None and checks is not None and not _ready(pending[0][3])
                     and next_ahead.read_one(first, checks, window, WINDOW_BYTES)):
@@ -257,9 +272,15 @@ def _run_from(start, samples, writer, workers, options, strict, bar, commit_ever
 
 
 # Records read ahead of the one written next, at most: room for a few strict-check tasks
-# (check_batches.MOST records each) while a task runs, within WINDOW_BYTES of records.
-WINDOW = 256
+# (check_batches.MOST records each) while a task runs, within WINDOW_BYTES of records. Where
+# the reader may not take the check threads' reserve it reads on, up to here: 256 left it
+# waiting (benchmarks/NOTES.md C25).
+WINDOW = 512
 WINDOW_BYTES = 256 << 20
+
+# Records read (their checks started) before the source is fingerprinted, where the check
+# threads would otherwise wait: two tasks of check_batches.LEAST (benchmarks/NOTES.md C25).
+EARLY_RECORDS = 64
 
 # The kept JPEGs' strict decode in threads of the main process (True) or in the worker
 # processes with everything that needs Pillow (False): see benchmarks/NOTES.md C10.

@@ -11,13 +11,20 @@ from __future__ import annotations
 import os
 import time
 
-from fastload.data.convert.database import ConvertError, ConvertReport, convert_one, is_complete
+from fastload.data.convert.database import (
+    ConvertError,
+    ConvertReport,
+    convert_one,
+    is_complete,
+    read_early,
+)
 from fastload.data.convert.plan import (
     DEFAULT_COMMIT_EVERY,
     check_convert_options,
     plan_conversion,
     shards_for_size,
 )
+from fastload.data.format.constants import PARTIAL_FILE
 
 __all__ = ["DEFAULT_COMMIT_EVERY", "ENGINES", "ConvertError", "ConvertReport",
            "check_convert_options", "check_engine_options", "convert_folder", "is_complete",
@@ -154,12 +161,37 @@ def convert_folder(
     check_engine_options(engine, engine_address, shards=shards, shard_index=shard_index,
                          shard_size_mb=shard_size_mb)
     start = time.perf_counter()
-    plan = plan_conversion(
-        src, dst, workers=workers, max_side=max_side, quality=quality, strict=strict,
-        progress=progress, commit_every=commit_every, check=check, composite=composite,
-        shards=shards, shard_index=shard_index, image_column=image_column,
-        label_column=label_column, label_field=label_field, shard_size_mb=shard_size_mb,
-        storage_options=storage_options, staging=staging)
+    early: list = []  # one database's first records and their checks, read while planning
+
+    def read_while_planning(source) -> None:
+        if (engine is None and shards is None and shard_size_mb is None and check == "decode"
+                and not os.path.exists(os.path.join(os.fspath(dst), PARTIAL_FILE))):
+            early.extend(read_early(source.samples, workers or os.cpu_count() or 1, max_side,
+                                    quality, composite) or ())
+
+    try:
+        plan = plan_conversion(
+            src, dst, workers=workers, max_side=max_side, quality=quality, strict=strict,
+            progress=progress, commit_every=commit_every, check=check, composite=composite,
+            shards=shards, shard_index=shard_index, image_column=image_column,
+            label_column=label_column, label_field=label_field, shard_size_mb=shard_size_mb,
+            storage_options=storage_options, staging=staging, listed=read_while_planning)
+        report = _convert_planned(plan, early, overwrite, workers, shard_index, engine,
+                                  engine_address)
+    finally:
+        if early:
+            early[0].shutdown(cancel_futures=True)
+    report.seconds = time.perf_counter() - start
+    report.classes = plan.source.classes
+    return report
+
+
+def _convert_planned(plan, early: list, overwrite: bool, workers: int | None,
+                     shard_index: int | None, engine: str | None,
+                     engine_address: str | None) -> ConvertReport:
+    """:func:`convert_folder` once planned (the arguments mean what they mean there);
+    ``early``: one database's ``(checks, ahead)`` from
+    :func:`~fastload.data.convert.database.read_early`, or empty."""
     source, identity, total_bytes = plan.source, plan.identity, plan.total_bytes
     dst_path, where, remote, shards, run = (plan.dst_path, plan.location, plan.remote,
                                             plan.shards, plan.run)
@@ -167,27 +199,24 @@ def convert_folder(
         from fastload.data.convert.engines import runner
         from fastload.data.remote.engine_tasks import convert_url_on_engine
 
-        report = convert_url_on_engine(plan, runner(engine), engine_address,
-                                       overwrite=overwrite, workers=workers)
-    elif engine is not None:
+        return convert_url_on_engine(plan, runner(engine), engine_address,
+                                     overwrite=overwrite, workers=workers)
+    if engine is not None:
         from fastload.data.convert.engine_run import convert_on_engine
         from fastload.data.convert.engines import runner
 
-        report = convert_on_engine(plan, runner(engine), engine_address, overwrite=overwrite,
-                                   workers=workers)
-    elif remote:
+        return convert_on_engine(plan, runner(engine), engine_address, overwrite=overwrite,
+                                 workers=workers)
+    if remote:
         from fastload.data.remote.upload import convert_to_url
 
-        report = convert_to_url(source.samples, where, identity, total_bytes, overwrite, run,
-                                shards, shard_index, plan.staging)
-    elif shards is None:
-        report = convert_one(source.samples, dst_path, identity, total_bytes, overwrite, run)
-    else:
-        from fastload.data.convert.shards import convert_shards
+        return convert_to_url(source.samples, where, identity, total_bytes, overwrite, run,
+                              shards, shard_index, plan.staging)
+    if shards is None:
+        checks, ahead = early or (None, None)
+        return convert_one(source.samples, dst_path, identity, total_bytes, overwrite, run,
+                           checks=checks, ahead=ahead)
+    from fastload.data.convert.shards import convert_shards
 
-        report = convert_shards(source.samples, dst_path, identity, total_bytes, overwrite,
-                                run, shards, shard_index)
-    report.seconds = time.perf_counter() - start
-    report.classes = source.classes
-    return report
-
+    return convert_shards(source.samples, dst_path, identity, total_bytes, overwrite, run,
+                          shards, shard_index)

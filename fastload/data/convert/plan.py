@@ -10,6 +10,7 @@ therefore the same whichever ran it, and a set started one way is finished the o
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -118,10 +119,12 @@ def plan_conversion(
     shard_size_mb: float | None = None,
     storage_options: dict | None = None,
     staging: str | os.PathLike | None = None,
+    listed: Callable[[SourceList], None] | None = None,
 ) -> ConversionPlan:
     """Check :func:`~fastload.data.convert.folder.convert_folder`'s options, list and
     fingerprint ``src`` and name the identity its database or shards record (the arguments
-    mean what they mean there); nothing is written."""
+    mean what they mean there); nothing is written. ``listed`` is called with the listing
+    before it is fingerprinted (the caller may start reading it meanwhile)."""
     from fastload.data.remote.url import locate
 
     check_convert_options(workers=workers, max_side=max_side, quality=quality,
@@ -146,6 +149,8 @@ def plan_conversion(
         )
     source = list_source(src, image_column=image_column, label_column=label_column,
                          label_field=label_field, workers=workers or os.cpu_count() or 1)
+    if listed is not None:
+        listed(source)
     digest, total_bytes = source.fingerprint()
     identity = {
         "format_version": FORMAT_VERSION,
