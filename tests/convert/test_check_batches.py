@@ -231,3 +231,27 @@ def test_after_the_input_ends_the_waiting_reader_checks_every_queued_record(
         files, held_check_threads):
     assert _reader_waits_on_the_held_thread(files, held_check_threads, end_input=True) == [
         "thread"] + ["reader"] * 6
+
+
+def test_at_the_input_end_the_queued_records_are_checked_steal_at_a_time(files, monkeypatch):
+    release, sizes = threading.Event(), []
+    check = check_batches.kept_jpegs_problems
+
+    def held(jpegs):
+        sizes.append(len(jpegs))
+        release.wait(timeout=30)
+        return check(jpegs)
+
+    monkeypatch.setattr(check_batches, "kept_jpegs_problems", held)
+    batches = CheckBatches(workers=2, least=2, most=4, steal=2)
+    try:
+        records = [batches.add(_kept(files[i])) for i in (0, 1)]
+        _wait_until(lambda: sizes)  # the one check thread holds the first task
+        records += [batches.add(_kept(files[i % len(files)])) for i in range(2, 10)]
+        batches.end_input()  # two queued tasks of four
+        release.set()
+        _wait_until(lambda: all(record.ready() for record in records))
+        assert sizes == [2, 2, 2, 2, 2]  # the thread took them two at a time
+    finally:
+        release.set()
+        batches.shutdown()

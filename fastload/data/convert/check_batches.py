@@ -148,11 +148,19 @@ class CheckBatches:
 
     def end_input(self) -> None:
         """No more records are coming (until the next :meth:`add`): start a task for those
-        gathered, and let the thread waiting for a verdict take any queued record."""
+        gathered, split the queued tasks into tasks of ``steal`` records (so that the threads
+        and the waiting thread end together, and the records in order are written while
+        the last are checked), and let the thread waiting for a verdict take any."""
         with self._lock:
             self._input_ended = True
             if self._open:
                 self._submit()
+            queued, self._queue = self._queue, deque()
+            for task in queued:  # the records' tasks and slots are set anew by each _Task
+                for start in range(0, len(task.records), self._steal):
+                    self._queue.append(_Task(task.records[start:start + self._steal]))
+            for _ in range(len(self._queue) - len(queued)):
+                self._wake.put(None)  # a thread woken for a task taken by another moves on
 
     def help_or_wait(self, record: CheckedRecord) -> None:
         """Check up to ``steal`` records of the oldest task no thread has taken, or where
