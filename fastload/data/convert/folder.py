@@ -1,7 +1,8 @@
 """``fastload convert``: an image source (see :mod:`fastload.data.convert.source_list`) into an LMDB.
 
 Lists the source, checks the options and names the destination's identity; one database is
-written by :mod:`fastload.data.convert.database`, a sharded set by
+written by :mod:`fastload.data.convert.database` (with the strict check, its first records
+are read and checked while the source is fingerprinted), a sharded set by
 :mod:`fastload.data.convert.shards`. The order is fixed by the source, so a resumed or
 re-run conversion produces the same records whatever ``workers`` or ``commit_every``.
 """
@@ -165,7 +166,7 @@ def convert_folder(
 
     def read_while_planning(source) -> None:
         if (engine is None and shards is None and shard_size_mb is None and check == "decode"
-                and not os.path.exists(os.path.join(os.fspath(dst), PARTIAL_FILE))):
+                and not os.path.exists(os.path.join(os.fsdecode(dst), PARTIAL_FILE))):
             early.extend(read_early(source.samples, workers or os.cpu_count() or 1, max_side,
                                     quality, composite) or ())
 
