@@ -68,8 +68,15 @@ def _groups(files: list[bytes], size: int) -> list[list[bytes]]:
     return [files[i:i + size] for i in range(0, len(files), size)]
 
 
+# The command line of the checkout on PYTHONPATH: its fastload/, and its tools/ as
+# fastload.tools (an editable install maps fastload.tools to the installed checkout's tools/)
 _CONVERT = """
-import sys
+import importlib.util, os, sys
+tools = os.path.join(os.environ["PYTHONPATH"].split(os.pathsep)[0], "tools")
+spec = importlib.util.spec_from_file_location(
+    "fastload.tools", os.path.join(tools, "__init__.py"), submodule_search_locations=[tools])
+sys.modules["fastload.tools"] = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(sys.modules["fastload.tools"])
 from fastload.data.format import jpeg_damage
 if sys.argv[1] == "before":
     jpeg_damage._jpegcheck = None  # the strict decode for every file

@@ -109,6 +109,9 @@ def run(args: argparse.Namespace) -> int:
         # would start a thread per core that spins about 0.1 CPU-s after numpy's import, on
         # the cores the strict check runs on
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    from fastload.utils.heap import keep_freed_heap
+
+    keep_freed_heap()  # this process is the command's: LMDB's freed pages kept for the next
     from fastload.data.convert.folder import (
         DEFAULT_COMMIT_EVERY,
         ConvertError,
