@@ -187,6 +187,6 @@ def test_nothing_is_read_early_to_resume_a_partial_or_without_the_strict_check(
     monkeypatch.setattr(writer, "write_json_atomic", real)
     resumed = convert_folder(source, tmp_path / "db", workers=2, progress=False, commit_every=8)
     convert_folder(source, tmp_path / "markers", workers=2, progress=False, check="markers")
-    assert resumed.resumed and early_reads == [17]  # the first run's only
+    assert resumed.resumed and early_reads == [17, None]  # the first run read; markers: none
     convert_folder(source, tmp_path / "one", workers=1, progress=False, commit_every=8)
     assert _database(tmp_path / "db") == _database(tmp_path / "one")

@@ -123,19 +123,31 @@ def convert_one(samples, dst_path: Path, identity: dict, total_bytes: int, overw
     )
 
 
-def read_early(samples, workers: int, max_side: int | None, quality: int,
-               composite: bool) -> tuple[CheckBatches, ReadAhead] | None:
+def read_early(samples, workers: int,
+               options: tuple) -> tuple[CheckBatches, ReadAhead] | None:
     """A conversion's first records read and their strict checks started in new check
     threads, while the caller goes on (fingerprints the source, opens the database): for
-    :func:`convert_one`'s ``checks`` and ``ahead`` (the caller shuts ``checks`` down). None
-    where the strict check runs in no thread here (one worker)."""
-    if workers < 2 or not _THREADED_STRICT:
+    :func:`convert_one`'s ``checks`` and ``ahead`` (the caller shuts ``checks`` down).
+    ``options``: ``(max_side, quality, check, composite)``. None where the strict check runs
+    in no thread here (``check="markers"``, one worker)."""
+    if not _checked_in_threads(options, workers):
         return None
     checks, ahead = CheckBatches(workers), ReadAhead(samples, 0)
-    first = (max_side, quality, "markers", composite)  # as _run_from reads them
-    while ahead.read_one(first, checks, EARLY_RECORDS, WINDOW_BYTES):
+    while ahead.read_one(_kept_by_markers(options), checks, EARLY_RECORDS, WINDOW_BYTES):
         pass
     return checks, ahead
+
+
+def _checked_in_threads(options: tuple, workers: int) -> bool:
+    """Whether kept JPEGs are checked strictly in threads of this process (``options``:
+    ``(max_side, quality, check, composite)``)."""
+    return options[2] == "decode" and workers > 1 and _THREADED_STRICT
+
+
+def _kept_by_markers(options: tuple) -> tuple:
+    """``options`` with the check the reader keeps a JPEG by before its threaded strict one"""
+    max_side, quality, _, composite = options
+    return (max_side, quality, "markers", composite)
 
 
 def _initial_map_size(total_bytes: int, count: int) -> int:
@@ -179,10 +191,9 @@ def _run_from(start, samples, writer, workers, options, strict, bar, commit_ever
     pool = None
     shared_checks, ahead, next_ahead = shared
     checks = shared_checks  # threads for the strict decode of kept JPEGs (check="decode")
-    max_side, quality, check, composite = options
-    threaded = check == "decode" and workers > 1 and _THREADED_STRICT
+    threaded = _checked_in_threads(options, workers)
     # with threads the main process keeps JPEGs by their markers, then checks them there
-    first = (max_side, quality, "markers", composite) if threaded else options
+    first = _kept_by_markers(options) if threaded else options
     window = max(WINDOW, workers * 16)
     pending: deque = deque()
     held = 0  # bytes of the records in the window

@@ -165,10 +165,10 @@ def convert_folder(
     early: list = []  # one database's first records and their checks, read while planning
 
     def read_while_planning(source) -> None:
-        if (engine is None and shards is None and shard_size_mb is None and check == "decode"
+        if (engine is None and shards is None and shard_size_mb is None
                 and not os.path.exists(os.path.join(os.fsdecode(dst), PARTIAL_FILE))):
-            early.extend(read_early(source.samples, workers or os.cpu_count() or 1, max_side,
-                                    quality, composite) or ())
+            early.extend(read_early(source.samples, workers or os.cpu_count() or 1,
+                                    (max_side, quality, check, composite)) or ())
 
     try:
         plan = plan_conversion(
