@@ -42,6 +42,7 @@ from fastload.data.format.jpeg_damage import (
     strict_decode_error,
     strict_decode_errors,
 )
+from fastload.utils.buffers import unfilled_bytearray
 
 # Start-of-frame markers a DALI decoder (libjpeg-turbo / nvJPEG) takes as they are.
 _SOF_KEEP = {0xC0, 0xC1, 0xC2}
@@ -242,6 +243,12 @@ class ScratchBuffer:
         return self._buffer
 
 
+def _buffer(size: int, scratch: ScratchBuffer | None) -> bytearray:
+    """``scratch``'s buffer, or a new one (not zeroed: each caller writes every byte of the
+    record it makes of it, and the record is all that is read or kept)."""
+    return scratch.get(size) if scratch is not None else unfilled_bytearray(size)
+
+
 def _read_with_room(path: str, scratch: ScratchBuffer | None = None) -> tuple[bytearray, int]:
     """The file's bytes at offset ``_HEADROOM`` of a buffer with room for a Datum around them.
 
@@ -253,7 +260,7 @@ def _read_with_room(path: str, scratch: ScratchBuffer | None = None) -> tuple[by
     try:
         size = os.fstat(fd).st_size
         needed = _HEADROOM + size + _TAILROOM
-        buffer = scratch.get(needed) if scratch is not None else bytearray(needed)
+        buffer = _buffer(needed, scratch)
         # One byte past the size: a regular file reads short only at its end, so a full
         # read means it grew since fstat.
         got = os.readv(fd, [memoryview(buffer)[_HEADROOM:_HEADROOM + size + 1]])
@@ -271,7 +278,7 @@ def _read_span_with_room(path: str, offset: int, size: int,
     """Bytes ``[offset, offset + size)`` of ``path`` (a tar member) placed as
     :func:`_read_with_room` places a whole file's."""
     needed = _HEADROOM + size + _TAILROOM
-    buffer = scratch.get(needed) if scratch is not None else bytearray(needed)
+    buffer = _buffer(needed, scratch)
     view = memoryview(buffer)
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -292,7 +299,7 @@ def _copy_with_room(data: bytes | memoryview,
     """In-memory image bytes (a parquet row's) placed as :func:`_read_with_room` places a file's."""
     size = len(data)
     needed = _HEADROOM + size + _TAILROOM
-    buffer = scratch.get(needed) if scratch is not None else bytearray(needed)
+    buffer = _buffer(needed, scratch)
     buffer[_HEADROOM:_HEADROOM + size] = data
     return buffer, size
 

@@ -1,0 +1,42 @@
+"""Buffers their caller fills before reading them, allocated without being zeroed first.
+
+``bytearray(n)`` zero-fills its ``n`` bytes. A strict conversion reads every kept file into a
+buffer of its own (it waits in memory for its check), and that zero-fill was 2-3% of the
+conversion's CPU, on the reading thread (benchmarks/NOTES.md C27).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+__all__ = ["unfilled_bytearray"]
+
+_new: Callable[[None, int], bytearray] | None = None
+_new_lock = threading.Lock()
+
+
+def _allocator() -> Callable[[None, int], bytearray]:
+    """CPython's ``PyByteArray_FromStringAndSize(NULL, n)`` (its bytes left as allocated),
+    looked up once; ``bytearray(n)`` where ctypes cannot reach it."""
+    global _new
+    with _new_lock:
+        if _new is None:
+            try:
+                import ctypes
+
+                function = ctypes.pythonapi.PyByteArray_FromStringAndSize
+                function.argtypes = [ctypes.c_void_p, ctypes.c_ssize_t]
+                function.restype = ctypes.py_object
+                _new = function
+            except (ImportError, AttributeError, OSError):
+                _new = lambda _, size: bytearray(size)  # noqa: E731 - the same signature
+    return _new
+
+
+def unfilled_bytearray(size: int) -> bytearray:
+    """A ``bytearray`` of ``size`` bytes whose contents are undefined (not zeroed): for a
+    buffer every byte of which the caller writes before it reads or hands it on."""
+    if size < 0:
+        raise ValueError(f"unfilled_bytearray(): size must be 0 or more, not {size}")
+    return (_new or _allocator())(None, size)
