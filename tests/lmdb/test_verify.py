@@ -52,8 +52,8 @@ def test_verify_catches_a_flipped_byte_in_data_mdb(db, capsys):
     data, _, _ = LMDBReader(db).image_bytes(7)
     needle = bytes(data[len(data) // 2: len(data) // 2 + 64])
     raw = bytearray((db / "data.mdb").read_bytes())
-    # every copy: LMDB may also have written stale copies of a record into the unused room
-    # of a page (its malloc'd pages are not zeroed), and which one the record's is, is LMDB's
+    # every copy: a page LMDB reused within the conversion may keep a stale copy of a record
+    # in its unused room, and which copy is the record's is LMDB's business
     offset = raw.find(needle)
     assert offset > 0
     while offset >= 0:

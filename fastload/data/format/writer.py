@@ -114,7 +114,9 @@ class LMDBWriter:
         try:
             self.env = lmdb.open(
                 str(dst), map_size=self._map_size, subdir=True, readahead=False,
-                meminit=False, max_dbs=0, lock=True, sync=False, metasync=False,
+                # meminit: a page's unused room zeroed, not the process's freed heap written
+                # into the file (tests/lmdb/test_writer_memory.py)
+                meminit=True, max_dbs=0, lock=True, sync=False, metasync=False,
             )
         except lmdb.Error as exc:
             raise OSError(
