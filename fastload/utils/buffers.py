@@ -1,8 +1,9 @@
 """Buffers their caller fills before reading them, allocated without being zeroed first.
 
 ``bytearray(n)`` zero-fills its ``n`` bytes. A strict conversion reads every kept file into a
-buffer of its own (it waits in memory for its check), and that zero-fill was 2-3% of the
-conversion's CPU, on the reading thread (benchmarks/NOTES.md C27).
+buffer of its own (it waits in memory for its check), and that zero-fill touched every fresh
+page once more: a fresh process's strict conversion took 5-11% more CPU (benchmarks/NOTES.md
+C27).
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ def _allocator() -> Callable[[None, int], bytearray]:
             try:
                 import ctypes
 
-                function = ctypes.pythonapi.PyByteArray_FromStringAndSize
+                # by item, not attribute: a function object of our own, not the one
+                # ctypes.pythonapi caches for every caller (its argtypes are ours to set)
+                function = ctypes.pythonapi["PyByteArray_FromStringAndSize"]
                 function.argtypes = [ctypes.c_void_p, ctypes.c_ssize_t]
                 function.restype = ctypes.py_object
                 _new = function

@@ -57,3 +57,19 @@ def test_without_cpythons_c_api_it_is_a_zeroed_bytearray(monkeypatch):
     monkeypatch.delattr(ctypes, "pythonapi")
     buffer = unfilled_bytearray(4096)
     assert type(buffer) is bytearray and buffer == bytearray(4096)
+
+
+def test_the_c_api_function_ctypes_shares_is_left_as_it_was():
+    # ctypes.pythonapi's attribute is one object for every caller in the process (a fresh
+    # process: nothing looked it up before)
+    script = """
+import ctypes
+from fastload.utils.buffers import unfilled_bytearray
+shared = ctypes.pythonapi.PyByteArray_FromStringAndSize
+before = (shared.argtypes, shared.restype)
+unfilled_bytearray(16)
+print(before == (shared.argtypes, shared.restype))
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.split() == ["True"]
