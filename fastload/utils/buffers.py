@@ -8,6 +8,8 @@ C27).
 
 from __future__ import annotations
 
+import operator
+import sys
 import threading
 from collections.abc import Callable
 
@@ -40,6 +42,9 @@ def _allocator() -> Callable[[None, int], bytearray]:
 def unfilled_bytearray(size: int) -> bytearray:
     """A ``bytearray`` of ``size`` bytes whose contents are undefined (not zeroed): for a
     buffer every byte of which the caller writes before it reads or hands it on."""
+    size = operator.index(size)  # an int, as bytearray(n) takes (ctypes would take 3.0)
     if size < 0:
         raise ValueError(f"unfilled_bytearray(): size must be 0 or more, not {size}")
+    if size > sys.maxsize:  # ctypes would wrap it silently
+        raise OverflowError(f"unfilled_bytearray(): size {size} is more than sys.maxsize")
     return (_new or _allocator())(None, size)

@@ -45,9 +45,13 @@ print(unfilled_bytearray(1000).count(0xAB))
     assert int(out.stdout) > 900
 
 
-def test_a_negative_size_is_refused_by_name():
+def test_a_size_bytearray_would_refuse_is_refused():
     with pytest.raises(ValueError, match="size must be 0 or more"):
         unfilled_bytearray(-1)
+    with pytest.raises(OverflowError, match="more than sys.maxsize"):
+        unfilled_bytearray(1 << 70)  # ctypes alone would wrap it to 0
+    with pytest.raises(TypeError):
+        unfilled_bytearray(3.0)
 
 
 def test_without_cpythons_c_api_it_is_a_zeroed_bytearray(monkeypatch):
