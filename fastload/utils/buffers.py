@@ -8,35 +8,29 @@ C27).
 
 from __future__ import annotations
 
+import functools
 import operator
 import sys
-import threading
 from collections.abc import Callable
 
 __all__ = ["unfilled_bytearray"]
 
-_new: Callable[[None, int], bytearray] | None = None
-_new_lock = threading.Lock()
 
-
+@functools.cache  # looked up once (two threads' first calls may both look: the same answer)
 def _allocator() -> Callable[[None, int], bytearray]:
-    """CPython's ``PyByteArray_FromStringAndSize(NULL, n)`` (its bytes left as allocated),
-    looked up once; ``bytearray(n)`` where ctypes cannot reach it."""
-    global _new
-    with _new_lock:
-        if _new is None:
-            try:
-                import ctypes
+    """CPython's ``PyByteArray_FromStringAndSize(NULL, n)`` (its bytes left as allocated);
+    ``bytearray(n)`` where ctypes cannot reach it."""
+    try:
+        import ctypes
 
-                # by item, not attribute: a function object of our own, not the one
-                # ctypes.pythonapi caches for every caller (its argtypes are ours to set)
-                function = ctypes.pythonapi["PyByteArray_FromStringAndSize"]
-                function.argtypes = [ctypes.c_void_p, ctypes.c_ssize_t]
-                function.restype = ctypes.py_object
-                _new = function
-            except (ImportError, AttributeError, OSError):
-                _new = lambda _, size: bytearray(size)  # noqa: E731 - the same signature
-    return _new
+        # by item, not attribute: a function object of our own, not the one
+        # ctypes.pythonapi caches for every caller (its argtypes are ours to set)
+        function = ctypes.pythonapi["PyByteArray_FromStringAndSize"]
+        function.argtypes = [ctypes.c_void_p, ctypes.c_ssize_t]
+        function.restype = ctypes.py_object
+        return function
+    except (ImportError, AttributeError, OSError):
+        return lambda _, size: bytearray(size)
 
 
 def unfilled_bytearray(size: int) -> bytearray:
@@ -47,4 +41,4 @@ def unfilled_bytearray(size: int) -> bytearray:
         raise ValueError(f"unfilled_bytearray(): size must be 0 or more, not {size}")
     if size > sys.maxsize:  # ctypes would wrap it silently
         raise OverflowError(f"unfilled_bytearray(): size {size} is more than sys.maxsize")
-    return (_new or _allocator())(None, size)
+    return _allocator()(None, size)

@@ -57,9 +57,12 @@ def test_a_size_bytearray_would_refuse_is_refused():
 def test_without_cpythons_c_api_it_is_a_zeroed_bytearray(monkeypatch):
     import ctypes
 
-    monkeypatch.setattr(buffers, "_new", None)
+    buffers._allocator.cache_clear()
     monkeypatch.delattr(ctypes, "pythonapi")
-    buffer = unfilled_bytearray(4096)
+    try:
+        buffer = unfilled_bytearray(4096)
+    finally:
+        buffers._allocator.cache_clear()  # the next call looks the C API up again
     assert type(buffer) is bytearray and buffer == bytearray(4096)
 
 
