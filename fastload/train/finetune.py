@@ -21,13 +21,14 @@ to change the model before training), the optimizer, the loaders, the schedule, 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import math
 import os
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import torch
 
@@ -179,6 +180,21 @@ def _checkpointer(run: Run, train_loader, own_order: bool, classes: list[str],
     return save
 
 
+@contextlib.contextmanager
+def _seeded(seed: int, device: torch.device) -> Iterator[None]:
+    """torch's global generators (the CPU's, and ``device``'s where it is CUDA) seeded with
+    ``seed`` inside, and as the caller had them after: a run in a user's process leaves
+    their random state as it found it."""
+    devices = [device.index if device.index is not None else torch.cuda.current_device()] \
+        if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        torch.random.default_generator.manual_seed(seed)
+        for index in devices:
+            with torch.cuda.device(index):
+                torch.cuda.manual_seed(seed)
+        yield
+
+
 def finetune(config: FinetuneConfig, *, loss_hook=None) -> FinetuneResult:
     """Train ``config.model`` on ``config.data``; return per-epoch figures and every loss.
 
@@ -197,106 +213,106 @@ def finetune(config: FinetuneConfig, *, loss_hook=None) -> FinetuneResult:
         warn_if_emulated(config.amp, device.type)
     jlog = JsonLog(config.log, rank == 0)
     try:
-        torch.manual_seed(config.seed)
-        train_tf, val_tf = train_val_transforms(config.img_size)
-        train_ds = open_dataset(fmt, train_path, train_tf)
-        val_ds = open_dataset(fmt, val_path, val_tf) if val_path is not None else None
-        classes = list(train_ds.classes)
-        if val_ds is not None and list(val_ds.classes) != classes:
-            raise ValueError(f"{val_path} has classes {val_ds.classes}, but {train_path} has {classes}")
-        model, trainable, total = _prepare_model(config, len(classes), device)
-        lr = config.lr if config.lr is not None else default_lr(config.weights is not None)
-        optimizer = create_optimizer(model, config.optimizer, lr, config.weight_decay)
-        train_loader, sampler, fed_train, val_loader, fallback = _train_loaders(
-            config, train_ds, val_ds, rank, world, device)
+        with _seeded(config.seed, device):
+            train_tf, val_tf = train_val_transforms(config.img_size)
+            train_ds = open_dataset(fmt, train_path, train_tf)
+            val_ds = open_dataset(fmt, val_path, val_tf) if val_path is not None else None
+            classes = list(train_ds.classes)
+            if val_ds is not None and list(val_ds.classes) != classes:
+                raise ValueError(f"{val_path} has classes {val_ds.classes}, but {train_path} has {classes}")
+            model, trainable, total = _prepare_model(config, len(classes), device)
+            lr = config.lr if config.lr is not None else default_lr(config.weights is not None)
+            optimizer = create_optimizer(model, config.optimizer, lr, config.weight_decay)
+            train_loader, sampler, fed_train, val_loader, fallback = _train_loaders(
+                config, train_ds, val_ds, rank, world, device)
 
-        micro_per_epoch = math.ceil(math.ceil(len(train_ds) / world) / config.batch_size)
-        steps_per_epoch = math.ceil(micro_per_epoch / config.accum_steps)
-        warmup = config.warmup_steps
-        if warmup is None:
-            warmup = round(config.warmup_epochs * steps_per_epoch)
-        total_steps = config.epochs * steps_per_epoch
-        run = Run(
-            config=config, model=model, train_model=model, forward=model, optimizer=optimizer,
-            scheduler=cosine_schedule(optimizer, total_steps, min(warmup, total_steps)),
-            scaler=make_scaler(config.amp, device.type, config.scaler),
-            guard=NanGuard(config.max_skips, config.amp, config.scaler.init_scale, emit=jlog),
-            device=device, world=world, jlog=jlog, micro_per_epoch=micro_per_epoch,
-            loss_hook=loss_hook)
+            micro_per_epoch = math.ceil(math.ceil(len(train_ds) / world) / config.batch_size)
+            steps_per_epoch = math.ceil(micro_per_epoch / config.accum_steps)
+            warmup = config.warmup_steps
+            if warmup is None:
+                warmup = round(config.warmup_epochs * steps_per_epoch)
+            total_steps = config.epochs * steps_per_epoch
+            run = Run(
+                config=config, model=model, train_model=model, forward=model, optimizer=optimizer,
+                scheduler=cosine_schedule(optimizer, total_steps, min(warmup, total_steps)),
+                scaler=make_scaler(config.amp, device.type, config.scaler),
+                guard=NanGuard(config.max_skips, config.amp, config.scaler.init_scale, emit=jlog),
+                device=device, world=world, jlog=jlog, micro_per_epoch=micro_per_epoch,
+                loss_hook=loss_hook)
 
-        start_epoch, micro_done = 0, 0
-        if config.resume:
-            start_epoch, micro_done = _restore(run, train_loader, sampler is None, classes,
-                                               train_path)
+            start_epoch, micro_done = 0, 0
+            if config.resume:
+                start_epoch, micro_done = _restore(run, train_loader, sampler is None, classes,
+                                                   train_path)
 
-        if world > 1:
-            from torch.nn.parallel import DistributedDataParallel
+            if world > 1:
+                from torch.nn.parallel import DistributedDataParallel
 
-            run.train_model = DistributedDataParallel(
-                model, device_ids=[device.index] if device.type == "cuda" else None)
-        run.forward = torch.compile(run.train_model) if config.compile else run.train_model
-        jlog({"event": "start", "rank_count": world, "device": str(device), "data_format": fmt,
-              "trainable_params": trainable, "total_params": total, "lr": lr, "loader_fallback": fallback,
-              "config": dataclasses.asdict(config)})
-        if rank == 0:
-            log.info("trainable parameters: %d of %d", trainable, total)
-
-        save = _checkpointer(run, train_loader, sampler is None, classes, rank)
-
-        monitor = MemoryMonitor(device)
-        monitor.set_baseline()
-        # The data-stall meter users get (fastload.StallMeter) splits each epoch into waiting
-        # for batches and the loop's work; on CUDA it syncs so queued kernels count as work.
-        sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else None
-        metered = StallMeter(train_loader, sync=sync)
-        epochs: list[EpochStats] = []
-        for epoch in range(start_epoch, config.epochs):
-            first = micro_done if epoch == start_epoch else 0
-            if sampler is not None:
-                sampler.set_epoch(epoch)
-                sampler.set_start(first * config.batch_size)
-                fed_train.epoch = epoch
-            else:
-                train_loader.set_epoch(epoch)  # keeps a resume of this very epoch
-            model.train()
-            if config.qat:
-                model.set_epoch(epoch)
-            # a bar on a terminal; in a log, a line every 30 s and one at the epoch's end
-            bar = progress(micro_per_epoch, f"epoch {epoch + 1}/{config.epochs}", "batches",
-                           initial=first, disable=not (config.progress and rank == 0),
-                           leave=False)
-            monitor.start()
-            started = time.perf_counter()
-            steps_before = run.step
-            totals = train_one_epoch(run, metered, epoch, first, bar, save)
-            train_time = time.perf_counter() - started
-            peak, peak_above = monitor.stop()
-            bar.close()
-            if totals.stopped and totals.micro < micro_per_epoch:
-                save(epoch, totals.micro)
-            else:
-                save(epoch + 1, 0)
-            val = (0, 0, 0.0)
-            if val_loader is not None:
-                val = evaluate(model, val_loader, device, config.amp, config.channels_last)
-            stats = epoch_stats(run, epoch, totals, val, train_time, metered.last_epoch,
-                                 (peak, peak_above),
-                                 run.step - steps_before)
-            epochs.append(stats)
-            jlog(stats.as_dict())
+                run.train_model = DistributedDataParallel(
+                    model, device_ids=[device.index] if device.type == "cuda" else None)
+            run.forward = torch.compile(run.train_model) if config.compile else run.train_model
+            jlog({"event": "start", "rank_count": world, "device": str(device), "data_format": fmt,
+                  "trainable_params": trainable, "total_params": total, "lr": lr, "loader_fallback": fallback,
+                  "config": dataclasses.asdict(config)})
             if rank == 0:
-                log.info("epoch %d/%d: %.1f img/s, data stall %.0f%%, loss %.4f, val top-1 %s",
-                         epoch + 1, config.epochs, stats.images_per_s, 100 * stats.data_stall_share,
-                         stats.train_loss, "n/a" if stats.val_top1 is None else f"{stats.val_top1:.3f}")
-            if totals.stopped:
-                break
-        result = FinetuneResult(
-            epochs=epochs, losses=run.losses, steps=run.step, skipped_steps=run.guard.skipped_total,
-            trainable_params=trainable, total_params=total, classes=classes,
-            val_top1=epochs[-1].val_top1 if epochs else None, checkpoint=config.checkpoint)
-        jlog({"event": "end", "steps": run.step, "skipped_steps": run.guard.skipped_total,
-              "val_top1": result.val_top1})
-        return result
+                log.info("trainable parameters: %d of %d", trainable, total)
+
+            save = _checkpointer(run, train_loader, sampler is None, classes, rank)
+
+            monitor = MemoryMonitor(device)
+            monitor.set_baseline()
+            # The data-stall meter users get (fastload.StallMeter) splits each epoch into waiting
+            # for batches and the loop's work; on CUDA it syncs so queued kernels count as work.
+            sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else None
+            metered = StallMeter(train_loader, sync=sync)
+            epochs: list[EpochStats] = []
+            for epoch in range(start_epoch, config.epochs):
+                first = micro_done if epoch == start_epoch else 0
+                if sampler is not None:
+                    sampler.set_epoch(epoch)
+                    sampler.set_start(first * config.batch_size)
+                    fed_train.epoch = epoch
+                else:
+                    train_loader.set_epoch(epoch)  # keeps a resume of this very epoch
+                model.train()
+                if config.qat:
+                    model.set_epoch(epoch)
+                # a bar on a terminal; in a log, a line every 30 s and one at the epoch's end
+                bar = progress(micro_per_epoch, f"epoch {epoch + 1}/{config.epochs}", "batches",
+                               initial=first, disable=not (config.progress and rank == 0),
+                               leave=False)
+                monitor.start()
+                started = time.perf_counter()
+                steps_before = run.step
+                totals = train_one_epoch(run, metered, epoch, first, bar, save)
+                train_time = time.perf_counter() - started
+                peak, peak_above = monitor.stop()
+                bar.close()
+                if totals.stopped and totals.micro < micro_per_epoch:
+                    save(epoch, totals.micro)
+                else:
+                    save(epoch + 1, 0)
+                val = (0, 0, 0.0)
+                if val_loader is not None:
+                    val = evaluate(model, val_loader, device, config.amp, config.channels_last)
+                stats = epoch_stats(run, epoch, totals, val, train_time, metered.last_epoch,
+                                     (peak, peak_above),
+                                     run.step - steps_before)
+                epochs.append(stats)
+                jlog(stats.as_dict())
+                if rank == 0:
+                    log.info("epoch %d/%d: %.1f img/s, data stall %.0f%%, loss %.4f, val top-1 %s",
+                             epoch + 1, config.epochs, stats.images_per_s, 100 * stats.data_stall_share,
+                             stats.train_loss, "n/a" if stats.val_top1 is None else f"{stats.val_top1:.3f}")
+                if totals.stopped:
+                    break
+            result = FinetuneResult(
+                epochs=epochs, losses=run.losses, steps=run.step, skipped_steps=run.guard.skipped_total,
+                trainable_params=trainable, total_params=total, classes=classes,
+                val_top1=epochs[-1].val_top1 if epochs else None, checkpoint=config.checkpoint)
+            jlog({"event": "end", "steps": run.step, "skipped_steps": run.guard.skipped_total,
+                  "val_top1": result.val_top1})
+            return result
     finally:
         jlog.close()
         if own_group:

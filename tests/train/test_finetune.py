@@ -90,3 +90,19 @@ def test_compare_rows_add_one_technique_at_a_time(tmp_path):
     assert "| b | 1.00 | 20.0 | 2.00x | 10% | 900 | n/a | n/a |" in table
     with pytest.raises(ValueError, match="'fast'"):
         row_configs(base, ["fast"])
+
+
+def test_a_run_leaves_the_callers_global_random_state_as_it_found_it(synth_lmdb_data):
+    import torch
+
+    from fastload.train.finetune import finetune
+
+    torch.manual_seed(1234)
+    before = torch.get_rng_state()
+    expected_next = torch.rand(3)
+    torch.set_rng_state(before)
+    finetune(FinetuneConfig(data=str(synth_lmdb_data), loader="fastload", img_size=32,
+                            batch_size=16, epochs=1, num_workers=0, progress=False,
+                            warmup_steps=1, device="cpu", seed=7))
+    assert torch.equal(torch.get_rng_state(), before)
+    assert torch.equal(torch.rand(3), expected_next)
