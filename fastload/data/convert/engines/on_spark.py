@@ -6,17 +6,20 @@ Runs on the active ``SparkSession`` and sets nothing in it but a job tag on this
 session's own (``spark.task.maxFailures``; ``local[n]`` never retries, ``local[n,r]``
 does). With no active session a local one is made (``address`` as its master, default
 ``local[<cores>,<retries + 1>]``, on 127.0.0.1, no UI, this Python on the workers) and
-stopped at the end. Results arrive together when the job ends (Spark's UI shows its
+stopped at the end, with the JVM pyspark launched for it; what starting it changed in this
+process (its SIGINT handler, environment variables, ``sys.path``) is put back. Results arrive together when the job ends (Spark's UI shows its
 tasks); a failed job is reported as a failure of every shard it did not finish.
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import uuid
 
 from fastload.data.convert.engine import failed_result, require_engine, run_shard
+from fastload.utils.process_state import process_state_restored
 
 __all__ = ["run_jobs"]
 
@@ -26,22 +29,30 @@ PYTHON_ENV = "PYSPARK_PYTHON"
 def run_jobs(jobs, on_result, *, address: str | None, retries: int, cpus: int) -> None:
     sql = require_engine("pyspark.sql", "spark")
     session = sql.SparkSession.getActiveSession()
-    created = session is None
-    if created:
+    if session is not None:
+        _run_on(session, jobs, on_result)
+        return
+    from pyspark import SparkContext
+
+    launched = SparkContext._gateway is None  # the JVM is ours to stop (else kept, as found)
+    with process_state_restored():
         master = address or f"local[{max(1, (os.cpu_count() or 1) // cpus)},{retries + 1}]"
-        # pyspark reads the workers' Python from PYSPARK_PYTHON when the context starts:
-        # this interpreter, for that moment only (the environment is restored after)
-        saved = os.environ.get(PYTHON_ENV)
+        # pyspark reads the workers' Python from PYSPARK_PYTHON when the context starts
         os.environ.setdefault(PYTHON_ENV, sys.executable)
+        session = (sql.SparkSession.builder.master(master).appName("fastload convert")
+                   .config("spark.ui.enabled", "false")
+                   .config("spark.driver.host", "127.0.0.1")
+                   .config("spark.driver.bindAddress", "127.0.0.1")
+                   .getOrCreate())
         try:
-            session = (sql.SparkSession.builder.master(master).appName("fastload convert")
-                       .config("spark.ui.enabled", "false")
-                       .config("spark.driver.host", "127.0.0.1")
-                       .config("spark.driver.bindAddress", "127.0.0.1")
-                       .getOrCreate())
+            _run_on(session, jobs, on_result)
         finally:
-            if saved is None:
-                os.environ.pop(PYTHON_ENV, None)
+            session.stop()
+            if launched:
+                _stop_gateway(SparkContext)
+
+
+def _run_on(session, jobs, on_result) -> None:
     sc = session.sparkContext
     tag = f"fastload-convert-{uuid.uuid4().hex[:8]}"
     sc.addJobTag(tag)
@@ -57,5 +68,21 @@ def run_jobs(jobs, on_result, *, address: str | None, retries: int, cpus: int) -
             on_result(result)
     finally:
         sc.removeJobTag(tag)
-        if created:
-            session.stop()
+
+
+def _stop_gateway(context_class, wait_s: float = 30.0) -> None:
+    """End the JVM pyspark launched for our session (``stop()`` keeps it for the next one):
+    its gateway closes when its stdin does; a later session launches another."""
+    gateway = context_class._gateway
+    context_class._gateway = context_class._jvm = None
+    process = getattr(gateway, "proc", None)
+    gateway.shutdown()
+    if process is None:
+        return
+    if process.stdin is not None:
+        process.stdin.close()
+    try:
+        process.wait(wait_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
