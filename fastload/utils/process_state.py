@@ -1,13 +1,13 @@
 """The process-wide state an engine fastload starts may change, put back once it is stopped.
 
-``fastload convert --engine spark|ray|dask`` from Python starts a local Spark session, Ray
-or Dask cluster where the caller has none, and stops it at the end. Starting one changes
-the caller's process and stopping it gives nothing back: pyspark installs a SIGINT handler
+``convert_folder(..., engine="spark" | "ray" | "dask")`` starts a local Spark session, Ray or
+Dask cluster where the caller has none, and stops it at the end. Starting one changes the
+caller's process and stopping it gives nothing back: pyspark installs a SIGINT handler
 that, once its context is stopped, raises ``AttributeError`` at Ctrl-C; Ray a SIGTERM
-handler, ``sys.excepthook``, ``faulthandler`` and ``PYTHONBREAKPOINT``; a Dask local
-cluster ``OMP_NUM_THREADS=1`` for every process the caller starts later. Import-time
-effects are not undone (take the snapshot after the import): the engine stays imported and
-may need them.
+handler, ``faulthandler`` and ``PYTHONBREAKPOINT``; a Dask local cluster
+``OMP_NUM_THREADS=1`` for every process the caller starts later. Import-time effects are
+not undone (take the snapshot after the import): the engine stays imported and may need
+them.
 """
 
 from __future__ import annotations

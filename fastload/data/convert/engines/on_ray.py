@@ -5,8 +5,8 @@ Joins the Ray this process already initialised, else the cluster at ``address`` 
 ``RAY_ADDRESS``), else starts a local one (``num_cpus`` = this machine's cores, no
 dashboard, on 127.0.0.1) and disconnects (stopping it) at the end. Ray's logging setup is
 left as the user has it (``configure_logging=False``), and what ``ray.init`` changed in this
-process (its SIGTERM handler, ``sys.excepthook``, ``faulthandler``, ``PYTHONBREAKPOINT`` and
-other environment variables, the ``ray`` logger) is put back after ``ray.shutdown()``.
+process (its SIGTERM handler, ``faulthandler``, ``PYTHONBREAKPOINT`` and other environment
+variables, the ``ray`` logger's handlers) is put back after ``ray.shutdown()``.
 Ctrl-C cancels the tasks (``ray.cancel(force=True)``): their attempt folders stay, and a
 rerun resumes them.
 """
