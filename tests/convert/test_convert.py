@@ -448,3 +448,32 @@ def test_a_file_whose_size_changed_since_its_stat_is_read_whole(tmp_path, monkey
     start = image_check._HEADROOM
     assert bytes(buffer[start:start + size]) == payload
     assert len(buffer) >= start + size + image_check._TAILROOM
+
+
+def test_a_picture_over_pillows_limit_is_refused_without_swapping_the_warning_filters(
+        monkeypatch):
+    """Between 1x and 2x ``MAX_IMAGE_PIXELS`` Pillow only warns; the check refuses the file
+    and calls Pillow with the process's own filters (check threads run it side by side)."""
+    import warnings
+
+    from PIL import Image
+
+    from fastload.data.convert.image_check import Unreadable, process_bytes
+
+    opened_with = []
+    real_open = Image.open
+
+    def open_and_note(*args, **kwargs):
+        opened_with.append(warnings.filters)
+        return real_open(*args, **kwargs)
+
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 1000)
+    monkeypatch.setattr(Image, "open", open_and_note)
+    filters = warnings.filters
+    with warnings.catch_warnings(record=True):  # the caller's own: Pillow's warning lands here
+        warnings.simplefilter("always")
+        inner = warnings.filters
+        with pytest.raises(Unreadable, match="decompression bomb: 40x40 = 1600 pixels"):
+            process_bytes(_png_bomb(40, 40))
+        assert len(opened_with) == 1 and opened_with[0] is inner
+    assert warnings.filters is filters

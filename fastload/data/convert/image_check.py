@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import io
 import os
-import warnings
 
 from fastload.data.format.constants import crc32
 from fastload.data.format.datum import datum_parts, encode_datum
@@ -71,11 +70,12 @@ def _open_image(data: bytes):
     from PIL import Image
 
     max_pixels = Image.MAX_IMAGE_PIXELS
+    # Pillow warns above its limit; the size is refused below either way. No warnings filter
+    # is swapped for the call: catch_warnings changes the process's filters, and the check
+    # threads would interleave their swaps (one could leave "error" in place for good).
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", Image.DecompressionBombWarning)
-            image = Image.open(io.BytesIO(data))
-            width, height = image.size
+        image = Image.open(io.BytesIO(data))
+        width, height = image.size
     except (Image.DecompressionBombWarning, Image.DecompressionBombError) as exc:
         raise Unreadable(f"decompression bomb: {exc}") from None
     except Image.UnidentifiedImageError:
