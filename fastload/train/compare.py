@@ -81,10 +81,10 @@ def measure_training_pace(model_name: str, img_size: int, batch_size: int, *,
     import torch
 
     from fastload.train.amp import training_step_seconds
-    from fastload.train.model import create_model
+    from fastload.train.model import model_to_load
 
     generator = torch.Generator().manual_seed(0)
-    model = create_model(model_name, 10, img_size)
+    model = model_to_load(model_name, 10, img_size)
     images = torch.randn(batch_size, 3, img_size, img_size, generator=generator)
     labels = torch.randint(0, 10, (batch_size,), generator=generator)
     step_s = training_step_seconds(model, images, labels, "off", steps)
@@ -95,9 +95,9 @@ def measure_training_pace(model_name: str, img_size: int, batch_size: int, *,
 
 
 def _freeze_patterns(model_name: str, img_size: int) -> tuple[str, ...]:
-    from fastload.train.model import create_model
+    from fastload.train.model import model_to_load
 
-    model = create_model(model_name, 2, img_size)
+    model = model_to_load(model_name, 2, img_size)
     depth = len(getattr(model, "blocks", []))
     if depth == 0:
         raise ValueError(f"the freeze row needs a ViT with .blocks, but model={model_name!r} has none")

@@ -147,11 +147,11 @@ def model_from_checkpoint(path: str | os.PathLike) -> tuple[nn.Module, dict]:
     For a QAT checkpoint (``config["qat"]``) it is the :class:`~fastload.train.quantize.QatModel`
     (fake quantization on, eval mode); :func:`float_model` gives its float weights alone."""
     from fastload.train.checkpoint import read_checkpoint
-    from fastload.train.model import create_model
+    from fastload.train.model import model_to_load
 
     state = read_checkpoint(path)
     config = state.config
-    model = create_model(config["model"], len(state.classes), config["img_size"])
+    model = model_to_load(config["model"], len(state.classes), config["img_size"])
     if config.get("qat"):
         from fastload.train.quantize import prepare_qat
 
@@ -162,11 +162,11 @@ def model_from_checkpoint(path: str | os.PathLike) -> tuple[nn.Module, dict]:
 
 def float_model(qat_model: nn.Module, config: dict) -> nn.Module:
     """A plain timm model (eval mode) holding the float weights of a QAT model."""
-    from fastload.train.model import create_model
+    from fastload.train.model import model_to_load
 
     weights = {k.removeprefix("graph."): v for k, v in qat_model.state_dict().items()}
     num_classes = weights[f"{_head_name(weights)}.weight"].shape[0]
-    model = create_model(config["model"], num_classes, config["img_size"])
+    model = model_to_load(config["model"], num_classes, config["img_size"])
     model.load_state_dict({k: v for k, v in weights.items() if k in model.state_dict()})
     return model.eval()
 

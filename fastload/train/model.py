@@ -19,6 +19,7 @@ from fastload.utils.checks import check_positive_int
 
 __all__ = [
     "create_model",
+    "model_to_load",
     "load_weights",
     "freeze_parameters",
     "enable_grad_checkpointing",
@@ -60,6 +61,14 @@ def create_model(
     if weights is not None:
         load_weights(model, weights)
     return model
+
+
+def model_to_load(name: str, num_classes: int, img_size: int | None = None) -> nn.Module:
+    """:func:`create_model` for a model whose weights are loaded next, or whose weights do not
+    matter (names, shapes, timing): its random initialisation does not advance torch's global
+    generator, so the caller's random stream is as it was."""
+    with torch.random.fork_rng(devices=[]):
+        return create_model(name, num_classes, img_size)
 
 
 def classifier_names(model: nn.Module) -> list[str]:

@@ -30,7 +30,9 @@ def test_export_dynamic_int8_shrinks_the_model_and_reports_top1(synth_root, tmp_
     assert report["top1_change"] == report["int8_top1"] - report["fp32_top1"]
 
     # The int8 file loads without unpickling code into a freshly quantized model.
+    state = torch.get_rng_state()
     fp32, _ = model_from_checkpoint(ckpt)
+    assert torch.equal(torch.get_rng_state(), state)  # its init, overwritten, drew nothing
     int8 = quantize_dynamic_int8(fp32)
     int8.load_state_dict(torch.load(out, weights_only=True))
     images = torch.randn(2, 3, 32, 32)

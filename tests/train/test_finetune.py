@@ -65,7 +65,11 @@ def test_compare_rows_add_one_technique_at_a_time(tmp_path):
 
     base = FinetuneConfig(data=str(tmp_path), img_size=32, batch_size=16, amp="fp16",
                           loader="fastload", freeze=("head.*",))
+    import torch
+
+    state = torch.get_rng_state()
     rows = row_configs(base, ["baseline", "fastload", "amp", "gc", "accum", "freeze"])
+    assert torch.equal(torch.get_rng_state(), state)  # the freeze row's probe model drew nothing
     names = [name for name, _ in rows]
     assert names == ["baseline", "fastload", "amp", "gc", "accum", "freeze"]
     configs = dict(rows)
