@@ -59,7 +59,7 @@ class FinetuneConfig:
     resume: str | None = None  # checkpoint file to continue from
     log: str | None = None  # JSON lines log file
     progress: bool = True  # rank 0: a tqdm bar on a terminal, plain lines in a log
-    device: str | None = None  # None: cuda when available, else cpu
+    device: str | None = None  # None: cuda when available, else cpu; "cuda:N" (torchrun: LOCAL_RANK)
 
 
 @dataclass

@@ -58,8 +58,10 @@ def _init_distributed(device_arg: str | None) -> tuple[int, int, torch.device, b
     use_cuda = torch.cuda.is_available() if device_arg is None else device_arg.startswith("cuda")
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     device = torch.device(f"cuda:{local_rank}" if use_cuda else "cpu")
-    if device_arg is not None and not use_cuda:
-        device = torch.device(device_arg)
+    if device_arg is not None and (not use_cuda or world == 1):
+        device = torch.device(device_arg)  # under torchrun each rank takes its LOCAL_RANK's
+        if device.type == "cuda" and device.index is None:
+            device = torch.device("cuda", local_rank)
     if use_cuda:
         torch.cuda.set_device(device)
     started = False
@@ -208,6 +210,8 @@ def finetune(config: FinetuneConfig, *, loss_hook=None) -> FinetuneResult:
 
     validate_config(config)
     fmt, train_path, val_path = resolve_data(config)
+    # the run sets its CUDA device as current; the caller's is set back at the end
+    caller_cuda = torch.cuda.current_device() if torch.cuda.is_initialized() else 0
     rank, world, device, own_group = _init_distributed(config.device)
     if rank == 0:
         warn_if_emulated(config.amp, device.type)
@@ -317,3 +321,5 @@ def finetune(config: FinetuneConfig, *, loss_hook=None) -> FinetuneResult:
         jlog.close()
         if own_group:
             torch.distributed.destroy_process_group()
+        if device.type == "cuda":
+            torch.cuda.set_device(caller_cuda)

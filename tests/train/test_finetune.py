@@ -110,3 +110,22 @@ def test_a_run_leaves_the_callers_global_random_state_as_it_found_it(synth_lmdb_
                             warmup_steps=1, device="cpu", seed=7))
     assert torch.equal(torch.get_rng_state(), before)
     assert torch.equal(torch.rand(3), expected_next)
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available()
+                    or __import__("torch").cuda.device_count() < 2, reason="needs two GPUs")
+def test_a_run_on_a_named_gpu_trains_there_and_gives_back_the_callers_current_device(
+        synth_lmdb_data, tmp_path):
+    import json
+
+    import torch
+
+    from fastload.train.finetune import finetune
+
+    torch.cuda.set_device(0)
+    log = tmp_path / "run.jsonl"
+    finetune(FinetuneConfig(data=str(synth_lmdb_data), loader="fastload", img_size=32,
+                            batch_size=16, epochs=1, num_workers=0, progress=False,
+                            warmup_steps=1, device="cuda:1", log=str(log)))
+    start = json.loads(log.read_text().splitlines()[0])
+    assert start["device"] == "cuda:1" and torch.cuda.current_device() == 0
