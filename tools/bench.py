@@ -59,12 +59,18 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "fastload.bench.recipes.RECIPE_NAMES (default, ra, ta_wide, augmix, "
                         "autoaugment, random_erasing, backend_tensor, use_v2, mixup_cutmix, "
                         "eval, timm_train, timm_deit, timm_eval)")
-    parser.add_argument("--json", type=Path, default=None, metavar="FILE",
+    parser.add_argument("--json", type=_output_path, default=None, metavar="FILE",
                         help="write the results as JSON ('-': on stdout, the table on stderr)")
-    parser.add_argument("--plot", type=Path, default=None, metavar="FILE.png",
+    parser.add_argument("--plot", type=_output_path, default=None, metavar="FILE.png",
                         help="write a PNG bar chart")
     parser.set_defaults(run=run)
     return parser
+
+
+def _output_path(text: str) -> Path:
+    from fastload.tools.cli import output_file
+
+    return Path(output_file(text))
 
 
 def _device(choice: str) -> str:

@@ -106,6 +106,19 @@ def report_error(command: str, error: BaseException, flags: Mapping[str, str] | 
     return code
 
 
+def output_file(text: str) -> str:
+    """argparse ``type`` of a file a command writes at its end (``-``: stdout): refused at
+    once where it cannot be one (a folder, a path through a file), not after the work."""
+    from fastload.utils.checks import check_output_file
+
+    if text != "-":
+        try:
+            check_output_file("FILE", text)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error).replace("FILE=", "")) from None
+    return text
+
+
 JSON_REPORT_FORMAT = 1  # the version of convert's and verify's --json reports
 
 

@@ -8,6 +8,8 @@ import sys
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
+    from fastload.tools.cli import output_file
+
     parser = subparsers.add_parser(
         "convert",
         help="convert images (a folder, a list, WebDataset tars, parquet) into a fastload LMDB",
@@ -82,7 +84,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                              "$RAY_ADDRESS; a Dask scheduler address; a Spark master URL when "
                              "no SparkSession is active); default: a local one for this run")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    parser.add_argument("--json", default=None, metavar="FILE",
+    parser.add_argument("--json", default=None, metavar="FILE", type=output_file,
                         help="write the report as JSON: path, stored, skipped, seen, errors "
                              "(count), skipped_files (path and reason of each), kept, "
                              "reencoded, seconds, resumed, resumed_from, classes, and a "

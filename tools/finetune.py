@@ -14,6 +14,8 @@ _DATA_HELP = (
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
+    from fastload.tools.cli import output_file
+
     p = subparsers.add_parser(
         "finetune", help="fine-tune a timm ViT and measure the input pipeline's effect",
         description="Fine-tune a timm model on DATA with each speed technique switchable.",
@@ -76,7 +78,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     c.add_argument("--compare", nargs="?", const="all", metavar="ROWS",
                    help="run the A/B table instead (rows: all, or a comma list of "
                         "baseline,fastload,amp,gc,accum,freeze; cumulative)")
-    c.add_argument("--compare-out", metavar="JSON", help="write the A/B rows as JSON")
+    c.add_argument("--compare-out", metavar="JSON", type=output_file,
+                   help="write the A/B rows as JSON")
     p.set_defaults(run=run)
     return p
 

@@ -8,6 +8,8 @@ import sys
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
+    from fastload.tools.cli import output_file
+
     parser = subparsers.add_parser(
         "verify",
         help="check a fastload LMDB or sharded set: count, checksums, decodes",
@@ -32,7 +34,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         help="sharded set only: if its manifest or labels file fails the open "
                              "checks, rebuild both from the shard folders (only when every "
                              "shard verifies clean), then verify")
-    parser.add_argument("--json", default=None, metavar="FILE",
+    parser.add_argument("--json", default=None, metavar="FILE", type=output_file,
                         help="write the report as JSON: ok, errors, expected, found, "
                              "checksums_checked, decoded, bad, seconds, path (and a set's "
                              "shards, manifest_written, repaired, checked); '-': on stdout, "

@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from fastload.utils.checks import check_output_file, check_positive_int
+
 __all__ = [
     "QUANTIZE_MODES", "ExportReport", "LayerCost", "export_checkpoint", "measure_latency",
     "model_from_checkpoint", "quantize_dynamic_int8", "sensitivity",
@@ -261,6 +263,18 @@ def export_checkpoint(
     if quantize == "dynamic" and skip_quantize:
         raise ValueError(f"skip_quantize applies to quantize='static' (and 'qat' at training time), "
                          f"but got skip_quantize={tuple(skip_quantize)!r} with quantize='dynamic'")
+    batches = tuple(latency_batches)
+    if not batches or any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in batches):
+        raise ValueError("latency_batches should be positive batch sizes, but got "
+                         f"latency_batches={list(batches)!r}")
+    check_positive_int("latency_rounds", latency_rounds)
+    suffix = ".int8.pt" if quantize == "dynamic" else ".int8.pt2"
+    output = pathlib.Path(output) if output else pathlib.Path(checkpoint).with_suffix(suffix)
+    if output.resolve() == pathlib.Path(checkpoint).resolve():
+        raise ValueError(f"output={str(output)!r} is the checkpoint being exported, and writing "
+                         f"it would replace the checkpoint; pass another file, such as "
+                         f"{str(pathlib.Path(checkpoint).with_suffix(suffix))!r}")
+    check_output_file("output", output)
     model, config = model_from_checkpoint(checkpoint)
     is_qat = bool(config.get("qat"))
     if (quantize == "qat") != is_qat:
@@ -273,8 +287,6 @@ def export_checkpoint(
             f"({config.get('skip_quantize', ())!r}), but got skip_quantize={tuple(skip_quantize)!r}")
     img_size = config["img_size"]
     calibration, val = _loaders(config, data)
-    suffix = ".int8.pt" if quantize == "dynamic" else ".int8.pt2"
-    output = pathlib.Path(output) if output else pathlib.Path(checkpoint).with_suffix(suffix)
     # torch.compile breaks its graph at every dynamically quantized Linear: dynamic runs eagerly.
     compile = compile and quantize != "dynamic"
     report = ExportReport(output=str(output), quantize=quantize, fp32_bytes=0, int8_bytes=0,

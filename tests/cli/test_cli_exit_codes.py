@@ -37,3 +37,72 @@ def test_library_errors_name_fields_and_the_cli_maps_them_to_flags():
     assert "but got amp='x'" in str(caught.value) and "--" not in str(caught.value)
     assert shell_words(str(caught.value), {"amp": "--amp"}).endswith("but got --amp 'x'")
     assert shell_words("pass overwrite=True", {"overwrite": "--overwrite"}) == "pass --overwrite"
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--checkpoint-every", "-1"], "checkpoint_every should be an integer >= 0 (0: only at epoch "
+                                   "ends), but got --checkpoint-every -1"),
+    (["--warmup-steps", "-5"], "warmup_steps should be an integer >= 0, but got --warmup-steps -5"),
+    (["--warmup-epochs", "-1"], "warmup_epochs should be a finite number >= 0, but got "
+                                "--warmup-epochs -1.0"),
+    (["--lr", "-1"], "lr should be a finite number > 0, but got --lr -1.0"),
+    (["--lr", "nan"], "lr should be a finite number > 0, but got --lr nan"),
+    (["--max-skips", "0"], "max_skips should be a positive integer, but got --max-skips 0"),
+])
+def test_finetune_refuses_a_number_out_of_range_before_any_work(tmp_path, capsys, flags, message):
+    from fastload.tools.cli import EXIT_USAGE, main
+
+    assert main(["finetune", str(tmp_path / "nowhere"), *flags]) == EXIT_USAGE
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag", ["--checkpoint", "--log"])
+def test_finetune_refuses_an_output_file_that_is_a_folder_before_training(tmp_path, capsys, flag):
+    from fastload.tools.cli import EXIT_USAGE, main
+
+    folder = tmp_path / "runs"
+    folder.mkdir()
+    assert main(["finetune", str(tmp_path / "nowhere"), flag, str(folder)]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert f"should be a file path, but {flag.removeprefix('--')}=" not in err
+    assert f"is a folder; pass a file in it, such as '{folder}" in err
+    assert flag in err or "--log-file" in err
+
+
+def test_export_refuses_to_write_over_the_checkpoint_it_reads(tmp_path, capsys):
+    from fastload.tools.cli import EXIT_USAGE, main
+
+    checkpoint = tmp_path / "run.pt"
+    checkpoint.write_bytes(b"a checkpoint's bytes")
+    assert main(["export", str(checkpoint), "--quantize", "dynamic", "--output",
+                 str(checkpoint)]) == EXIT_USAGE
+    assert "is the checkpoint being exported" in capsys.readouterr().err
+    assert checkpoint.read_bytes() == b"a checkpoint's bytes"
+    assert main(["export", str(checkpoint), "--quantize", "dynamic",
+                 "--latency-batches", "0"]) == EXIT_USAGE
+    assert ("latency_batches should be positive batch sizes, but got --latency-batches [0]"
+            in capsys.readouterr().err)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.pt"]
+
+
+@pytest.mark.parametrize("command", ["convert", "verify"])
+def test_json_report_to_a_folder_is_a_usage_error_before_any_work(tmp_path, capsys, command):
+    from fastload.tools.cli import EXIT_USAGE, main
+
+    args = [str(tmp_path / "src"), str(tmp_path / "dst")] if command == "convert" else [
+        str(tmp_path / "db")]
+    with pytest.raises(SystemExit) as exit_:
+        main([command, *args, "--json", str(tmp_path)])
+    assert exit_.value.code == EXIT_USAGE
+    assert f"'{tmp_path}' is a folder" in capsys.readouterr().err
+    assert not (tmp_path / "dst").exists()
+
+
+def test_convert_refuses_an_infinite_shard_size(tmp_path, capsys):
+    from fastload.tools.cli import EXIT_USAGE, main
+
+    (tmp_path / "src" / "a").mkdir(parents=True)
+    assert main(["convert", str(tmp_path / "src"), str(tmp_path / "dst"),
+                 "--shard-size", "inf"]) == EXIT_USAGE
+    assert ("shard_size_mb should be a positive finite number of megabytes"
+            in capsys.readouterr().err.replace("--shard-size", "shard_size_mb"))

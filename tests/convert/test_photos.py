@@ -108,7 +108,7 @@ class Block:
             raise ModuleNotFoundError(f"No module named {name!r}", name=name)
 sys.meta_path.insert(0, Block())
 from fastload.tools.cli import main
-sys.exit(main(["synth", sys.argv[1], "--photos", "--train", "2", "--val", "0"]))
+sys.exit(main(["synth", sys.argv[1], "--photos", "--train", "2", "--val", "0", "--classes", "2"]))
 '''
 
 

@@ -163,3 +163,20 @@ def test_synth_rejects_a_size_that_is_not_height_width(tmp_path):
         synthesize(tmp_path, train=1, val=0, size=(100,))
     with pytest.raises(SystemExit):
         main(["synth", str(tmp_path), "--size", "1200"])
+
+
+def test_synth_refuses_fewer_images_than_classes_before_writing_anything(tmp_path, capsys):
+    with pytest.raises(ValueError, match=r"train=8 images cannot fill classes=10 .* pass "
+                                         r"classes=8 or fewer, or train=10 or more"):
+        synthesize(tmp_path / "lib", train=8, val=0)
+    assert main(["synth", str(tmp_path / "cli"), "--train", "8", "--val", "0"]) == 2
+    assert "--train 8 images cannot fill --classes 10" in capsys.readouterr().err
+    assert main(["synth", str(tmp_path / "none"), "--train", "0", "--val", "0"]) == 2
+    assert "nothing to write" in capsys.readouterr().err
+    assert not any((tmp_path / name).exists() for name in ("lib", "cli", "none"))
+
+
+def test_synth_writes_no_folder_for_a_split_of_no_images(tmp_path):
+    root = synthesize(tmp_path, train=2, val=0, classes=2, workers=1, min_side=32, max_side=48)
+    assert sorted(p.name for p in (root / "train").iterdir()) == class_names(2)
+    assert not (root / "val").exists()

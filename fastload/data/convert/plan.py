@@ -9,6 +9,7 @@ therefore the same whichever ran it, and a set started one way is finished the o
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -47,8 +48,8 @@ def check_convert_options(*, workers: int | None = None, max_side: int | None = 
     _check_positive("shards", shards)
     if shard_size_mb is not None:
         if isinstance(shard_size_mb, bool) or not isinstance(shard_size_mb, int | float) \
-                or not shard_size_mb > 0:
-            raise ValueError(f"shard_size_mb should be a positive number of megabytes, but got "
+                or not 0 < shard_size_mb < math.inf:
+            raise ValueError(f"shard_size_mb should be a positive finite number of megabytes, but got "
                              f"shard_size_mb={shard_size_mb!r}")
         if shards is not None:
             raise ValueError("shards and shard_size_mb are mutually exclusive: pass the number "

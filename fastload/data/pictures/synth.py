@@ -258,6 +258,14 @@ def check_tree_arguments(train: int, val: int, classes: int, seed: int, quality:
     if workers is None:
         workers = os.cpu_count() or 1
     _check_int("workers", workers, 1)
+    if train == 0 and val == 0:
+        raise ValueError("train and val are both 0: nothing to write; pass train=N (and val=M) "
+                         "images")
+    for name, count in (("train", train), ("val", val)):
+        if 0 < count < classes:  # a class folder without images: ImageFolder and convert refuse it
+            raise ValueError(f"{name}={count} images cannot fill classes={classes} class folders "
+                             f"(each needs at least one); pass classes={count} or fewer, or "
+                             f"{name}={classes} or more")
     return workers, size
 
 
@@ -283,8 +291,8 @@ def synthesize(
 
     Args:
         out: the folder to write the tree into (created if missing).
-        train: training images, at least 0.
-        val: validation images, at least 0.
+        train: training images: 0 (no ``train/``), or at least ``classes``.
+        val: validation images: 0 (no ``val/``), or at least ``classes``.
         classes: class folders, at least 1.
         seed: random seed, at least 0; the same arguments give the same bytes.
         quality: JPEG quality, 1 to 100.
@@ -321,7 +329,7 @@ def write_tree(out: str | os.PathLike, train: int, val: int, classes: int, seed:
     names = class_names(classes)
     jobs = []
     for split, count in (("train", train), ("val", val)):
-        for name in names:
+        for name in names[:count]:  # no split folder for 0 images (no class folder left empty)
             (root / split / name).mkdir(parents=True, exist_ok=True)
         for start in range(0, count, _CHUNK):
             stop = min(start + _CHUNK, count)
