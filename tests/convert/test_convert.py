@@ -477,3 +477,23 @@ def test_a_picture_over_pillows_limit_is_refused_without_swapping_the_warning_fi
             process_bytes(_png_bomb(40, 40))
         assert len(opened_with) == 1 and opened_with[0] is inner
     assert warnings.filters is filters
+
+
+def test_an_overwrite_that_stops_on_a_damaged_file_keeps_the_finished_database(
+        synth_root, tmp_path):
+    dst, src = tmp_path / "db", tmp_path / "src"
+    convert_folder(synth_root / "val", dst, progress=False, workers=1)
+    before = _dump(dst)
+    shutil.copytree(synth_root / "train", src)
+    damaged = sorted(src.rglob("*.jpg"))[30]
+    good = damaged.read_bytes()
+    damaged.write_bytes(good[: len(good) // 2])
+    with pytest.raises(ConvertError, match="truncated JPEG"):
+        convert_folder(src, dst, overwrite=True, strict=True, progress=False, workers=1)
+    assert _dump(dst) == before and verify_lmdb(dst).ok  # untouched, still finished
+    damaged.write_bytes(good)  # the same command after the fix replaces it
+    report = convert_folder(src, dst, overwrite=True, strict=True, progress=False, workers=1)
+    assert report.stored == 48 and len(LMDBReader(dst)) == 48
+    assert verify_lmdb(dst).ok and not (dst / ".fastload-replacement").exists()
+    assert sorted(p.name for p in dst.iterdir()) == sorted(
+        ["data.mdb", "lock.mdb", "fastload.json", "checksums.crc32", "labels.i32", "errors.json"])

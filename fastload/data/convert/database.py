@@ -23,7 +23,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from fastload.data.convert.check_batches import CheckBatches
-from fastload.data.convert.destination import prepare_destination
+from fastload.data.convert.destination import move_replacement_in, prepare_destination
 from fastload.data.convert.dst_lock import unlock_destination
 from fastload.data.convert.image_check import (
     KEPT,
@@ -98,23 +98,31 @@ def convert_one(samples, dst_path: Path, identity: dict, total_bytes: int, overw
     the next one's, to read while this one's last checks finish."""
     if progress_state is None:
         progress_state = prepare_destination(dst_path, identity, overwrite=overwrite)
+    # a finished database's replacement is written beside it, and moved in once finished
+    write_path = Path(progress_state.get("replacing", dst_path))
     try:
-        writer = LMDBWriter(dst_path, identity, progress_state,
-                            map_size=_initial_map_size(total_bytes, len(samples)))
-    except BaseException:
-        unlock_destination(dst_path)
-        raise
-    try:
-        _run(samples, writer, *run, checks=checks, ahead=ahead, next_ahead=next_ahead)
-    except BaseException:
-        writer.close()
-        raise
-    meta = {"created": datetime.now(timezone.utc).isoformat(timespec="seconds")}
-    if identity.get(META_JPEG_CHECK) == JPEG_CHECK_STRICT:  # bind the claim to the records
-        attestation = attest_database(writer.stored, writer.checksums)
-        if attestation is not None:
-            meta[META_JPEG_ATTESTATION] = attestation
-    writer.finish(meta)
+        try:
+            writer = LMDBWriter(write_path, identity, progress_state,
+                                map_size=_initial_map_size(total_bytes, len(samples)))
+        except BaseException:
+            unlock_destination(write_path)
+            raise
+        try:
+            _run(samples, writer, *run, checks=checks, ahead=ahead, next_ahead=next_ahead)
+        except BaseException:
+            writer.close()
+            raise
+        meta = {"created": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+        if identity.get(META_JPEG_CHECK) == JPEG_CHECK_STRICT:  # bind the claim to the records
+            attestation = attest_database(writer.stored, writer.checksums)
+            if attestation is not None:
+                meta[META_JPEG_ATTESTATION] = attestation
+        writer.finish(meta)
+        if write_path != dst_path:
+            move_replacement_in(dst_path, write_path)
+    finally:
+        if write_path != dst_path:
+            unlock_destination(dst_path)
     kept = writer.counts.get(KEPT, 0)
     return ConvertReport(
         path=dst_path, stored=writer.stored, skipped=len(writer.skipped), seen=writer.seen,

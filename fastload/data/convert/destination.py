@@ -6,6 +6,12 @@ same source and options -> resume from its progress; a finished database -> repl
 with ``overwrite``; files that are not fastload's -> refused, never touched. A fresh start
 writes ``fastload.partial.json`` before the LMDB environment exists (step 1 of the writer's
 durability protocol, see ``writer``).
+
+A finished database is replaced by writing its replacement beside it, in the hidden folder
+:data:`REPLACEMENT` inside the destination, and moving it in once finished
+(:func:`move_replacement_in`): a conversion that stops on the way (a damaged file under
+``strict``, Ctrl-C, a full disk) leaves the finished database as it was, and the same
+command resumes the replacement.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ import os
 from pathlib import Path
 
 from fastload.data.convert.dst_lock import lock_destination, unlock_destination
-from fastload.data.format.atomic import write_json_atomic
+from fastload.data.format.atomic import sync_directory, write_json_atomic
 from fastload.data.format.constants import (
     META_FILE,
     OWNED_FILES,
@@ -25,7 +31,9 @@ from fastload.data.format.constants import (
     STATE_PARTIAL,
 )
 
-__all__ = ["prepare_destination"]
+__all__ = ["REPLACEMENT", "move_replacement_in", "prepare_destination"]
+
+REPLACEMENT = ".fastload-replacement"  # a finished database's replacement while it is written
 
 log = logging.getLogger(__name__)  # keep, resume or restart: debug records
 
@@ -52,8 +60,10 @@ def prepare_destination(dst: Path, identity: dict, *, overwrite: bool) -> dict:
     """Make ``dst`` ready for writing and return the progress to resume from.
 
     ``identity`` (source, fingerprint, options) must equal a partial's to resume it.
-    A finished database is replaced only with ``overwrite``; a folder holding anything
-    that is not a fastload file is never touched.
+    A finished database is replaced only with ``overwrite``: the progress then names the
+    folder to write into, ``progress["replacing"]`` (locked too), and
+    :func:`move_replacement_in` moves it in once finished. A folder holding anything that is
+    not a fastload file is never touched.
     """
     fresh = {"stored": 0, "seen": 0, "skipped": [], "counts": {}}
     if dst.exists() and not dst.is_dir():
@@ -84,10 +94,15 @@ def _prepare_locked(dst: Path, identity: dict, overwrite: bool, fresh: dict) -> 
                 f"destination {str(dst)!r} already holds a finished fastload database "
                 f"({meta.get('count')} records); pass overwrite=True to replace it"
             )
-        log.debug("convert %s: restart (overwrite=True replaces a finished database of %s "
-                  "records)", dst, meta.get("count"))
-        _remove_owned(dst)
-    elif partial is not None:
+        log.debug("convert %s: replace (overwrite=True writes the replacement of a finished "
+                  "database of %s records beside it)", dst, meta.get("count"))
+        replacement = dst / REPLACEMENT
+        if (replacement / META_FILE).exists():  # finished, not moved in: write it again
+            _remove_owned(replacement)
+        progress = prepare_destination(replacement, identity, overwrite=True)
+        return {**progress, "replacing": str(replacement)}
+    _remove_replacement(dst)  # a replacement whose database is gone: nothing to replace
+    if partial is not None:
         ours = {k: partial.get(k) for k in identity}
         if ours == identity and partial.get("state") == STATE_PARTIAL:
             log.debug("convert %s: resume (a partial of the same source and options: %s "
@@ -117,3 +132,32 @@ def _prepare_locked(dst: Path, identity: dict, overwrite: bool, fresh: dict) -> 
     write_json_atomic(dst / PARTIAL_FILE, {"state": STATE_PARTIAL, **identity, **fresh},
                       durable=False)
     return fresh
+
+
+def _remove_replacement(dst: Path) -> None:
+    replacement = dst / REPLACEMENT
+    if replacement.is_dir():
+        _remove_owned(replacement)
+        try:
+            replacement.rmdir()
+        except OSError:  # something not ours in it: left as found
+            pass
+
+
+def move_replacement_in(dst: Path, replacement: Path) -> None:
+    """Move the finished database in ``replacement`` over ``dst``'s. ``dst``'s completion
+    marker goes first and the new one comes last: a crash between leaves leftovers that a
+    rerun starts over from, never a mix of the two called finished."""
+    (dst / META_FILE).unlink()
+    sync_directory(dst)
+    for name in OWNED_FILES:
+        if name in (META_FILE, PARTIAL_FILE):
+            continue
+        if (replacement / name).exists():
+            os.replace(replacement / name, dst / name)
+        else:
+            (dst / name).unlink(missing_ok=True)
+    (dst / PARTIAL_FILE).unlink(missing_ok=True)
+    os.replace(replacement / META_FILE, dst / META_FILE)
+    sync_directory(dst)
+    _remove_replacement(dst)

@@ -85,8 +85,10 @@ def convert_shards(samples, dst_path: Path, identity: dict, total_bytes: int, ov
             _add_shard(total, report, begin)
     finally:
         checks.shutdown(cancel_futures=True)
-        for _, folder, _, _ in claimed:  # claimed but not converted: let a rerun take them
+        for _, folder, _, progress_state in claimed:  # claimed, not converted: for a rerun
             unlock_destination(folder)
+            if "replacing" in progress_state:
+                unlock_destination(Path(progress_state["replacing"]))
     total.manifest = complete_manifest(dst_path, shards) if manifest else None
     return total
 
