@@ -497,3 +497,17 @@ def test_an_overwrite_that_stops_on_a_damaged_file_keeps_the_finished_database(
     assert verify_lmdb(dst).ok and not (dst / ".fastload-replacement").exists()
     assert sorted(p.name for p in dst.iterdir()) == sorted(
         ["data.mdb", "lock.mdb", "fastload.json", "checksums.crc32", "labels.i32", "errors.json"])
+
+
+def test_a_conversion_that_stores_no_file_fails_naming_the_source_and_errors_json(
+        tmp_path, capsys):
+    src = tmp_path / "src"
+    for name in ("a", "b"):
+        (src / name).mkdir(parents=True)
+        (src / name / "x.jpg").write_bytes(b"not a picture")
+    with pytest.raises(ConvertError, match=r"no file of .*src' could be stored: all 2 were "
+                                           r"skipped \(each reason in .*errors.json'\)"):
+        convert_folder(src, tmp_path / "db", progress=False, workers=1)
+    assert len(json.loads((tmp_path / "db" / ERRORS_FILE).read_text())["skipped"]) == 2
+    assert cli(["convert", str(src), str(tmp_path / "db2"), "--no-progress"]) == 1
+    assert "then convert again with --overwrite" in capsys.readouterr().err

@@ -55,7 +55,7 @@ FORK_LOCK = threading.Lock()
 
 
 class ConvertError(RuntimeError):
-    """A conversion stopped early (``strict=True`` and an unreadable file).
+    """A conversion stopped early (``strict=True`` and an unreadable file), or stored no file.
 
     A ``RuntimeError`` raised by :func:`~fastload.data.convert_folder` (also when a worker
     stops answering); its message names the file and why it failed, and the fix. What was

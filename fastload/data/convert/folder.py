@@ -25,7 +25,7 @@ from fastload.data.convert.plan import (
     plan_conversion,
     shards_for_size,
 )
-from fastload.data.format.constants import PARTIAL_FILE
+from fastload.data.format.constants import ERRORS_FILE, PARTIAL_FILE
 
 __all__ = ["DEFAULT_COMMIT_EVERY", "ENGINES", "ConvertError", "ConvertReport",
            "check_convert_options", "check_engine_options", "convert_folder", "is_complete",
@@ -151,7 +151,9 @@ def convert_folder(
 
     Raises:
         ConvertError: ``strict=True`` and an unreadable file, a worker that stopped
-            answering, or (``engine``) shards that did not finish.
+            answering, (``engine``) shards that did not finish, or no file stored at all
+            (every one skipped: the database is written, with each reason in its
+            ``errors.json``).
         ValueError: an option out of range or that does not apply (to the source's kind,
             to a local or URL ``dst``, to ``engine``), or a partial conversion at ``dst``
             made from another source or with other options (without ``overwrite``).
@@ -184,6 +186,13 @@ def convert_folder(
             early[0].shutdown(cancel_futures=True)
     report.seconds = time.perf_counter() - start
     report.classes = plan.source.classes
+    if shard_index is None and report.seen and not report.stored:
+        where = (f"each reason in {os.fspath(report.path / ERRORS_FILE)!r}"
+                 if plan.shards is None and not plan.remote else
+                 f"each reason in its shards' {ERRORS_FILE}")
+        raise ConvertError(
+            f"no file of {os.fsdecode(src)!r} could be stored: all {report.seen} were skipped "
+            f"({where}); fix or remove them, then convert again with overwrite=True")
     return report
 
 
