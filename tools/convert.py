@@ -137,6 +137,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         refuse_url(args.src, "SRC")
+        if not args.dst:
+            raise ValueError("DST is empty; pass the folder to write the database into")
         remote = not isinstance(locate(args.dst, None, "DST"), str)  # unsupported: refused
         if remote and args.shards is None and args.shard_size is None:
             raise ValueError(f"DST {args.dst!r} is a URL, where fastload writes sharded sets "

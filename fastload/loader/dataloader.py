@@ -236,6 +236,9 @@ class DataLoader:
         self.read_buffer_bytes = read_buffer_bytes
         if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
             raise TypeError(f"seed should be an int or None, but got seed={seed!r}")
+        if seed is not None and not -(1 << 63) <= seed < 1 << 64:  # torch.Generator's range
+            raise ValueError(f"seed should be in [-2**63, 2**64), as torch.Generator.manual_seed "
+                             f"takes it, but got seed={seed!r}")
         if seed is not None and generator is not None:
             raise ValueError("seed option is mutually exclusive with generator; pass one of them")
         collate_fn = collate_with_mix(collate_fn, batch_mix)  # batch_mix=: a MixCollate
@@ -264,8 +267,10 @@ class DataLoader:
 
         torch_loader = torch_loader_with(shuffle, sampler)
         self.device = resolve_device(device)
-        if not 0.0 <= hw_decoder_load <= 1.0:
-            raise ValueError(f"hw_decoder_load should be in [0, 1], but got {hw_decoder_load!r}")
+        if (isinstance(hw_decoder_load, bool) or not isinstance(hw_decoder_load, int | float)
+                or not 0.0 <= hw_decoder_load <= 1.0):
+            raise ValueError("hw_decoder_load should be a number in [0, 1], but got "
+                             f"hw_decoder_load={hw_decoder_load!r}")
         self.hw_decoder_load = hw_decoder_load
         if scaled_decode not in ("auto", "off"):
             raise ValueError(f"scaled_decode should be 'auto' or 'off', but got {scaled_decode=!r}")

@@ -106,3 +106,11 @@ def test_convert_refuses_an_infinite_shard_size(tmp_path, capsys):
                  "--shard-size", "inf"]) == EXIT_USAGE
     assert ("shard_size_mb should be a positive finite number of megabytes"
             in capsys.readouterr().err.replace("--shard-size", "shard_size_mb"))
+
+
+def test_convert_refuses_an_empty_destination_instead_of_the_current_folder(tmp_path, capsys):
+    from fastload.tools.cli import EXIT_USAGE, main
+
+    (tmp_path / "src" / "a").mkdir(parents=True)
+    assert main(["convert", str(tmp_path / "src"), ""]) == EXIT_USAGE
+    assert "DST is empty; pass the folder to write the database into" in capsys.readouterr().err

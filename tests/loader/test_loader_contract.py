@@ -65,6 +65,10 @@ def test_invalid_arguments_raise_the_same_valueerror_as_torch(train, kwargs):
     (dict(device="tpu"), "device"),
     (dict(seed=1, generator=torch.Generator()), "generator"),
     (dict(transform=SMALL), "transform="),
+    (dict(seed=1 << 70), r"seed should be in \[-2\*\*63, 2\*\*64\)"),
+    (dict(hw_decoder_load="0.5"), "hw_decoder_load should be a number in \\[0, 1\\], but got "
+                                  "hw_decoder_load='0.5'"),
+    (dict(hw_decoder_load=None), "hw_decoder_load=None"),
 ])
 def test_fastload_arguments_are_validated_with_a_message_naming_them(train, kwargs, words):
     with pytest.raises(ValueError, match=words):

@@ -132,6 +132,8 @@ def plan_conversion(
                           commit_every=commit_every, check=check, shards=shards,
                           shard_index=shard_index, shard_size_mb=shard_size_mb)
     refuse_url(src, "source")
+    if isinstance(dst, str | bytes) and not dst:  # Path("") would be the current folder
+        raise ValueError("dst is empty; pass the folder to write the database into")
     where = locate(dst, storage_options, "destination")
     remote = not isinstance(where, str)
     if remote and shards is None and shard_size_mb is None:
