@@ -121,7 +121,8 @@ def test_convert_records_fresh_start_restart_and_kept_shards(synth_root, tmp_pat
     caplog.clear()
     convert_folder(synth_root / "val", dst, workers=1, progress=False, overwrite=True)
     assert _messages(caplog, "fastload.data.convert")[0].startswith(
-        f"convert {dst}: restart (overwrite=True replaces a finished database of 16")
+        f"convert {dst}: replace (overwrite=True writes the replacement of a finished database "
+        "of 16 records beside it)")
 
     caplog.clear()
     sharded = tmp_path / "set"
