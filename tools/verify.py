@@ -56,8 +56,12 @@ def run(args: argparse.Namespace) -> int:
         write_json_report,
     )
 
-    flags = {"overwrite": "`fastload convert --overwrite`", "repair": "--repair"}
+    flags = {"overwrite": "`fastload convert --overwrite`", "repair": "--repair",
+             "sample": "--sample"}
     try:
+        if args.sample < 0:
+            raise ValueError(f"sample should be a non-negative integer, but got "
+                             f"sample={args.sample!r}")
         where = locate(args.dst, None, "DST")  # an unsupported URL: nothing was done
         if args.repair and is_url(args.dst):
             raise ValueError(f"--repair rewrites a local set's manifest, but {args.dst!r} is a "

@@ -114,3 +114,10 @@ def test_convert_refuses_an_empty_destination_instead_of_the_current_folder(tmp_
     (tmp_path / "src" / "a").mkdir(parents=True)
     assert main(["convert", str(tmp_path / "src"), ""]) == EXIT_USAGE
     assert "DST is empty; pass the folder to write the database into" in capsys.readouterr().err
+
+
+def test_verify_refuses_a_negative_sample_as_a_usage_error(tmp_path, capsys):
+    from fastload.tools.cli import EXIT_USAGE, main
+
+    assert main(["verify", str(tmp_path), "--sample", "-1"]) == EXIT_USAGE
+    assert "sample should be a non-negative integer, but got --sample -1" in capsys.readouterr().err

@@ -117,10 +117,13 @@ def test_synth_ten_classes_separate_by_mean_colour():
 def test_synth_rejects_bad_arguments_with_a_clear_message(tmp_path):
     with pytest.raises(ValueError, match="classes should be at least 1"):
         synthesize(tmp_path, classes=0)
-    with pytest.raises(ValueError, match="max_side should be at least 300"):
+    with pytest.raises(ValueError, match="max_side should be at least min_side=300"):
         synthesize(tmp_path, max_side=200)
     with pytest.raises(ValueError, match="label should be in"):
         synth_image(np.random.default_rng(0), 5, 3, 32, 32)
+    with pytest.raises(ValueError, match=r"size should have sides of at least 8 px, but got "
+                                         r"size=\(4, 100\)"):
+        synthesize(tmp_path, train=1, val=0, classes=1, size=(4, 100))
 
 
 def test_class_names_sort_in_label_order():

@@ -252,8 +252,12 @@ def check_tree_arguments(train: int, val: int, classes: int, seed: int, quality:
     if size is not None:
         if len(size) != 2:
             raise ValueError(f"size should be (height, width), but got size={size!r}")
-        _check_int("size[0]", size[0], 8)
-        _check_int("size[1]", size[1], 8)
+        for side in size:
+            if isinstance(side, bool) or not isinstance(side, (int, np.integer)):
+                raise TypeError(f"size should be two integers, but got size={size!r}")
+            if side < 8:
+                raise ValueError(f"size should have sides of at least 8 px, but got "
+                                 f"size={size!r}")
         size = (int(size[0]), int(size[1]))
     if workers is None:
         workers = os.cpu_count() or 1
@@ -313,7 +317,10 @@ def synthesize(
     """
     workers, size = check_tree_arguments(train, val, classes, seed, quality, workers, size)
     _check_int("min_side", min_side, 8)
-    _check_int("max_side", max_side, min_side)
+    _check_int("max_side", max_side, 8)
+    if max_side < min_side:
+        raise ValueError(f"max_side should be at least min_side={min_side}, but got "
+                         f"max_side={max_side}")
     return write_tree(out, train, val, classes, seed, quality, workers, progress,
                        _generated_picture, (min_side, max_side), size)
 
