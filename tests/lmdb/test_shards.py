@@ -215,3 +215,24 @@ def test_processes_completing_the_manifest_at_once_agree_on_one_file(source, tmp
     assert all(answer == answers[0] for answer in answers)
     assert json.loads((dst / MANIFEST_FILE).read_text())["shards"] == answers[0]
     assert verify_set(dst).ok
+
+
+@pytest.mark.parametrize("shards", [2, 3])  # the same shard count, and another
+def test_an_overwrite_that_stops_keeps_the_finished_set_whole(source, unsharded, tmp_path,
+                                                              shards):
+    from fastload.data.convert.folder import ConvertError
+
+    dst = tmp_path / "set"
+    convert_folder(source, dst, workers=1, progress=False, shards=2)
+    before = (dst / MANIFEST_FILE).read_bytes()
+    # the source's unreadable 011.jpg is in the last shard: the others finish first
+    with pytest.raises(ConvertError, match="unreadable image .*011.jpg"):
+        convert_folder(source, dst, workers=1, progress=False, shards=shards, overwrite=True,
+                       strict=True)
+    assert (dst / MANIFEST_FILE).read_bytes() == before and verify_set(dst, full=True).ok
+    assert records(LMDBDataset(dst).reader) == records(unsharded.reader)
+    convert_folder(source, dst, workers=1, progress=False, shards=shards, overwrite=True)
+    assert sorted(p.name for p in dst.iterdir() if p.is_dir()) == [
+        shard_name(k, shards) for k in range(shards)]
+    assert verify_set(dst, full=True).ok and not list(dst.rglob(".fastload-replacement"))
+    assert records(LMDBDataset(dst).reader) == records(unsharded.reader)

@@ -88,14 +88,16 @@ class ConvertReport:
 def convert_one(samples, dst_path: Path, identity: dict, total_bytes: int, overwrite: bool,
                  run: tuple, progress_state: dict | None = None,
                  checks: CheckBatches | None = None, ahead: ReadAhead | None = None,
-                 next_ahead: ReadAhead | None = None) -> ConvertReport:
+                 next_ahead: ReadAhead | None = None, move_in: bool = True) -> ConvertReport:
     """Convert ``samples`` into the one LMDB directory ``dst_path`` (resuming a partial);
     ``progress_state`` is :func:`prepare_destination`'s answer when the caller took it.
 
     For a caller that converts several databases in turn: ``checks``, the strict check's
     threads (else started and ended here); ``ahead``, this database's first records read
     while the one before finished (``samples`` is then ``ahead.samples``); ``next_ahead``,
-    the next one's, to read while this one's last checks finish."""
+    the next one's, to read while this one's last checks finish. A finished database's
+    replacement is moved in once finished, or with ``move_in=False`` left finished beside it
+    for the caller (a set's shards all move in at its end)."""
     if progress_state is None:
         progress_state = prepare_destination(dst_path, identity, overwrite=overwrite)
     # a finished database's replacement is written beside it, and moved in once finished
@@ -118,7 +120,7 @@ def convert_one(samples, dst_path: Path, identity: dict, total_bytes: int, overw
             if attestation is not None:
                 meta[META_JPEG_ATTESTATION] = attestation
         writer.finish(meta)
-        if write_path != dst_path:
+        if write_path != dst_path and move_in:
             move_replacement_in(dst_path, write_path)
     finally:
         if write_path != dst_path:

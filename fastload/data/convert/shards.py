@@ -15,8 +15,8 @@ from pathlib import Path
 
 from fastload.data.convert.check_batches import CheckBatches
 from fastload.data.convert.database import ConvertReport, convert_one, is_complete
-from fastload.data.convert.destination import prepare_destination
-from fastload.data.convert.dst_lock import set_lock, unlock_destination
+from fastload.data.convert.destination import REPLACEMENT, move_replacement_in, prepare_destination
+from fastload.data.convert.dst_lock import lock_destination, set_lock, unlock_destination
 from fastload.data.convert.read_ahead import ReadAhead
 from fastload.data.format.constants import META_FILE
 from fastload.data.sets.manifest import (
@@ -53,13 +53,17 @@ def convert_shards(samples, dst_path: Path, identity: dict, total_bytes: int, ov
     check_set_folder(dst_path, len(samples), shards)
     bounds = shard_bounds(len(samples), shards)
     todo = range(shards) if shard_index is None else [shard_index]
+    # a whole set overwritten here keeps the set it replaces whole until every new shard is
+    # finished, then moves them in together (a conversion that stops loses nothing)
+    replace_at_end = overwrite and shard_index is None and manifest
     total = ConvertReport(path=dst_path, stored=0, skipped=0, seen=0)
     claimed: list[tuple[int, Path, dict, dict]] = []  # (index, folder, identity, progress)
     checks = CheckBatches(run[0])  # one strict check's threads for every shard (if it runs)
     ahead = None  # the next shard's first records, read while the one before finished
     try:
         with set_lock(dst_path, LOCK_FILE):
-            claim_shard_count(dst_path, shards, shard_index, overwrite)
+            claim_shard_count(dst_path, shards, shard_index, overwrite,
+                              keep_until_replaced=replace_at_end)
             for k in todo:
                 begin, stop = bounds[k]
                 folder = dst_path / shard_name(k, shards)
@@ -79,7 +83,8 @@ def convert_shards(samples, dst_path: Path, identity: dict, total_bytes: int, ov
                 k_next, _, _, state_next = claimed[1]
                 following = ReadAhead(samples[slice(*bounds[k_next])], int(state_next["seen"]))
             report = convert_one(part, folder, shard_identity, share, False, run,
-                                 progress_state, checks, ahead, following)
+                                 progress_state, checks, ahead, following,
+                                 move_in=not replace_at_end)
             ahead = following
             claimed.pop(0)
             _add_shard(total, report, begin)
@@ -89,8 +94,27 @@ def convert_shards(samples, dst_path: Path, identity: dict, total_bytes: int, ov
             unlock_destination(folder)
             if "replacing" in progress_state:
                 unlock_destination(Path(progress_state["replacing"]))
+    if replace_at_end:
+        _move_set_in(dst_path, shards)
     total.manifest = complete_manifest(dst_path, shards) if manifest else None
     return total
+
+
+def _move_set_in(dst_path: Path, shards: int) -> None:
+    """Every shard's finished replacement moved in, and the shards of another count removed,
+    the old manifest first: a crash between leaves no manifest, and the rerun converts again."""
+    with set_lock(dst_path, LOCK_FILE):
+        (dst_path / MANIFEST_FILE).unlink(missing_ok=True)
+        for name, count in shard_folders(dst_path).items():
+            folder = dst_path / name
+            if count != shards:
+                remove_shard(folder)
+            elif (folder / REPLACEMENT / META_FILE).exists():
+                lock_destination(folder)
+                try:
+                    move_replacement_in(folder, folder / REPLACEMENT)
+                finally:
+                    unlock_destination(folder)
 
 
 def check_set_folder(dst_path: Path, files: int, shards: int) -> None:
@@ -113,9 +137,11 @@ def check_set_folder(dst_path: Path, files: int, shards: int) -> None:
 
 
 def claim_shard_count(dst_path: Path, shards: int, shard_index: int | None,
-                      overwrite: bool) -> None:
+                      overwrite: bool, *, keep_until_replaced: bool = False) -> None:
     """Under the set's lock: refuse a folder holding a set of another shard count (or, with
-    ``overwrite``, remove that set), and a finished set unless ``overwrite``."""
+    ``overwrite``, remove that set), and a finished set unless ``overwrite``. With
+    ``keep_until_replaced`` an overwritten set stays (its manifest and shards of another
+    count too) for the caller to replace at the end."""
     present = shard_folders(dst_path)
     if any(count != shards for count in present.values()):
         if not overwrite:
@@ -125,11 +151,12 @@ def claim_shard_count(dst_path: Path, shards: int, shard_index: int | None,
                 f"shards={others[0]} (the same command as that set's) to continue it, or "
                 "overwrite=True to replace it")
         for name, count in present.items():
-            if count != shards:  # a set of another shard count is replaced, not mixed in
+            if count != shards and not keep_until_replaced:  # replaced, not mixed in
                 remove_shard(dst_path / name)
     manifest = dst_path / MANIFEST_FILE
     if overwrite:
-        manifest.unlink(missing_ok=True)  # the set is no longer complete
+        if not keep_until_replaced:
+            manifest.unlink(missing_ok=True)  # the set is no longer complete
     elif manifest.exists():
         try:
             done = load_manifest(dst_path)
