@@ -39,16 +39,18 @@ def run_jobs(jobs, on_result, *, address: str | None, retries: int, cpus: int) -
         master = address or f"local[{max(1, (os.cpu_count() or 1) // cpus)},{retries + 1}]"
         # pyspark reads the workers' Python from PYSPARK_PYTHON when the context starts
         os.environ.setdefault(PYTHON_ENV, sys.executable)
-        session = (sql.SparkSession.builder.master(master).appName("fastload convert")
-                   .config("spark.ui.enabled", "false")
-                   .config("spark.driver.host", "127.0.0.1")
-                   .config("spark.driver.bindAddress", "127.0.0.1")
-                   .getOrCreate())
         try:
-            _run_on(session, jobs, on_result)
+            session = (sql.SparkSession.builder.master(master).appName("fastload convert")
+                       .config("spark.ui.enabled", "false")
+                       .config("spark.driver.host", "127.0.0.1")
+                       .config("spark.driver.bindAddress", "127.0.0.1")
+                       .getOrCreate())
+            try:
+                _run_on(session, jobs, on_result)
+            finally:
+                session.stop()
         finally:
-            session.stop()
-            if launched:
+            if launched and SparkContext._gateway is not None:  # also when the start failed
                 _stop_gateway(SparkContext)
 
 
