@@ -44,7 +44,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fastload.data.format.verify import verify_lmdb
+    from fastload.data.format.verify import check_sample, verify_lmdb
     from fastload.data.remote import is_url, locate
     from fastload.data.sets.manifest import is_sharded_set
     from fastload.data.sets.verify import verify_set
@@ -59,9 +59,7 @@ def run(args: argparse.Namespace) -> int:
     flags = {"overwrite": "`fastload convert --overwrite`", "repair": "--repair",
              "sample": "--sample"}
     try:
-        if args.sample < 0:
-            raise ValueError(f"sample should be a non-negative integer, but got "
-                             f"sample={args.sample!r}")
+        check_sample(args.sample)
         where = locate(args.dst, None, "DST")  # an unsupported URL: nothing was done
         if args.repair and is_url(args.dst):
             raise ValueError(f"--repair rewrites a local set's manifest, but {args.dst!r} is a "

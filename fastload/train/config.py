@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from fastload.train.amp import ScalerConfig
 from fastload.train.metrics import EpochStats
-from fastload.utils.checks import check_number, check_output_file, check_positive_int
+from fastload.utils.checks import check_int, check_number, check_output_file, check_positive_int
 
 __all__ = ["DATA_FORMATS", "LOADERS", "FinetuneConfig", "FinetuneResult", "resolve_data", "validate_config"]
 
@@ -132,15 +132,9 @@ def validate_config(config: FinetuneConfig) -> None:
     check_number("lr", config.lr, above=True, allow_none=True)
     check_number("weight_decay", config.weight_decay)
     check_number("warmup_epochs", config.warmup_epochs)
-    if config.warmup_steps is not None and (isinstance(config.warmup_steps, bool) or not
-                                            isinstance(config.warmup_steps, int)
-                                            or config.warmup_steps < 0):
-        raise ValueError("warmup_steps should be an integer >= 0, but got "
-                         f"warmup_steps={config.warmup_steps!r}")
-    if isinstance(config.checkpoint_every, bool) or not isinstance(config.checkpoint_every, int) \
-            or config.checkpoint_every < 0:
-        raise ValueError("checkpoint_every should be an integer >= 0 (0: only at epoch ends), "
-                         f"but got checkpoint_every={config.checkpoint_every!r}")
+    check_int("warmup_steps", config.warmup_steps, allow_none=True)
+    check_int("checkpoint_every", config.checkpoint_every,
+              what="an integer >= 0 (0: only at epoch ends)")
     for name in ("checkpoint", "log"):
         check_output_file(name, getattr(config, name))
     if config.qat:

@@ -7,16 +7,25 @@ import math
 import os
 from typing import Any
 
-__all__ = ["check_number", "check_output_file", "check_positive_int"]
+__all__ = ["check_int", "check_number", "check_output_file", "check_positive_int"]
+
+
+def check_int(name: str, value: Any, *, least: int = 0, allow_none: bool = False,
+              what: str | None = None) -> None:
+    """Raise ``ValueError`` naming ``name`` unless ``value`` is an int >= ``least`` (a bool is
+    not; ``None`` passes when ``allow_none``). ``what`` words the message's expectation
+    (default ``"an integer >= least"``)."""
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise ValueError(f"{name} should be {what or f'an integer >= {least}'}, but got "
+                         f"{name}={value!r}")
 
 
 def check_positive_int(name: str, value: Any, *, allow_none: bool = False) -> None:
     """Raise ``ValueError`` naming ``name`` unless ``value`` is an int >= 1 (a bool is not;
     ``None`` passes when ``allow_none``)."""
-    if value is None and allow_none:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} should be a positive integer, but got {name}={value!r}")
+    check_int(name, value, least=1, allow_none=allow_none, what="a positive integer")
 
 
 def check_number(name: str, value: Any, *, least: float = 0.0, above: bool = False,

@@ -33,6 +33,7 @@ from fastload.data.format.envs import acquire_env, release_env
 from fastload.data.format.jpeg_damage import damage_reason, jpeg_damage
 from fastload.data.format.reader import load_labels, load_meta
 from fastload.data.format.untrusted import refuse_url
+from fastload.utils.checks import check_int
 
 
 @dataclass
@@ -98,6 +99,11 @@ def progress_for(progress: Any, total: int) -> tuple[Any, bool]:
 _PROGRESS_EVERY = 1024  # records between progress updates (cheap when it only counts)
 
 
+def check_sample(sample: int) -> None:
+    """Raise ``ValueError`` naming ``sample`` unless it is an int >= 0 (verify's decode sample)."""
+    check_int("sample", sample, what="a non-negative integer")
+
+
 def verify_lmdb(path: str | os.PathLike, full: bool = False, sample: int = 64,
                 seed: int = 0, *, storage_options: dict | None = None,
                 progress: Any = False, decode: Collection[int] | None = None) -> VerifyReport:
@@ -132,8 +138,7 @@ def verify_lmdb(path: str | os.PathLike, full: bool = False, sample: int = 64,
         FileNotFoundError: there is no database at ``path``.
         ImportError: a URL whose fsspec backend is not installed (the ``remote`` extra).
     """
-    if isinstance(sample, bool) or not isinstance(sample, int) or sample < 0:
-        raise ValueError(f"sample should be a non-negative integer, but got sample={sample!r}")
+    check_sample(sample)
     from fastload.data.remote.url import locate
 
     where = locate(path, storage_options, "LMDB directory")

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from fastload.data.format.untrusted import refuse_url
-from fastload.data.format.verify import VerifyReport, progress_for, verify_lmdb
+from fastload.data.format.verify import VerifyReport, check_sample, progress_for, verify_lmdb
 from fastload.data.remote.url import locate
 from fastload.data.sets.manifest import (
     complete_manifest,
@@ -91,8 +91,7 @@ def verify_set(path: str | os.PathLike, full: bool = False, sample: int = 64,
         FileNotFoundError: there is no set at ``path``.
         ImportError: a URL whose fsspec backend is not installed (the ``remote`` extra).
     """
-    if isinstance(sample, bool) or not isinstance(sample, int) or sample < 0:
-        raise ValueError(f"sample should be a non-negative integer, but got sample={sample!r}")
+    check_sample(sample)
     start = time.monotonic()
     where = locate(path, storage_options, "sharded set")
     written = repaired = False
