@@ -101,15 +101,14 @@ def convert_shards(samples, dst_path: Path, identity: dict, total_bytes: int, ov
 
 
 def _move_set_in(dst_path: Path, shards: int) -> None:
-    """Every shard's finished replacement moved in, and the shards of another count removed,
-    the old manifest first: a crash between leaves no manifest, and the rerun converts again."""
+    """The set replaced (its manifest, then shards of another count, as an overwrite removes
+    them), then every shard's finished replacement moved in: a crash between leaves no
+    manifest, and the rerun converts again."""
     with set_lock(dst_path, LOCK_FILE):
-        (dst_path / MANIFEST_FILE).unlink(missing_ok=True)
-        for name, count in shard_folders(dst_path).items():
-            folder = dst_path / name
-            if count != shards:
-                remove_shard(folder)
-            elif (folder / REPLACEMENT / META_FILE).exists():
+        claim_shard_count(dst_path, shards, None, overwrite=True)
+        for k in range(shards):
+            folder = dst_path / shard_name(k, shards)
+            if (folder / REPLACEMENT / META_FILE).exists():
                 lock_destination(folder)
                 try:
                     move_replacement_in(folder, folder / REPLACEMENT)
@@ -143,20 +142,19 @@ def claim_shard_count(dst_path: Path, shards: int, shard_index: int | None,
     ``keep_until_replaced`` an overwritten set stays (its manifest and shards of another
     count too) for the caller to replace at the end."""
     present = shard_folders(dst_path)
-    if any(count != shards for count in present.values()):
-        if not overwrite:
-            others = sorted({count for count in present.values() if count != shards})
-            raise FileExistsError(
-                f"destination {str(dst_path)!r} holds {describe_shards(dst_path)}; pass "
-                f"shards={others[0]} (the same command as that set's) to continue it, or "
-                "overwrite=True to replace it")
-        for name, count in present.items():
-            if count != shards and not keep_until_replaced:  # replaced, not mixed in
-                remove_shard(dst_path / name)
+    others = sorted({count for count in present.values() if count != shards})
+    if others and not overwrite:
+        raise FileExistsError(
+            f"destination {str(dst_path)!r} holds {describe_shards(dst_path)}; pass "
+            f"shards={others[0]} (the same command as that set's) to continue it, or "
+            "overwrite=True to replace it")
     manifest = dst_path / MANIFEST_FILE
     if overwrite:
         if not keep_until_replaced:
-            manifest.unlink(missing_ok=True)  # the set is no longer complete
+            manifest.unlink(missing_ok=True)  # first: a set half removed is never complete
+            for name, count in present.items():
+                if count != shards:  # a set of another shard count is replaced, not mixed in
+                    remove_shard(dst_path / name)
     elif manifest.exists():
         try:
             done = load_manifest(dst_path)
