@@ -268,12 +268,13 @@ def export_checkpoint(
         raise ValueError("latency_batches should be positive batch sizes, but got "
                          f"latency_batches={list(batches)!r}")
     check_positive_int("latency_rounds", latency_rounds)
-    suffix = ".int8.pt" if quantize == "dynamic" else ".int8.pt2"
-    output = pathlib.Path(output) if output else pathlib.Path(checkpoint).with_suffix(suffix)
+    default = pathlib.Path(checkpoint).with_suffix(
+        ".int8.pt" if quantize == "dynamic" else ".int8.pt2")
+    output = pathlib.Path(output) if output else default
     if output.resolve() == pathlib.Path(checkpoint).resolve():
         raise ValueError(f"output={str(output)!r} is the checkpoint being exported, and writing "
                          f"it would replace the checkpoint; pass another file, such as "
-                         f"{str(pathlib.Path(checkpoint).with_suffix(suffix))!r}")
+                         f"{str(default)!r}")
     check_output_file("output", output)
     model, config = model_from_checkpoint(checkpoint)
     is_qat = bool(config.get("qat"))
