@@ -187,8 +187,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"sharded set {printable(report.path)}: " + (
             f"manifest written ({report.manifest['count']} records in "
             f"{report.manifest['num_shards']} shards)"
-            if report.manifest else "manifest pending until every shard is converted"),
-            file=text)
+            if report.manifest else "manifest pending until every shard is converted" + (
+                "; the set it replaces is kept, readable, until then"
+                if report.replacing else "")), file=text)
     if report.skipped:
         where = ("errors.json in each shard" if args.shards or args.shard_size
                  else printable(report.path / "errors.json"))

@@ -7,6 +7,7 @@ import fcntl
 import multiprocessing
 import os
 import random
+import shutil
 
 import pytest
 
@@ -14,7 +15,9 @@ from fastload.data.convert.engine import ShardBusy, plan_shard_jobs, run_shard
 from fastload.data.convert.engine_run import finish_shards
 from fastload.data.convert.folder import ConvertError, convert_folder
 from fastload.data.convert.plan import plan_conversion
+from fastload.data.format.dataset import LMDBDataset
 from fastload.data.sets.manifest import MANIFEST_FILE, shard_name
+from fastload.data.sets.verify import verify_set
 
 
 def plan_of(src, dst, **options):
@@ -94,12 +97,8 @@ def test_two_attempts_of_one_shard_at_once_leave_one_valid_shard(
 
 def test_a_strict_error_is_reported_not_retried_and_the_set_stays_resumable(
         engine_source, tmp_path):
-    src = tmp_path / "src"
-    for path in engine_source.rglob("*.jpg"):
-        (src / path.parent.name).mkdir(parents=True, exist_ok=True)
-        (src / path.parent.name / path.name).write_bytes(path.read_bytes())
-    broken = sorted(src.rglob("*.jpg"))[-1]  # the last file: shard 3
-    broken.write_bytes(b"not a jpeg")
+    src = _copy_with_the_last_file_broken(engine_source, tmp_path / "src")
+    broken = sorted(src.rglob("*.jpg"))[-1]
     dst = tmp_path / "set"
     plan = plan_of(src, dst, strict=True)
     results = [run_shard(job) for job in plan.jobs]
@@ -111,6 +110,53 @@ def test_a_strict_error_is_reported_not_retried_and_the_set_stays_resumable(
     broken.unlink()  # a changed source: its finished shards are refused, as without engine
     with pytest.raises(FileExistsError, match="converted from another source"):
         convert_folder(src, dst, shards=4, workers=1, progress=False, engine="ray")
+
+
+def test_an_overwrite_keeps_the_finished_set_until_the_driver_moves_the_new_shards_in(
+        engine_source, serial_engine_set, same_set, tmp_path):
+    dst, resized = tmp_path / "set", tmp_path / "resized"
+    convert_folder(engine_source, dst, shards=4, workers=1, progress=False)
+    convert_folder(engine_source, resized, shards=4, workers=1, progress=False, max_side=6)
+    plan = plan_shard_jobs(plan_conversion(engine_source, dst, shards=4, workers=1,
+                                           progress=False, max_side=6), overwrite=True)
+    results = [run_shard(job) for job in plan.jobs]
+    assert {r.state for r in results} == {"converted"}
+    same_set(dst, serial_engine_set)  # every new shard finished, none moved in yet
+    report = finish_shards(plan, results)
+    assert report.summary() == "stored 24 + skipped 0 = seen 24"
+    same_set(dst, resized)
+    assert not list(dst.rglob(".fastload-replacement"))
+
+
+def test_an_overwrite_whose_shard_fails_keeps_the_finished_set_whole(engine_source, tmp_path):
+    src = _copy_with_the_last_file_broken(engine_source, tmp_path / "src")
+    dst = tmp_path / "set"
+    convert_folder(src, dst, shards=4, workers=1, progress=False)  # the broken file skipped
+    shutil.copytree(dst, tmp_path / "before")
+    plan = plan_shard_jobs(plan_conversion(src, dst, shards=4, workers=1, progress=False,
+                                           strict=True), overwrite=True)
+    results = [run_shard(job) for job in plan.jobs]
+    assert [r.state for r in results] == ["converted"] * 3 + ["failed"]
+    with pytest.raises(ConvertError, match="unreadable image"):
+        finish_shards(plan, results)
+    # the old set, whole (the failed shard's attempt stays, for a rerun to resume)
+    assert (dst / MANIFEST_FILE).read_bytes() == (tmp_path / "before" / MANIFEST_FILE).read_bytes()
+    assert verify_set(dst, full=True).ok
+    assert _records(dst) == _records(tmp_path / "before")
+
+
+def _records(path) -> list[tuple[bytes, int]]:
+    reader = LMDBDataset(path).reader
+    return [(bytes(reader.image_bytes(i)[0]), reader.image_bytes(i)[1])
+            for i in range(len(reader))]
+
+
+def _copy_with_the_last_file_broken(source, src):
+    for path in source.rglob("*.jpg"):
+        (src / path.parent.name).mkdir(parents=True, exist_ok=True)
+        (src / path.parent.name / path.name).write_bytes(path.read_bytes())
+    sorted(src.rglob("*.jpg"))[-1].write_bytes(b"not a jpeg")  # the last file: shard 3
+    return src
 
 
 def test_engine_options_are_checked_before_the_source_is_read(tmp_path):

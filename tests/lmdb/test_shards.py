@@ -236,3 +236,39 @@ def test_an_overwrite_that_stops_keeps_the_finished_set_whole(source, unsharded,
         shard_name(k, shards) for k in range(shards)]
     assert verify_set(dst, full=True).ok and not list(dst.rglob(".fastload-replacement"))
     assert records(LMDBDataset(dst).reader) == records(unsharded.reader)
+
+
+def test_shard_index_overwrites_keep_the_finished_set_until_its_last_shard_is_finished(
+        source, unsharded, tmp_path):
+    dst, resized = tmp_path / "set", tmp_path / "resized"
+    convert_folder(source, dst, workers=1, progress=False, shards=2)
+    convert_folder(source, resized, workers=1, progress=False, shards=2, max_side=6)
+    before = (dst / MANIFEST_FILE).read_bytes()
+    report = convert_folder(source, dst, workers=1, progress=False, shards=2, shard_index=0,
+                            overwrite=True, max_side=6)
+    assert report.replacing and report.manifest is None
+    # shard 1 is still the old set's: the old set is read, whole, until it is replaced too
+    assert (dst / MANIFEST_FILE).read_bytes() == before and verify_set(dst, full=True).ok
+    assert records(LMDBDataset(dst).reader) == records(unsharded.reader)
+    convert_folder(source, dst, workers=1, progress=False, shards=2, shard_index=1,
+                   overwrite=True, max_side=6)
+    assert verify_set(dst, full=True).ok and not list(dst.rglob(".fastload-replacement"))
+    assert records(LMDBDataset(dst).reader) == records(LMDBDataset(resized).reader)
+    assert records(LMDBDataset(dst).reader) != records(unsharded.reader)
+
+
+def test_a_shard_index_overwrite_that_stops_keeps_the_finished_set_whole(source, unsharded,
+                                                                        tmp_path):
+    from fastload.data.convert.folder import ConvertError
+
+    dst = tmp_path / "set"
+    convert_folder(source, dst, workers=1, progress=False, shards=2)
+    before = (dst / MANIFEST_FILE).read_bytes()
+    convert_folder(source, dst, workers=1, progress=False, shards=2, shard_index=0,
+                   overwrite=True, strict=True)
+    # the source's unreadable 011.jpg is in the last shard
+    with pytest.raises(ConvertError, match="unreadable image .*011.jpg"):
+        convert_folder(source, dst, workers=1, progress=False, shards=2, shard_index=1,
+                       overwrite=True, strict=True)
+    assert (dst / MANIFEST_FILE).read_bytes() == before and verify_set(dst, full=True).ok
+    assert records(LMDBDataset(dst).reader) == records(unsharded.reader)

@@ -80,6 +80,8 @@ class ConvertReport:
     classes: list[str] = field(default_factory=list)
     manifest: dict | None = None  # a sharded set's manifest, once every shard is complete
     finished_shards: list[int] = field(default_factory=list)  # found finished, checked, kept
+    # an overwritten set kept whole (readable) until every shard's replacement is finished
+    replacing: bool = False
 
     def summary(self) -> str:
         return f"stored {self.stored} + skipped {self.skipped} = seen {self.seen}"

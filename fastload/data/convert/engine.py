@@ -37,6 +37,12 @@ of finished shards, and writes the labels and manifest last
 (:func:`fastload.data.sets.manifest.complete_manifest`, built from the shards' sidecars).
 A shard that did not finish leaves the set without a manifest and resumable: the same
 call again keeps the finished shards and converts the rest.
+
+**Overwrite.** With ``overwrite`` a finished set stays whole and readable while its
+replacement is converted: a task publishes a shard the set holds as that shard's
+replacement (``DST/shard-k-of-N/.fastload-replacement``), and the driver, once every
+replacement is finished, moves them in together
+(:func:`fastload.data.convert.shards.move_set_in`).
 """
 
 from __future__ import annotations
@@ -50,7 +56,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fastload.data.convert.database import ConvertError, convert_one, is_complete
-from fastload.data.convert.destination import prepare_destination
+from fastload.data.convert.destination import REPLACEMENT, prepare_destination
 from fastload.data.convert.dst_lock import lock_destination, set_lock, unlock_destination
 from fastload.data.convert.plan import ConversionPlan
 from fastload.data.convert.shards import (
@@ -61,7 +67,7 @@ from fastload.data.convert.shards import (
     remove_shard,
 )
 from fastload.data.format.atomic import sync_directory
-from fastload.data.sets.manifest import LOCK_FILE, shard_bounds, shard_name
+from fastload.data.sets.manifest import LOCK_FILE, MANIFEST_FILE, shard_bounds, shard_name
 
 __all__ = ["ATTEMPT_PREFIX", "CONVERTED", "DEFAULT_RETRIES", "DONE", "FAILED", "ShardBusy",
            "ShardJob", "ShardPlan", "ShardResult", "attempt_folders", "claim_attempt",
@@ -88,6 +94,8 @@ class ShardJob:
     identity: dict  # the shard's sidecar identity (identity_of_shard)
     total_bytes: int  # this shard's share of the source's bytes (the map's first size)
     run: tuple  # the writer loop's settings, progress off
+    # published as the replacement of the finished shard of the set it overwrites
+    replaces: bool = field(default=False, kw_only=True)
 
     @property
     def name(self) -> str:
@@ -126,13 +134,17 @@ class ShardPlan:
     classes: list[str] = field(default_factory=list)
     location: object | None = None
     identity: dict = field(default_factory=dict)  # the set's (the shards' add their range)
+    replaced: list[int] = field(default_factory=list)  # shards whose jobs write replacements
+    replacing: bool = False  # the jobs replace a finished set, moved in by the driver
 
 
 def plan_shard_jobs(plan: ConversionPlan, *, overwrite: bool = False,
                     workers: int | None = None) -> ShardPlan:
     """Claim the set at ``plan.dst_path`` under its lock and make the shard jobs (module
     docstring). ``workers``: processes of one task (default 1: the engine runs the tasks
-    side by side). With ``overwrite`` every shard (and attempt) of the set is removed first."""
+    side by side). With ``overwrite`` every shard is converted again: a finished set stays
+    whole until the driver moves the new shards in (``shards.move_set_in``); anything else
+    (a partial set, attempts) is removed first."""
     if plan.dst_path is None or plan.shards is None:
         raise ValueError("an engine converts a sharded set into a folder: pass shards=N and "
                          "a local or shared destination")
@@ -141,21 +153,29 @@ def plan_shard_jobs(plan: ConversionPlan, *, overwrite: bool = False,
     bounds, identities = shard_layout(plan)
     jobs, finished = [], []
     with set_lock(dst, LOCK_FILE):
-        claim_shard_count(dst, count, None, overwrite)
+        # a finished set stays whole until every new shard is: each is published as the
+        # replacement of the shard it replaces, and the driver moves them in together
+        replacing = overwrite and (dst / MANIFEST_FILE).exists()
+        claim_shard_count(dst, count, None, overwrite, keep_until_replaced=replacing)
         if overwrite:
-            for k in range(count):
-                if (dst / shard_name(k, count)).is_dir():
-                    remove_shard(dst / shard_name(k, count))
             for folder in attempt_folders(dst):
                 shutil.rmtree(folder, ignore_errors=True)
         for k, (begin, stop) in enumerate(bounds):
-            if finished_shard(dst / shard_name(k, count), identities[k], stop - begin):
+            folder = dst / shard_name(k, count)
+            replaces = replacing and is_complete(folder)
+            if overwrite:  # every shard converted again: a replacement's leftovers too
+                old = folder / REPLACEMENT if replaces else folder
+                if old.is_dir():
+                    remove_shard(old)
+            elif finished_shard(folder, identities[k], stop - begin):
                 finished.append(k)
                 continue
-            jobs.append(shard_job(ShardJob, plan, str(dst), k, bounds, identities, workers))
+            jobs.append(shard_job(ShardJob, plan, str(dst), k, bounds, identities, workers,
+                                  replaces=replaces))
     return ShardPlan(dst_path=dst, count=count, bounds=bounds, identities=identities,
                      jobs=jobs, finished_before=finished, classes=list(plan.source.classes),
-                     identity=plan.identity)
+                     identity=plan.identity, replacing=replacing,
+                     replaced=[job.index for job in jobs if job.replaces])
 
 
 def shard_layout(plan: ConversionPlan) -> tuple[list[tuple[int, int]], list[dict]]:
@@ -216,7 +236,7 @@ def convert_shard(job: ShardJob) -> ShardResult:
     """Convert one shard, idempotently (module docstring); raises :class:`ShardBusy` when
     a live writer holds the shard."""
     dst = Path(job.dst)
-    final = dst / job.name
+    final = dst / job.name / REPLACEMENT if job.replaces else dst / job.name
     files = len(job.samples)
     if finished_shard(final, job.identity, files):
         return ShardResult(job.index, DONE)

@@ -9,8 +9,10 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 from fastload.data.convert.database import ConvertError, ConvertReport
+from fastload.data.convert.destination import REPLACEMENT
 from fastload.data.convert.engine import (
     CONVERTED,
     DEFAULT_RETRIES,
@@ -24,7 +26,7 @@ from fastload.data.convert.engine import (
 )
 from fastload.data.convert.image_check import KEPT
 from fastload.data.convert.plan import ConversionPlan
-from fastload.data.convert.shards import finished_shard
+from fastload.data.convert.shards import finished_shard, move_set_in
 from fastload.data.format.constants import ERRORS_FILE, META_FILE
 from fastload.data.sets.manifest import complete_manifest, shard_name
 
@@ -44,12 +46,15 @@ def finish_shards(plan: ShardPlan, results: list[ShardResult]) -> ConvertReport:
     :class:`ConvertError` saying the set is resumable); the set then has no manifest."""
     dst, count = plan.dst_path, plan.count
     unfinished = [k for k, (begin, stop) in enumerate(plan.bounds)
-                  if not finished_shard(dst / shard_name(k, count), plan.identities[k],
-                                        stop - begin)]
+                  if not _finished(plan, dst / shard_name(k, count), k, stop - begin)]
     for k in set(range(count)) - set(unfinished):
         for folder in attempt_folders(dst, f"{shard_name(k, count)}-"):
             remove_abandoned(folder)
     raise_unfinished(plan, results, unfinished)
+    if plan.replacing and not move_set_in(dst, plan.identities,
+                                          [stop - begin for begin, stop in plan.bounds]):
+        raise ConvertError(f"another process is writing a shard of {str(dst)!r}; rerun the "
+                           "same command once it has finished (finished shards are kept)")
     manifest = complete_manifest(dst, count)
     total = ConvertReport(path=dst, stored=0, skipped=0, seen=0,
                           finished_shards=list(plan.finished_before),
@@ -65,6 +70,14 @@ def finish_shards(plan: ShardPlan, results: list[ShardResult]) -> ConvertReport:
         add_shard_report(total, plan, results, k, meta, errors)
     total.manifest = manifest
     return total
+
+
+def _finished(plan: ShardPlan, folder: Path, k: int, files: int) -> bool:
+    """Whether shard ``k`` is finished: the replacement of a shard the plan replaces (the
+    shard it replaces is not this run's, whatever its identity)."""
+    if k in plan.replaced:
+        return finished_shard(folder / REPLACEMENT, plan.identities[k], files)
+    return finished_shard(folder, plan.identities[k], files)
 
 
 def raise_unfinished(plan: ShardPlan, results: list[ShardResult],

@@ -33,7 +33,8 @@ from fastload.data.sets.manifest import (
 )
 
 __all__ = ["check_set_folder", "claim_shard_count", "convert_shards", "finished_shard",
-           "identity_of_shard", "remove_shard", "shard_differences"]
+           "identity_of_shard", "move_set_in", "newest_shard", "remove_shard",
+           "shard_differences"]
 
 log = logging.getLogger(__name__)  # which shards are kept: debug records
 
@@ -53,9 +54,10 @@ def convert_shards(samples, dst_path: Path, identity: dict, total_bytes: int, ov
     check_set_folder(dst_path, len(samples), shards)
     bounds = shard_bounds(len(samples), shards)
     todo = range(shards) if shard_index is None else [shard_index]
-    # a whole set overwritten here keeps the set it replaces whole until every new shard is
-    # finished, then moves them in together (a conversion that stops loses nothing)
-    replace_at_end = overwrite and shard_index is None and manifest
+    # an overwritten set stays whole until every new shard is finished (here, or by the
+    # processes converting the other shard indexes), then they move in together: a
+    # conversion that stops loses nothing
+    replace_at_end = overwrite and manifest
     total = ConvertReport(path=dst_path, stored=0, skipped=0, seen=0)
     claimed: list[tuple[int, Path, dict, dict]] = []  # (index, folder, identity, progress)
     checks = CheckBatches(run[0])  # one strict check's threads for every shard (if it runs)
@@ -94,26 +96,56 @@ def convert_shards(samples, dst_path: Path, identity: dict, total_bytes: int, ov
             unlock_destination(folder)
             if "replacing" in progress_state:
                 unlock_destination(Path(progress_state["replacing"]))
-    if replace_at_end:
-        _move_set_in(dst_path, shards)
+    if replace_at_end and not move_set_in(
+            dst_path, [identity_of_shard(identity, k, shards, bounds) for k in range(shards)],
+            [stop - begin for begin, stop in bounds]):
+        total.replacing = True  # the other shard indexes' replacements are not all finished
+        return total
     total.manifest = complete_manifest(dst_path, shards) if manifest else None
     return total
 
 
-def _move_set_in(dst_path: Path, shards: int) -> None:
-    """The set replaced (its manifest, then shards of another count, as an overwrite removes
-    them), then every shard's finished replacement moved in: a crash between leaves no
+def newest_shard(folder: Path) -> Path:
+    """Where a shard's newest copy is written: its replacement's folder beside a finished
+    shard that an overwrite replaces, else the shard's folder."""
+    replacement = folder / REPLACEMENT
+    return replacement if replacement.is_dir() else folder
+
+
+def move_set_in(dst_path: Path, identities: list[dict], files: list[int]) -> bool:
+    """Replace an overwritten set once every shard's newest copy (:func:`newest_shard`) is
+    finished with this conversion's ``identities`` (``files`` source files each) and no
+    process writes one: the set's manifest and shards of another count removed (as an
+    overwrite removes them), then every finished replacement moved in. Returns False, and
+    changes nothing, while a shard is unfinished or written. A crash between leaves no
     manifest, and the rerun converts again."""
+    shards = len(identities)
+    folders = [dst_path / shard_name(k, shards) for k in range(shards)]
     with set_lock(dst_path, LOCK_FILE):
-        claim_shard_count(dst_path, shards, None, overwrite=True)
-        for k in range(shards):
-            folder = dst_path / shard_name(k, shards)
-            if (folder / REPLACEMENT / META_FILE).exists():
-                lock_destination(folder)
+        locked = []
+        try:
+            for folder in folders:
+                if not folder.is_dir():
+                    return False
                 try:
+                    lock_destination(folder)
+                except FileExistsError:  # its process still converts it
+                    return False
+                locked.append(folder)
+            for folder, identity, count in zip(folders, identities, files, strict=True):
+                try:
+                    if not finished_shard(newest_shard(folder), identity, count):
+                        return False
+                except FileExistsError:  # the set replaced, not yet this shard
+                    return False
+            claim_shard_count(dst_path, shards, None, overwrite=True)
+            for folder in folders:
+                if (folder / REPLACEMENT / META_FILE).exists():
                     move_replacement_in(folder, folder / REPLACEMENT)
-                finally:
-                    unlock_destination(folder)
+        finally:
+            for folder in locked:
+                unlock_destination(folder)
+    return True
 
 
 def check_set_folder(dst_path: Path, files: int, shards: int) -> None:
