@@ -89,7 +89,9 @@ class ResumableSampler(Sampler[int]):
 
 class SeededDataset(Dataset):
     """Wraps a map-style dataset so sample ``i`` of epoch ``e`` draws its random transform
-    from ``torch.manual_seed(mix_seed(seed, e, i))`` — the global RNG is restored afterwards.
+    from torch's CPU generator seeded with ``mix_seed(seed, e, i)``; the generator is
+    restored afterwards, and no other device's is touched (``torch.manual_seed`` would seed
+    every CUDA generator, or queue that seed for CUDA's start).
 
     Set ``epoch`` before each ``iter(loader)``; torch re-creates (non-persistent) workers
     per epoch, so they see the new value.
@@ -105,7 +107,8 @@ class SeededDataset(Dataset):
 
     def __getitem__(self, index: int):
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(mix_seed(self.seed, self.epoch, int(index)))
+            torch.random.default_generator.manual_seed(mix_seed(self.seed, self.epoch,
+                                                                int(index)))
             return self.dataset[index]
 
 

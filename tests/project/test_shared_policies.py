@@ -62,6 +62,16 @@ def test_seeded_dataset_draws_each_sample_from_mix_seed_of_seed_epoch_index():
     assert torch.equal(dataset[7], expected)
 
 
+def test_seeded_dataset_leaves_every_generator_as_it_found_it():
+    before = torch.random.get_rng_state()
+    # torch.manual_seed would seed CUDA's generators too: on a machine without CUDA (or
+    # before it starts) it queues the seed, applied when CUDA starts
+    cuda_seeds = torch.cuda._lazy_seed_tracker.get_calls()
+    SeededDataset(_RandomItems(), seed=5)[7]
+    assert torch.equal(torch.random.get_rng_state(), before)
+    assert torch.cuda._lazy_seed_tracker.get_calls() == cuda_seeds
+
+
 class _RandomItems:
     def __getitem__(self, index: int) -> torch.Tensor:
         return torch.rand(1)
