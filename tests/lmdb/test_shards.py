@@ -272,3 +272,38 @@ def test_a_shard_index_overwrite_that_stops_keeps_the_finished_set_whole(source,
                        overwrite=True, strict=True)
     assert (dst / MANIFEST_FILE).read_bytes() == before and verify_set(dst, full=True).ok
     assert records(LMDBDataset(dst).reader) == records(unsharded.reader)
+
+
+def test_parallel_shard_index_overwrites_replace_the_set_once_all_are_finished(
+        source, tmp_path):
+    dst, resized = tmp_path / "set", tmp_path / "resized"
+    convert_folder(source, dst, workers=1, progress=False, shards=3)
+    convert_folder(source, resized, workers=1, progress=False, shards=3, max_side=6)
+    procs = [subprocess.Popen(
+        [sys.executable, "-m", "fastload.tools.cli", "convert", str(source), str(dst),
+         "--shards", "3", "--shard-index", str(i), "--workers", "1", "--no-progress",
+         "--overwrite", "--max-side", "6"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE) for i in range(3)]
+    outputs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], outputs
+    assert verify_set(dst, full=True).ok and not list(dst.rglob(".fastload-replacement"))
+    assert records(LMDBDataset(dst).reader) == records(LMDBDataset(resized).reader)
+
+
+def test_shard_index_overwrites_in_threads_of_one_process_replace_the_set_once(
+        source, tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    dst, resized = tmp_path / "set", tmp_path / "resized"
+    convert_folder(source, dst, workers=1, progress=False, shards=2)
+    convert_folder(source, resized, workers=1, progress=False, shards=2, max_side=6)
+
+    def shard(k):
+        return convert_folder(source, dst, workers=1, progress=False, shards=2, shard_index=k,
+                              overwrite=True, max_side=6)
+
+    with ThreadPoolExecutor(2) as pool:
+        reports = list(pool.map(shard, range(2)))
+    assert sum(report.manifest is not None for report in reports) >= 1
+    assert verify_set(dst, full=True).ok and not list(dst.rglob(".fastload-replacement"))
+    assert records(LMDBDataset(dst).reader) == records(LMDBDataset(resized).reader)

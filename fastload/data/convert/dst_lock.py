@@ -40,6 +40,12 @@ def lock_destination(dst: Path) -> None:
     _DST_LOCKS[key] = fd
 
 
+def locked_here(dst: Path) -> bool:
+    """Whether this process holds :func:`lock_destination`'s lock on ``dst`` (a thread of
+    it converts into that folder)."""
+    return os.path.realpath(dst) in _DST_LOCKS
+
+
 def unlock_destination(dst: Path) -> None:
     """Release :func:`lock_destination`'s lock (idempotent)."""
     fd = _DST_LOCKS.pop(os.path.realpath(dst), None)

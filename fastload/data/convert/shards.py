@@ -16,7 +16,12 @@ from pathlib import Path
 from fastload.data.convert.check_batches import CheckBatches
 from fastload.data.convert.database import ConvertReport, convert_one, is_complete
 from fastload.data.convert.destination import REPLACEMENT, move_replacement_in, prepare_destination
-from fastload.data.convert.dst_lock import lock_destination, set_lock, unlock_destination
+from fastload.data.convert.dst_lock import (
+    lock_destination,
+    locked_here,
+    set_lock,
+    unlock_destination,
+)
 from fastload.data.convert.read_ahead import ReadAhead
 from fastload.data.format.constants import META_FILE
 from fastload.data.sets.manifest import (
@@ -125,7 +130,7 @@ def move_set_in(dst_path: Path, identities: list[dict], files: list[int]) -> boo
         locked = []
         try:
             for folder in folders:
-                if not folder.is_dir():
+                if not folder.is_dir() or locked_here(folder):  # a thread here converts it
                     return False
                 try:
                     lock_destination(folder)
