@@ -183,3 +183,31 @@ def test_synth_writes_no_folder_for_a_split_of_no_images(tmp_path):
     root = synthesize(tmp_path, train=2, val=0, classes=2, workers=1, min_side=32, max_side=48)
     assert sorted(p.name for p in (root / "train").iterdir()) == class_names(2)
     assert not (root / "val").exists()
+
+
+def test_synth_again_with_the_same_arguments_writes_the_same_tree(tmp_path):
+    options = dict(train=6, val=2, classes=2, workers=1, min_side=32, max_side=48)
+    first = _tree_bytes(synthesize(tmp_path, **options))
+    (tmp_path / "train" / "class_01" / "class_01_000003.jpg.tmp").write_bytes(b"cut")  # killed
+    assert _tree_bytes(synthesize(tmp_path, **options)) == first
+    assert not list(tmp_path.rglob("*.tmp"))
+
+
+def test_synth_refuses_a_tree_that_holds_files_these_arguments_would_not_write(tmp_path,
+                                                                            capsys):
+    options = dict(val=0, workers=1, min_side=32, max_side=48)
+    synthesize(tmp_path / "a", train=8, classes=4, **options)
+    before = _tree_bytes(tmp_path / "a")
+    # fewer images, or fewer classes: the earlier run's other files would join this set
+    for other in (dict(train=4, classes=4), dict(train=8, classes=2)):
+        with pytest.raises(FileExistsError, match=r"would not write \(train/class_0.*: they "
+                                                  r"would join this data set"):
+            synthesize(tmp_path / "a", **other, **options)
+    assert _tree_bytes(tmp_path / "a") == before  # refused before anything was written
+    (tmp_path / "b" / "val" / "mine").mkdir(parents=True)
+    (tmp_path / "b" / "val" / "mine" / "photo.jpg").write_bytes(b"yours")
+    assert main(["synth", str(tmp_path / "b"), "--train", "4", "--val", "0", "--classes",
+                 "2"]) == 1
+    assert "would not write (val/mine)" in capsys.readouterr().err
+    assert (tmp_path / "b" / "val" / "mine" / "photo.jpg").read_bytes() == b"yours"
+    assert not (tmp_path / "b" / "train").exists()

@@ -282,6 +282,8 @@ def photo_tree(
         TypeError: a count, side, seed or quality that is not an integer.
         ValueError: a value out of its range, or a source photo's package or file
             missing (naming it, with the install command).
+        FileExistsError: ``out/train`` or ``out/val`` holds files these arguments would not
+            write (:func:`fastload.data.pictures.synth.refuse_other_files`).
     """
     if classes is None:
         classes = len(SOURCES)

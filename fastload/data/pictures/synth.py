@@ -290,7 +290,9 @@ def synthesize(
 
     ``train`` and ``val`` images are spread evenly over ``classes`` folders (image ``i`` has
     label ``i % classes``). The bytes depend only on the arguments other than ``workers``
-    and ``progress``. Existing files of the same names are overwritten. For crops of real
+    and ``progress``. Files of a run with the same arguments are written again; any
+    other file or folder in ``out/train`` or ``out/val`` is refused (``FileExistsError``),
+    before anything is written. For crops of real
     photographs instead, see :func:`fastload.data.pictures.photos.photo_tree`.
 
     Args:
@@ -314,6 +316,8 @@ def synthesize(
         TypeError: a count, side, seed or quality that is not an integer.
         ValueError: a value below its minimum, ``quality`` above 100, or ``size`` not a
             pair.
+        FileExistsError: ``out/train`` or ``out/val`` holds files these arguments would not
+            write.
     """
     workers, size = check_tree_arguments(train, val, classes, seed, quality, workers, size)
     _check_int("min_side", min_side, 8)
@@ -334,6 +338,7 @@ def write_tree(out: str | os.PathLike, train: int, val: int, classes: int, seed:
     to the worker processes)."""
     root = pathlib.Path(out)
     names = class_names(classes)
+    refuse_other_files(root, {"train": train, "val": val}, names)
     jobs = []
     for split, count in (("train", train), ("val", val)):
         for name in names[:count]:  # no split folder for 0 images (no class folder left empty)
@@ -369,6 +374,36 @@ def write_tree(out: str | os.PathLike, train: int, val: int, classes: int, seed:
         if bar is not None:
             bar.close()
     return root
+
+
+def refuse_other_files(root: pathlib.Path, counts: dict[str, int], names: list[str]) -> None:
+    """Refuse to write a tree into ``root`` whose ``train/`` or ``val/`` holds a file or
+    folder this tree would not write (``counts`` images a split over ``names``): an earlier
+    run's with other arguments, or the user's, would make one data set of both. The files
+    of a run with the same arguments (and its unfinished ``.tmp`` files) are written again."""
+    others = []
+    for split, count in counts.items():
+        top = root / split
+        if not top.is_dir():
+            continue
+        folders = names[:count]
+        for entry in sorted(os.scandir(top), key=lambda e: e.name):
+            if entry.name not in folders or not entry.is_dir():
+                others.append(f"{split}/{entry.name}")
+                continue
+            label = folders.index(entry.name)
+            for file in sorted(os.listdir(entry.path)):
+                name, _, index = file.removesuffix(".tmp").removesuffix(".jpg").rpartition("_")
+                if not (name == entry.name and file.removesuffix(".tmp").endswith(".jpg")
+                        and index.isdigit() and len(index) == 6 and int(index) < count
+                        and int(index) % len(names) == label):
+                    others.append(f"{split}/{entry.name}/{file}")
+    if others:
+        raise FileExistsError(
+            f"{str(root)!r} already holds {len(others)} file(s) or folder(s) in train/ or val/ "
+            f"that these arguments would not write ({', '.join(others[:3])}"
+            f"{', ...' if len(others) > 3 else ''}): they would join this data set; write to "
+            "a new or empty folder, or remove them first")
 
 
 def tree_stats(root: str | os.PathLike) -> dict[str, float]:
