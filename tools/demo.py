@@ -195,6 +195,11 @@ def _photos_step(workdir: Path, photos: DemoPhotos, seed: int, workers: int | No
     if marker.exists() and json.loads(marker.read_text(encoding="utf-8")) == wanted:
         stats = tree_stats(workdir / "photos")
         return f"photos: {stats['count']} images already in {workdir / 'photos'}, skipped"
+    if marker.exists():
+        raise FileExistsError(
+            f"{marker} records photographs made with other arguments; remove {workdir} or "
+            "pick another --workdir"
+        )
     start = time.perf_counter()
     root = photo_tree(workdir / "photos", train=photos.train, val=0, seed=seed,
                       workers=workers, progress=progress, megapixels=photos.megapixels)

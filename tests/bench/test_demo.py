@@ -72,12 +72,16 @@ def test_demo_generates_converts_verifies_measures_learns_and_reports_then_skips
     assert "OK" in second[3] and "OK" in second[4]
 
 
-def test_demo_refuses_a_workdir_made_with_other_arguments(tmp_path, capsys):
+@pytest.mark.parametrize("marker", ["synth.json", "photos.json"])
+def test_demo_refuses_a_workdir_made_with_other_arguments(tmp_path, capsys, marker):
     workdir = tmp_path / "demo"
     workdir.mkdir()
-    (workdir / "synth.json").write_text(json.dumps({"classes": 3}), encoding="utf-8")
-    assert main(["demo", "--workdir", str(workdir), "--tiny", "--epochs", "0"]) == 1
-    assert "other arguments" in capsys.readouterr().err
+    (workdir / marker).write_text(json.dumps({"train": 3}), encoding="utf-8")
+    # --epochs 1: the photographs are made for the measured steps only
+    assert main(["demo", "--workdir", str(workdir), "--tiny", "--workers", "1",
+                 "--epochs", "1"]) == 1
+    err = capsys.readouterr().err
+    assert f"{marker} records" in err and "made with other arguments" in err
 
 
 def test_demo_finishes_a_conversion_left_unfinished(tmp_path, capsys):
