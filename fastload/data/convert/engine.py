@@ -134,7 +134,7 @@ class ShardPlan:
     classes: list[str] = field(default_factory=list)
     location: object | None = None
     identity: dict = field(default_factory=dict)  # the set's (the shards' add their range)
-    replaced: list[int] = field(default_factory=list)  # shards whose jobs write replacements
+    replaced: set[int] = field(default_factory=set)  # shards whose jobs write replacements
     replacing: bool = False  # the jobs replace a finished set, moved in by the driver
 
 
@@ -175,7 +175,7 @@ def plan_shard_jobs(plan: ConversionPlan, *, overwrite: bool = False,
     return ShardPlan(dst_path=dst, count=count, bounds=bounds, identities=identities,
                      jobs=jobs, finished_before=finished, classes=list(plan.source.classes),
                      identity=plan.identity, replacing=replacing,
-                     replaced=[job.index for job in jobs if job.replaces])
+                     replaced={job.index for job in jobs if job.replaces})
 
 
 def shard_layout(plan: ConversionPlan) -> tuple[list[tuple[int, int]], list[dict]]:
