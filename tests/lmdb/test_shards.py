@@ -307,3 +307,17 @@ def test_shard_index_overwrites_in_threads_of_one_process_replace_the_set_once(
     assert sum(report.manifest is not None for report in reports) >= 1
     assert verify_set(dst, full=True).ok and not list(dst.rglob(".fastload-replacement"))
     assert records(LMDBDataset(dst).reader) == records(LMDBDataset(resized).reader)
+
+
+def test_an_overwrite_to_another_shard_count_removes_a_replacement_left_in_a_shard(
+        source, unsharded, tmp_path):
+    dst = tmp_path / "set"
+    convert_folder(source, dst, workers=1, progress=False, shards=2)
+    # shard 0's replacement, finished; shard 1's never made (that overwrite stopped)
+    convert_folder(source, dst, workers=1, progress=False, shards=2, shard_index=0,
+                   overwrite=True, max_side=6)
+    assert (dst / shard_name(0, 2) / ".fastload-replacement").is_dir()
+    convert_folder(source, dst, workers=1, progress=False, shards=3, overwrite=True)
+    assert sorted(p.name for p in dst.iterdir() if p.is_dir()) == [
+        shard_name(k, 3) for k in range(3)]
+    assert records(LMDBDataset(dst).reader) == records(unsharded.reader)

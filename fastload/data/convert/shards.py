@@ -123,33 +123,36 @@ def move_set_in(dst_path: Path, identities: list[dict], files: list[int]) -> boo
     process writes one: the set's manifest and shards of another count removed (as an
     overwrite removes them), then every finished replacement moved in. Returns False, and
     changes nothing, while a shard is unfinished or written. A crash between leaves no
-    manifest, and the rerun converts again."""
+    manifest, and the rerun converts again.
+
+    Under the set's lock, which every conversion takes to claim a shard: a shard found
+    unlocked here stays so until the end (one shard's lock is held at a time: a set may
+    have more shards than a process may open files)."""
     shards = len(identities)
     folders = [dst_path / shard_name(k, shards) for k in range(shards)]
     with set_lock(dst_path, LOCK_FILE):
-        locked = []
-        try:
-            for folder in folders:
-                if not folder.is_dir() or locked_here(folder):  # a thread here converts it
+        for folder, identity, count in zip(folders, identities, files, strict=True):
+            if not folder.is_dir() or locked_here(folder):  # a thread here converts it
+                return False
+            try:
+                lock_destination(folder)
+            except FileExistsError:  # its process still converts it
+                return False
+            try:
+                if not finished_shard(newest_shard(folder), identity, count):
                     return False
-                try:
-                    lock_destination(folder)
-                except FileExistsError:  # its process still converts it
-                    return False
-                locked.append(folder)
-            for folder, identity, count in zip(folders, identities, files, strict=True):
-                try:
-                    if not finished_shard(newest_shard(folder), identity, count):
-                        return False
-                except FileExistsError:  # the set replaced, not yet this shard
-                    return False
-            claim_shard_count(dst_path, shards, None, overwrite=True)
-            for folder in folders:
-                if (folder / REPLACEMENT / META_FILE).exists():
-                    move_replacement_in(folder, folder / REPLACEMENT)
-        finally:
-            for folder in locked:
+            except FileExistsError:  # the set replaced, not yet this shard
+                return False
+            finally:
                 unlock_destination(folder)
+        claim_shard_count(dst_path, shards, None, overwrite=True)
+        for folder in folders:
+            if (folder / REPLACEMENT / META_FILE).exists():
+                lock_destination(folder)
+                try:
+                    move_replacement_in(folder, folder / REPLACEMENT)
+                finally:
+                    unlock_destination(folder)
     return True
 
 
@@ -263,9 +266,12 @@ def _add_shard(total: ConvertReport, report: ConvertReport, begin: int) -> None:
 
 
 def remove_shard(folder: Path) -> None:
-    """Delete a shard folder of fastload files; one holding anything else is refused."""
+    """Delete a shard folder of fastload files (and the replacement an overwrite left in
+    it); one holding anything else is refused."""
     from fastload.data.format.constants import OWNED_FILES
 
+    if (folder / REPLACEMENT).is_dir():
+        remove_shard(folder / REPLACEMENT)
     foreign = [e.name for e in os.scandir(folder) if e.name not in OWNED_FILES]
     if foreign:
         raise FileExistsError(f"shard folder {str(folder)!r} holds files that are not part of "
