@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import multiprocessing
 import random
+import shutil
 import time
 
 from seaweed import BUCKET, client
@@ -15,6 +16,7 @@ from seaweed import BUCKET, client
 from fastload.data.convert.engine import ShardBusy, run_shard
 from fastload.data.convert.plan import plan_conversion
 from fastload.data.remote.engine_tasks import finish_url_shards, plan_url_shard_jobs
+from fastload.data.remote.upload import REPLACEMENT
 
 
 def url_plan(src, url, storage_options, **options):
@@ -85,3 +87,43 @@ def test_two_url_attempts_of_one_shard_at_once_leave_one_valid_shard(
     report = finish_url_shards(plan, [run_shard(job) for job in plan.jobs])
     assert report.manifest["count"] == 24
     same_set(download_set(url), serial_engine_set)
+
+
+def _serial(jobs, on_result, *, address, retries, cpus):
+    """The jobs one after another in this process (an engine's adapter without an engine)."""
+    for job in jobs:
+        on_result(run_shard(job))
+
+
+def test_a_url_overwrite_on_an_engine_keeps_the_finished_set_until_the_new_one_is_whole(
+        s3_server, s3_options, engine_source, serial_engine_set, same_set, download_set,
+        tmp_path):
+    from fastload.data.convert.folder import ConvertError, convert_folder
+    from fastload.data.remote.engine_tasks import convert_url_on_engine
+
+    url = f"s3://{BUCKET}/engine/overwritten.set"
+    convert_folder(engine_source, url, shards=4, workers=1, progress=False,
+                   storage_options=s3_options)
+    broken = tmp_path / "broken"
+    for path in sorted(engine_source.rglob("*.jpg")):
+        (broken / path.parent.name).mkdir(parents=True, exist_ok=True)
+        (broken / path.parent.name / path.name).write_bytes(path.read_bytes())
+    sorted(broken.rglob("*.jpg"))[-1].write_bytes(b"not a jpeg")  # in the last shard
+    options = {"shards": 4, "workers": 1, "progress": False, "storage_options": s3_options}
+    try:
+        convert_url_on_engine(plan_conversion(broken, url, strict=True, **options), _serial,
+                              overwrite=True)
+    except ConvertError as exc:
+        assert "unreadable image" in str(exc)
+    else:
+        raise AssertionError("the strict overwrite should stop at the broken file")
+    down = download_set(url)  # the finished set as it was, beside the stopped replacement
+    shutil.rmtree(down / REPLACEMENT)
+    same_set(down, serial_engine_set)
+    shutil.rmtree(down)
+    resized = tmp_path / "resized"
+    convert_folder(engine_source, resized, shards=4, workers=1, progress=False, max_side=6)
+    report = convert_url_on_engine(plan_conversion(engine_source, url, max_side=6, **options),
+                                   _serial, overwrite=True)
+    assert report.path == url and report.manifest["num_shards"] == 4
+    same_set(download_set(url), resized)

@@ -156,3 +156,37 @@ def test_a_fresh_conversion_lists_no_shard_folder_before_uploading_it(s3_env, s3
         shard = f"shard-{k:05d}-of-00003"
         first = next((method, target) for method, target in requests if shard in target)
         assert first[0] == "PUT", f"{shard}: first request {first}"
+
+
+@pytest.mark.parametrize("shards", [3, 2])  # the same shard count, and another
+def test_an_overwrite_keeps_the_finished_set_at_the_url_until_the_new_one_is_whole(
+        s3_env, s3_server, source, sharded_set, tmp_path, shards):
+    from fastload.data.convert.folder import ConvertError
+
+    url = f"s3://{BUCKET}/convert/overwritten-{shards}.set"
+    key = f"{BUCKET}/convert/overwritten-{shards}.set"
+    convert_folder(source, url, shards=3, workers=1, progress=False)
+    fs = client(s3_server)
+    before = fs.cat_file(f"{key}/fastload-set.json")
+    broken = tmp_path / "broken"
+    for path in sorted(source.rglob("*.jpg")):
+        (broken / path.parent.name).mkdir(parents=True, exist_ok=True)
+        (broken / path.parent.name / path.name).write_bytes(path.read_bytes())
+    sorted(broken.rglob("*.jpg"))[-1].write_bytes(b"not a jpeg")  # in the last shard
+    with pytest.raises(ConvertError, match="unreadable image"):
+        convert_folder(broken, url, shards=shards, workers=1, progress=False, strict=True,
+                       overwrite=True)
+    fs.invalidate_cache()
+    assert fs.cat_file(f"{key}/fastload-set.json") == before
+    assert records(fastload.LMDBDataset(url)) == records(fastload.LMDBDataset(sharded_set))
+    resized = tmp_path / "resized"
+    convert_folder(source, resized, shards=shards, workers=1, progress=False, max_side=6)
+    report = convert_folder(source, url, shards=shards, workers=1, progress=False, max_side=6,
+                            overwrite=True)
+    assert report.path == url and report.manifest["num_shards"] == shards
+    fs.invalidate_cache()
+    # the objects there (SeaweedFS keeps a removed object's folder: real S3 has none)
+    assert {p[len(key) + 1:].split("/")[0] for p in fs.find(key)} == {
+        "fastload-set.json", "labels.i32", *(f"shard-{k:05d}-of-{shards:05d}"
+                                             for k in range(shards))}
+    assert records(fastload.LMDBDataset(url)) == records(fastload.LMDBDataset(resized))

@@ -283,11 +283,14 @@ def _convert_in_place(job: ShardJob, final: Path, files: int) -> ShardResult:
                        resumed_from=report.resumed_from if report.resumed else 0)
 
 
-def claim_attempt(job: ShardJob, dst: Path, files: int) -> tuple[Path, dict | None]:
+def claim_attempt(job: ShardJob, dst: Path, files: int, *,
+                  discard_others: bool = False) -> tuple[Path, dict | None]:
     """A locked attempt folder of ``job`` in ``dst`` and its progress (None: it is finished,
     to publish): an abandoned attempt's folder when there is one (its writer died: resume
     it), else a new one. An attempt folder locked by a live writer raises
-    :class:`ShardBusy`."""
+    :class:`ShardBusy`. An abandoned attempt of another conversion (another source or
+    other options) is refused, or with ``discard_others`` (a worker's staging folder, a
+    cache: the set is at the URL) removed."""
     busy = None
     for folder in attempt_folders(dst, f"{job.name}-"):
         try:
@@ -301,6 +304,11 @@ def claim_attempt(job: ShardJob, dst: Path, files: int) -> tuple[Path, dict | No
             if is_complete(folder) and finished_shard(folder, job.identity, files):
                 return folder, None  # its writer died between the sidecar and the rename
             return folder, prepare_destination(folder, job.identity, overwrite=False)
+        except (ValueError, FileExistsError):
+            unlock_destination(folder)
+            if not discard_others:
+                raise
+            shutil.rmtree(folder, ignore_errors=True)
         except BaseException:
             unlock_destination(folder)
             raise

@@ -33,7 +33,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import fastload.data.remote.fetch as fetch
 from fastload.data.convert.database import ConvertReport, convert_one
@@ -60,14 +60,17 @@ from fastload.data.convert.plan import ConversionPlan
 from fastload.data.format.constants import ERRORS_FILE, META_FILE
 from fastload.data.format.limits import MAX_META_BYTES
 from fastload.data.remote.upload import (
+    REPLACEMENT,
     claim_url_set,
     complete_url_set,
+    finished_url_set,
+    move_url_set_in,
     shard_uploaded,
     staging_folder,
     upload_shard,
 )
 from fastload.data.remote.url import RemoteLocation
-from fastload.data.sets.manifest import shard_name
+from fastload.data.sets.manifest import MANIFEST_FILE, shard_name
 
 __all__ = ["UrlShardJob", "convert_url_on_engine", "convert_url_shard", "finish_url_shards",
            "plan_url_shard_jobs"]
@@ -125,7 +128,8 @@ def convert_url_shard(job: UrlShardJob) -> ShardResult:
     files = len(job.samples)
     if shard_uploaded(remote, job.identity, files, None):
         return ShardResult(job.index, DONE)
-    folder, progress = claim_attempt(job, staging_folder(job.location, job.staging), files)
+    folder, progress = claim_attempt(job, staging_folder(job.location, job.staging), files,
+                                     discard_others=True)
     try:
         resumed = 0
         if progress is not None:
@@ -190,7 +194,17 @@ def convert_url_on_engine(plan: ConversionPlan, run_jobs: RunJobs, address: str 
                           *, overwrite: bool = False, workers: int | None = None,
                           retries: int = DEFAULT_RETRIES) -> ConvertReport:
     """:func:`fastload.data.convert.engine_run.convert_on_engine` for a URL destination:
-    plan, run every job through ``run_jobs``, finish (module docstring)."""
+    plan, run every job through ``run_jobs``, finish (module docstring). An overwrite of a
+    finished set converts the new one beside it and moves it in once whole, as
+    :func:`fastload.data.remote.upload.convert_to_url` does."""
+    if overwrite and finished_url_set(plan.location):
+        replacement = plan.location.child(REPLACEMENT)
+        fetch.remove(replacement.child(MANIFEST_FILE))  # an earlier one's, never moved in
+        report = convert_url_on_engine(replace(plan, location=replacement), run_jobs, address,
+                                       overwrite=True, workers=workers, retries=retries)
+        move_url_set_in(plan.location, replacement, plan.shards)
+        report.path = plan.location.url
+        return report
     shard_plan = plan_url_shard_jobs(plan, overwrite=overwrite, workers=workers)
     results = run_shard_plan(shard_plan, run_jobs, address, progress=plan.run[6],
                              retries=retries, cpus=workers or 1)

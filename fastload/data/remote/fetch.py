@@ -32,7 +32,7 @@ from typing import TypeVar
 
 from fastload.data.remote.url import RemoteLocation
 
-__all__ = ["DEFAULT_RETRY", "PartialTransfer", "RemoteError", "Retry", "download",
+__all__ = ["DEFAULT_RETRY", "PartialTransfer", "RemoteError", "Retry", "copy", "download",
            "download_files", "is_transient", "listing", "read_bytes", "read_head", "remove",
            "retrying", "upload", "upload_files", "write_bytes"]
 
@@ -315,6 +315,23 @@ def write_bytes(data: bytes, location: RemoteLocation, retry: Retry | None = Non
             raise PartialTransfer(f"the server lists {listed} of the {len(data)} bytes written")
 
     retrying(pipe, location.url, "writing", retry, attempt_s=location.attempt_bound_s())
+
+
+def copy(source: RemoteLocation, location: RemoteLocation, size: int,
+         retry: Retry | None = None) -> None:
+    """Copy the object ``source`` (of ``size`` bytes, as listed) to ``location`` of the same
+    file system, on the server where the backend can (S3's CopyObject, in parts above 5 GB),
+    then check the size the server lists (a short copy is made again)."""
+    fs = location.fs()
+
+    def cp() -> None:
+        fs.copy(source.path, location.path)
+        fs.invalidate_cache(location.path)
+        listed = int(fs.info(location.path).get("size") or 0)
+        if listed != size:
+            raise PartialTransfer(f"the server lists {listed} of the {size} bytes copied")
+
+    retrying(cp, location.url, "copying to", retry, attempt_s=location.attempt_bound_s())
 
 
 def remove(location: RemoteLocation, retry: Retry | None = None) -> None:

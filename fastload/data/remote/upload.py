@@ -12,6 +12,11 @@ one); a shard finished in staging but not uploaded is uploaded; the rest are con
 upload one shard; whichever finds every shard uploaded writes the manifest (from the
 shards' sidecars, fetched: the same manifest a local conversion writes).
 
+An overwrite of a finished set in one call converts and uploads the new set beside it, under
+``URL/.fastload-replacement/``, then moves it in (:func:`move_url_set_in`: the manifest
+removed first, each shard copied over the old one on the server, the manifest last): a
+conversion that stops leaves the finished set readable.
+
 Shard ``k`` uploads in a thread while shard ``k + 1`` converts (:data:`UPLOADS_AHEAD`
 finished shards at most wait or upload, so staging holds at most that many plus the one
 converting); the manifest waits for every upload to have succeeded, and a failed upload
@@ -61,11 +66,14 @@ from fastload.data.sets.manifest import (
     shard_name,
 )
 
-__all__ = ["claim_url_set", "complete_url_set", "convert_to_url", "default_staging",
-           "shard_uploaded", "staging_folder", "upload_shard"]
+__all__ = ["REPLACEMENT", "claim_url_set", "complete_url_set", "convert_to_url",
+           "default_staging", "finished_url_set", "move_url_set_in", "shard_uploaded",
+           "staging_folder", "upload_shard"]
 
 _SHARD_DIR = re.compile(r"shard-(\d{5,})-of-(\d{5,})")
 UPLOAD_ORDER = (DATA_FILE, CHECKSUM_FILE, LABELS_FILE, ERRORS_FILE, META_FILE)  # sidecar last
+# the new set an overwrite uploads beside a finished one, moved in once whole
+REPLACEMENT = ".fastload-replacement"
 UPLOADS_AHEAD = 2  # finished shards waiting or uploading while the next one converts
 
 
@@ -150,7 +158,20 @@ def convert_to_url(samples, location: RemoteLocation, identity: dict, total_byte
     """Convert and upload the shards of a set at ``location`` (all, or ``shard_index``);
     then, if every shard is uploaded, the set's labels and manifest (module docstring).
     The report sums the shards converted here; ``finished_shards`` lists those found
-    already uploaded (skipped) or finished in staging (uploaded without converting)."""
+    already uploaded (skipped) or finished in staging (uploaded without converting).
+
+    An overwrite of a finished set in one call uploads the new set beside it, under
+    :data:`REPLACEMENT`, and moves it in once it is whole (:func:`move_url_set_in`): a
+    conversion that stops leaves the finished set as it was. One shard index a call
+    (processes or machines that do not wait for each other) replaces shards in place."""
+    if overwrite and shard_index is None and finished_url_set(location):
+        replacement = location.child(REPLACEMENT)
+        fetch.remove(replacement.child(MANIFEST_FILE))  # an earlier one's, never moved in
+        total = convert_to_url(samples, replacement, identity, total_bytes, True, run, shards,
+                               None, staging)
+        move_url_set_in(location, replacement, shards)
+        total.path = location.url  # type: ignore[assignment]
+        return total
     staging = staging_folder(location, staging)
     present = claim_url_set(location, shards, overwrite)
     bounds = shard_bounds(len(samples), shards)
@@ -199,12 +220,44 @@ def _upload_and_remove(k: int, staged: Path, remote: RemoteLocation, sidecar_the
     shutil.rmtree(gone)
 
 
+def finished_url_set(location: RemoteLocation) -> bool:
+    """Whether ``location`` holds a set's manifest (its last file: the set is finished)."""
+    return MANIFEST_FILE in fetch.listing(location)
+
+
+def move_url_set_in(location: RemoteLocation, replacement: RemoteLocation, shards: int) -> None:
+    """Replace the set at ``location`` by the finished set at ``replacement``: its manifest
+    first (a set half replaced is never finished) and shards of another count removed, each
+    shard copied over the old one with its sidecar last (on the server where the backend
+    can), then the labels and the manifest last; ``replacement`` removed after. A crash
+    between leaves no manifest, and the same command converts again."""
+    fetch.remove(location.child(MANIFEST_FILE))
+    for name in fetch.listing(location, folders=True):
+        match = _SHARD_DIR.fullmatch(name)
+        if match and int(match.group(2)) != shards:
+            fetch.remove(location.child(name))
+    for k in range(shards):
+        name = shard_name(k, shards)
+        source, target = replacement.child(name), location.child(name)
+        listed = fetch.listing(source)
+        fetch.remove(target)  # the old shard's sidecar goes with it: never a mix called finished
+        for file in UPLOAD_ORDER:  # the sidecar last
+            if file in listed:
+                fetch.copy(source.child(file), target.child(file), listed[file])
+    listed = fetch.listing(replacement)
+    for file in (SET_LABELS_FILE, MANIFEST_FILE):  # the manifest last
+        fetch.copy(replacement.child(file), location.child(file), listed[file])
+    fetch.remove(replacement)
+
+
 def claim_url_set(location: RemoteLocation, shards: int, overwrite: bool) -> set[str]:
     """Refuse a URL holding a finished set or shards of another count (unless
     ``overwrite``, which removes them, and the manifest, first). Returns the names of
     the folders of this count's shards found there (none were uploaded elsewhere)."""
     files = fetch.listing(location)
     folders = fetch.listing(location, folders=True)
+    if overwrite and REPLACEMENT in folders:  # an overwrite's that stopped: not moved in
+        fetch.remove(location.child(REPLACEMENT))
     others = sorted({int(m.group(2)) for m in map(_SHARD_DIR.fullmatch, folders) if m}
                     - {shards})
     if MANIFEST_FILE in files:
