@@ -392,18 +392,24 @@ def refuse_other_files(root: pathlib.Path, counts: dict[str, int], names: list[s
                 others.append(f"{split}/{entry.name}")
                 continue
             label = folders.index(entry.name)
-            for file in sorted(os.listdir(entry.path)):
-                name, _, index = file.removesuffix(".tmp").removesuffix(".jpg").rpartition("_")
-                if not (name == entry.name and file.removesuffix(".tmp").endswith(".jpg")
-                        and index.isdigit() and len(index) == 6 and int(index) < count
-                        and int(index) % len(names) == label):
-                    others.append(f"{split}/{entry.name}/{file}")
+            others += [f"{split}/{entry.name}/{file}" for file in sorted(os.listdir(entry.path))
+                       if not _written_here(file, entry.name, label, count, len(names))]
     if others:
         raise FileExistsError(
             f"{str(root)!r} already holds {len(others)} file(s) or folder(s) in train/ or val/ "
             f"that these arguments would not write ({', '.join(others[:3])}"
             f"{', ...' if len(others) > 3 else ''}): they would join this data set; write to "
             "a new or empty folder, or remove them first")
+
+
+def _written_here(file: str, folder: str, label: int, count: int, classes: int) -> bool:
+    """Whether ``file`` in the class folder ``folder`` (of ``label``) is a picture a tree of
+    ``count`` images over ``classes`` writes there (as :func:`_write_chunk` names it), or its
+    unfinished ``.tmp``."""
+    name = file.removesuffix(".tmp")
+    index = name.removeprefix(f"{folder}_").removesuffix(".jpg")
+    return (index.isdigit() and int(index) < count and int(index) % classes == label
+            and name == f"{folder}_{int(index):06d}.jpg")
 
 
 def tree_stats(root: str | os.PathLike) -> dict[str, float]:
