@@ -321,3 +321,11 @@ def test_an_overwrite_to_another_shard_count_removes_a_replacement_left_in_a_sha
     assert sorted(p.name for p in dst.iterdir() if p.is_dir()) == [
         shard_name(k, 3) for k in range(3)]
     assert records(LMDBDataset(dst).reader) == records(unsharded.reader)
+
+
+def test_a_shard_index_overwrite_of_a_new_folder_replaces_nothing(source, tmp_path, capsys):
+    dst = tmp_path / "set"
+    assert cli(["convert", str(source), str(dst), "--shards", "2", "--shard-index", "0",
+                "--workers", "1", "--overwrite", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "manifest pending until every shard is converted" in out and "replaces" not in out

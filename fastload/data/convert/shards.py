@@ -69,6 +69,7 @@ def convert_shards(samples, dst_path: Path, identity: dict, total_bytes: int, ov
     ahead = None  # the next shard's first records, read while the one before finished
     try:
         with set_lock(dst_path, LOCK_FILE):
+            replacing = replace_at_end and (dst_path / MANIFEST_FILE).exists()
             claim_shard_count(dst_path, shards, shard_index, overwrite,
                               keep_until_replaced=replace_at_end)
             for k in todo:
@@ -104,7 +105,7 @@ def convert_shards(samples, dst_path: Path, identity: dict, total_bytes: int, ov
     if replace_at_end and not move_set_in(
             dst_path, [identity_of_shard(identity, k, shards, bounds) for k in range(shards)],
             [stop - begin for begin, stop in bounds]):
-        total.replacing = True  # the other shard indexes' replacements are not all finished
+        total.replacing = replacing  # a finished set kept until the other indexes finish
         return total
     total.manifest = complete_manifest(dst_path, shards) if manifest else None
     return total
