@@ -127,3 +127,21 @@ def test_a_url_overwrite_on_an_engine_keeps_the_finished_set_until_the_new_one_i
                                    _serial, overwrite=True)
     assert report.path == url and report.manifest["num_shards"] == 4
     same_set(download_set(url), resized)
+
+
+def test_a_url_overwrite_on_an_engine_whose_move_stopped_is_finished_without_converting(
+        s3_server, s3_options, engine_source, same_set, download_set, tmp_path):
+    from fastload.data.convert.folder import convert_folder
+    from fastload.data.remote.engine_tasks import convert_url_on_engine
+
+    url = f"s3://{BUCKET}/engine/moved.set"
+    options = {"shards": 4, "workers": 1, "progress": False, "storage_options": s3_options}
+    convert_folder(engine_source, url, **options)
+    convert_folder(engine_source, f"{url}/{REPLACEMENT}", max_side=6, **options)
+    client(s3_server).rm(url.removeprefix("s3://") + "/fastload-set.json")  # the move's start
+    report = convert_url_on_engine(plan_conversion(engine_source, url, max_side=6, **options),
+                                   _serial, overwrite=True)
+    assert report.stored == 0 and report.finished_shards == [0, 1, 2, 3]
+    resized = tmp_path / "resized"
+    convert_folder(engine_source, resized, shards=4, workers=1, progress=False, max_side=6)
+    same_set(download_set(url), resized)

@@ -190,3 +190,24 @@ def test_an_overwrite_keeps_the_finished_set_at_the_url_until_the_new_one_is_who
         "fastload-set.json", "labels.i32", *(f"shard-{k:05d}-of-{shards:05d}"
                                              for k in range(shards))}
     assert records(fastload.LMDBDataset(url)) == records(fastload.LMDBDataset(resized))
+
+
+def test_an_overwrite_whose_move_stopped_is_finished_by_the_same_command(
+        s3_env, s3_server, source, tmp_path):
+    url = f"s3://{BUCKET}/convert/moved.set"
+    key = f"{BUCKET}/convert/moved.set"
+    convert_folder(source, url, shards=3, workers=1, progress=False)
+    # the new set whole beside it, the move stopped after the manifest and shard 0's sidecar
+    convert_folder(source, f"{url}/.fastload-replacement", shards=3, workers=1,
+                   progress=False, max_side=6)
+    fs = client(s3_server)
+    fs.rm(f"{key}/fastload-set.json")
+    fs.rm(f"{key}/shard-00000-of-00003/fastload.json")
+    report = convert_folder(source, url, shards=3, workers=1, progress=False, max_side=6,
+                            overwrite=True)
+    assert report.stored == 0 and report.finished_shards == [0, 1, 2]  # nothing converted
+    resized = tmp_path / "resized"
+    convert_folder(source, resized, shards=3, workers=1, progress=False, max_side=6)
+    assert records(fastload.LMDBDataset(url)) == records(fastload.LMDBDataset(resized))
+    fs.invalidate_cache()
+    assert not [p for p in fs.find(key) if "/.fastload-replacement/" in p]

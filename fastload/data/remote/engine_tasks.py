@@ -63,14 +63,16 @@ from fastload.data.remote.upload import (
     REPLACEMENT,
     claim_url_set,
     complete_url_set,
+    finish_stopped_move,
     finished_url_set,
     move_url_set_in,
     shard_uploaded,
     staging_folder,
     upload_shard,
+    whole_replacement,
 )
 from fastload.data.remote.url import RemoteLocation
-from fastload.data.sets.manifest import MANIFEST_FILE, shard_name
+from fastload.data.sets.manifest import MANIFEST_FILE, shard_bounds, shard_name
 
 __all__ = ["UrlShardJob", "convert_url_on_engine", "convert_url_shard", "finish_url_shards",
            "plan_url_shard_jobs"]
@@ -197,8 +199,11 @@ def convert_url_on_engine(plan: ConversionPlan, run_jobs: RunJobs, address: str 
     plan, run every job through ``run_jobs``, finish (module docstring). An overwrite of a
     finished set converts the new one beside it and moves it in once whole, as
     :func:`fastload.data.remote.upload.convert_to_url` does."""
+    replacement = plan.location.child(REPLACEMENT)
+    if overwrite and whole_replacement(replacement, plan.identity,
+                                       shard_bounds(len(plan.source.samples), plan.shards)):
+        return finish_stopped_move(plan.location, replacement, plan.shards)
     if overwrite and finished_url_set(plan.location):
-        replacement = plan.location.child(REPLACEMENT)
         fetch.remove(replacement.child(MANIFEST_FILE))  # an earlier one's, never moved in
         report = convert_url_on_engine(replace(plan, location=replacement), run_jobs, address,
                                        overwrite=True, workers=workers, retries=retries)

@@ -67,8 +67,8 @@ from fastload.data.sets.manifest import (
 )
 
 __all__ = ["REPLACEMENT", "claim_url_set", "complete_url_set", "convert_to_url",
-           "default_staging", "finished_url_set", "move_url_set_in", "shard_uploaded",
-           "staging_folder", "upload_shard"]
+           "default_staging", "finish_stopped_move", "finished_url_set", "move_url_set_in",
+           "shard_uploaded", "staging_folder", "upload_shard", "whole_replacement"]
 
 _SHARD_DIR = re.compile(r"shard-(\d{5,})-of-(\d{5,})")
 UPLOAD_ORDER = (DATA_FILE, CHECKSUM_FILE, LABELS_FILE, ERRORS_FILE, META_FILE)  # sidecar last
@@ -163,10 +163,14 @@ def convert_to_url(samples, location: RemoteLocation, identity: dict, total_byte
     An overwrite of a finished set in one call uploads the new set beside it, under
     :data:`REPLACEMENT`, and moves it in once it is whole (:func:`move_url_set_in`): a
     conversion that stops leaves the finished set as it was. One shard index a call
-    (processes or machines that do not wait for each other) replaces shards in place."""
+    (processes or machines that do not wait for each other) replaces shards in place. An
+    overwrite whose move stopped is finished by the same command: the new set is whole."""
+    replacement = location.child(REPLACEMENT)
+    if overwrite and shard_index is None and whole_replacement(
+            replacement, identity, shard_bounds(len(samples), shards)):
+        return finish_stopped_move(location, replacement, shards)
     if overwrite and shard_index is None and finished_url_set(location):
-        replacement = location.child(REPLACEMENT)
-        fetch.remove(replacement.child(MANIFEST_FILE))  # an earlier one's, never moved in
+        fetch.remove(replacement.child(MANIFEST_FILE))  # another conversion's, never moved in
         total = convert_to_url(samples, replacement, identity, total_bytes, True, run, shards,
                                None, staging)
         move_url_set_in(location, replacement, shards)
@@ -223,6 +227,33 @@ def _upload_and_remove(k: int, staged: Path, remote: RemoteLocation, sidecar_the
 def finished_url_set(location: RemoteLocation) -> bool:
     """Whether ``location`` holds a set's manifest (its last file: the set is finished)."""
     return MANIFEST_FILE in fetch.listing(location)
+
+
+def whole_replacement(replacement: RemoteLocation, identity: dict,
+                       bounds: list[tuple[int, int]]) -> bool:
+    """Whether ``replacement`` holds this conversion's set whole (its manifest, every shard
+    uploaded intact with this identity): an overwrite that stopped while moving it in."""
+    if not finished_url_set(replacement):
+        return False
+    shards = len(bounds)
+    try:
+        return all(shard_uploaded(replacement.child(shard_name(k, shards)),
+                                  identity_of_shard(identity, k, shards, bounds), stop - begin,
+                                  None) for k, (begin, stop) in enumerate(bounds))
+    except FileExistsError:  # another conversion's
+        return False
+
+
+def finish_stopped_move(location: RemoteLocation, replacement: RemoteLocation,
+                        shards: int) -> ConvertReport:
+    """Move in the whole replacement an overwrite left (:func:`whole_replacement`); the
+    report of a rerun that finds every shard done: none converted, all finished before."""
+    move_url_set_in(location, replacement, shards)
+    total = ConvertReport(path=location.url, stored=0, skipped=0, seen=0,  # type: ignore[arg-type]
+                          finished_shards=list(range(shards)))
+    total.manifest = json.loads(fetch.read_bytes(location.child(MANIFEST_FILE),
+                                                 fetch.listing(location)[MANIFEST_FILE]))
+    return total
 
 
 def move_url_set_in(location: RemoteLocation, replacement: RemoteLocation, shards: int) -> None:
