@@ -50,3 +50,12 @@ def test_the_loader_given_a_memory_url_makes_the_batches_of_the_local_set(memory
     assert len(batches[0]) == len(batches[1]) == 4
     for (images, labels), (want_images, want_labels) in zip(*batches, strict=True):
         assert torch.equal(labels, want_labels) and torch.equal(images, want_images)
+
+
+def test_an_overwrite_copies_the_new_set_in_only_where_the_file_system_copies_objects():
+    from fastload.data.remote.fetch import copies_objects
+    from fastload.data.remote.url import RemoteLocation
+
+    assert copies_objects(RemoteLocation(URL))  # memory://, like s3:// (CopyObject)
+    assert copies_objects(RemoteLocation("s3://bucket/train.set"))
+    assert not copies_objects(RemoteLocation("http://127.0.0.1:9/train.set"))

@@ -32,9 +32,9 @@ from typing import TypeVar
 
 from fastload.data.remote.url import RemoteLocation
 
-__all__ = ["DEFAULT_RETRY", "PartialTransfer", "RemoteError", "Retry", "copy", "download",
-           "download_files", "is_transient", "listing", "read_bytes", "read_head", "remove",
-           "retrying", "upload", "upload_files", "write_bytes"]
+__all__ = ["DEFAULT_RETRY", "PartialTransfer", "RemoteError", "Retry", "copies_objects",
+           "copy", "download", "download_files", "is_transient", "listing", "read_bytes",
+           "read_head", "remove", "retrying", "upload", "upload_files", "write_bytes"]
 
 T = TypeVar("T")
 
@@ -315,6 +315,18 @@ def write_bytes(data: bytes, location: RemoteLocation, retry: Retry | None = Non
             raise PartialTransfer(f"the server lists {listed} of the {len(data)} bytes written")
 
     retrying(pipe, location.url, "writing", retry, attempt_s=location.attempt_bound_s())
+
+
+def copies_objects(location: RemoteLocation) -> bool:
+    """Whether the file system of ``location`` copies an object itself (fsspec's
+    ``cp_file``: S3, GCS, Azure, memory...; FTP and HTTP do not)."""
+    from fsspec.asyn import AsyncFileSystem
+    from fsspec.spec import AbstractFileSystem
+
+    fs = location.fs()
+    if isinstance(fs, AsyncFileSystem):
+        return type(fs)._cp_file is not AsyncFileSystem._cp_file
+    return type(fs).cp_file is not AbstractFileSystem.cp_file
 
 
 def copy(source: RemoteLocation, location: RemoteLocation, size: int,

@@ -163,13 +163,15 @@ def convert_to_url(samples, location: RemoteLocation, identity: dict, total_byte
     An overwrite of a finished set in one call uploads the new set beside it, under
     :data:`REPLACEMENT`, and moves it in once it is whole (:func:`move_url_set_in`): a
     conversion that stops leaves the finished set as it was. One shard index a call
-    (processes or machines that do not wait for each other) replaces shards in place. An
-    overwrite whose move stopped is finished by the same command: the new set is whole."""
+    (processes or machines that do not wait for each other), or a file system that cannot
+    copy an object itself (FTP), replaces shards in place. An overwrite whose move stopped
+    is finished by the same command: the new set is whole."""
     replacement = location.child(REPLACEMENT)
     if overwrite and shard_index is None and whole_replacement(
             replacement, identity, shard_bounds(len(samples), shards)):
         return finish_stopped_move(location, replacement, shards)
-    if overwrite and shard_index is None and finished_url_set(location):
+    if overwrite and shard_index is None and fetch.copies_objects(location) and \
+            finished_url_set(location):
         fetch.remove(replacement.child(MANIFEST_FILE))  # another conversion's, never moved in
         total = convert_to_url(samples, replacement, identity, total_bytes, True, run, shards,
                                None, staging)
