@@ -52,10 +52,37 @@ def test_the_loader_given_a_memory_url_makes_the_batches_of_the_local_set(memory
         assert torch.equal(labels, want_labels) and torch.equal(images, want_images)
 
 
-def test_an_overwrite_copies_the_new_set_in_only_where_the_file_system_copies_objects():
+def test_an_overwrite_copies_the_new_set_in_only_where_the_file_system_copies_objects(
+        sharded_set, tmp_path):
+    import fsspec
+    from fsspec.implementations.memory import MemoryFileSystem
+
     from fastload.data.remote.fetch import copies_objects
+    from fastload.data.remote.upload import manifest_object
     from fastload.data.remote.url import RemoteLocation
 
-    assert copies_objects(RemoteLocation(URL))  # memory://, like s3:// (CopyObject)
-    assert copies_objects(RemoteLocation("s3://bucket/train.set"))
-    assert not copies_objects(RemoteLocation("http://127.0.0.1:9/train.set"))
+    class NoCopy(MemoryFileSystem):  # a file system without its own copy, as FTP's
+        protocol = "nocopy"
+
+        def cp_file(self, path1, path2, **kwargs):
+            raise NotImplementedError
+
+    fsspec.register_implementation("nocopy", NoCopy, clobber=True)
+    source = str(sharded_set.parent / "src")
+    argv = ["--shards", "2", "--workers", "1", "--no-progress", "--staging", str(tmp_path)]
+    try:
+        for url in ("memory://fastload-tests/copied.set", "nocopy://fastload-tests/kept.set"):
+            assert cli(["convert", source, url, *argv]) == 0
+            location = RemoteLocation(url)  # memory:// copies objects, nocopy:// does not
+            assert copies_objects(location, *manifest_object(location)) == (url[0] == "m")
+            assert cli(["convert", source, url, *argv, "--overwrite", "--max-side", "6"]) == 0
+            assert cli(["verify", url]) == 0
+            fs = fsspec.filesystem(url.split(":")[0])
+            assert not [p for p in fs.find(url.split("://")[1]) if "/.fastload-" in p]
+            dataset = fastload.LMDBDataset(url)
+            assert len(dataset) == 61 and max(dataset[60][0].size) <= 6  # the new set's
+    finally:
+        for protocol, path in (("memory", "/fastload-tests/copied.set"),
+                               ("nocopy", "/fastload-tests/kept.set")):
+            if fsspec.filesystem(protocol).exists(path):
+                fsspec.filesystem(protocol).rm(path, recursive=True)

@@ -65,6 +65,7 @@ from fastload.data.remote.upload import (
     complete_url_set,
     finish_stopped_move,
     finished_url_set,
+    manifest_object,
     move_url_set_in,
     shard_uploaded,
     staging_folder,
@@ -203,7 +204,8 @@ def convert_url_on_engine(plan: ConversionPlan, run_jobs: RunJobs, address: str 
     if overwrite and whole_replacement(replacement, plan.identity,
                                        shard_bounds(len(plan.source.samples), plan.shards)):
         return finish_stopped_move(plan.location, replacement, plan.shards)
-    if overwrite and fetch.copies_objects(plan.location) and finished_url_set(plan.location):
+    if overwrite and finished_url_set(plan.location) and fetch.copies_objects(
+            plan.location, *manifest_object(plan.location)):
         fetch.remove(replacement.child(MANIFEST_FILE))  # an earlier one's, never moved in
         report = convert_url_on_engine(replace(plan, location=replacement), run_jobs, address,
                                        overwrite=True, workers=workers, retries=retries)

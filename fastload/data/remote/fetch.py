@@ -317,16 +317,19 @@ def write_bytes(data: bytes, location: RemoteLocation, retry: Retry | None = Non
     retrying(pipe, location.url, "writing", retry, attempt_s=location.attempt_bound_s())
 
 
-def copies_objects(location: RemoteLocation) -> bool:
-    """Whether the file system of ``location`` copies an object itself (fsspec's
-    ``cp_file``: S3, GCS, Azure, memory...; FTP and HTTP do not)."""
-    from fsspec.asyn import AsyncFileSystem
-    from fsspec.spec import AbstractFileSystem
-
-    fs = location.fs()
-    if isinstance(fs, AsyncFileSystem):
-        return type(fs)._cp_file is not AsyncFileSystem._cp_file
-    return type(fs).cp_file is not AbstractFileSystem.cp_file
+def copies_objects(location: RemoteLocation, source: RemoteLocation, size: int) -> bool:
+    """Whether the file system of ``location`` copies an object itself (fsspec's ``cp_file``:
+    S3, GCS, Azure, memory...; not FTP or HTTP): the object ``source`` (``size`` bytes) is
+    copied to a scratch name in ``location``, then removed."""
+    probe = location.child(".fastload-copy-check")
+    try:
+        copy(source, probe, size)
+    except RemoteError as exc:
+        if isinstance(exc.__cause__, NotImplementedError):
+            return False
+        raise
+    remove(probe)
+    return True
 
 
 def copy(source: RemoteLocation, location: RemoteLocation, size: int,

@@ -67,8 +67,9 @@ from fastload.data.sets.manifest import (
 )
 
 __all__ = ["REPLACEMENT", "claim_url_set", "complete_url_set", "convert_to_url",
-           "default_staging", "finish_stopped_move", "finished_url_set", "move_url_set_in",
-           "shard_uploaded", "staging_folder", "upload_shard", "whole_replacement"]
+           "default_staging", "finish_stopped_move", "finished_url_set", "manifest_object",
+           "move_url_set_in", "shard_uploaded", "staging_folder", "upload_shard",
+           "whole_replacement"]
 
 _SHARD_DIR = re.compile(r"shard-(\d{5,})-of-(\d{5,})")
 UPLOAD_ORDER = (DATA_FILE, CHECKSUM_FILE, LABELS_FILE, ERRORS_FILE, META_FILE)  # sidecar last
@@ -170,8 +171,8 @@ def convert_to_url(samples, location: RemoteLocation, identity: dict, total_byte
     if overwrite and shard_index is None and whole_replacement(
             replacement, identity, shard_bounds(len(samples), shards)):
         return finish_stopped_move(location, replacement, shards)
-    if overwrite and shard_index is None and fetch.copies_objects(location) and \
-            finished_url_set(location):
+    if overwrite and shard_index is None and finished_url_set(location) and \
+            fetch.copies_objects(location, *manifest_object(location)):
         fetch.remove(replacement.child(MANIFEST_FILE))  # another conversion's, never moved in
         total = convert_to_url(samples, replacement, identity, total_bytes, True, run, shards,
                                None, staging)
@@ -226,6 +227,11 @@ def _upload_and_remove(k: int, staged: Path, remote: RemoteLocation, sidecar_the
     shutil.rmtree(gone)
 
 
+def manifest_object(location: RemoteLocation) -> tuple[RemoteLocation, int]:
+    """The manifest of the set at ``location`` and its size, as listed."""
+    return location.child(MANIFEST_FILE), fetch.listing(location)[MANIFEST_FILE]
+
+
 def finished_url_set(location: RemoteLocation) -> bool:
     """Whether ``location`` holds a set's manifest (its last file: the set is finished)."""
     return MANIFEST_FILE in fetch.listing(location)
@@ -253,8 +259,7 @@ def finish_stopped_move(location: RemoteLocation, replacement: RemoteLocation,
     move_url_set_in(location, replacement, shards)
     total = ConvertReport(path=location.url, stored=0, skipped=0, seen=0,  # type: ignore[arg-type]
                           finished_shards=list(range(shards)))
-    total.manifest = json.loads(fetch.read_bytes(location.child(MANIFEST_FILE),
-                                                 fetch.listing(location)[MANIFEST_FILE]))
+    total.manifest = json.loads(fetch.read_bytes(*manifest_object(location)))
     return total
 
 
