@@ -5,6 +5,7 @@ and uploaded, the manifest last; a rerun skips what is uploaded intact and redoe
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from seaweed import BUCKET, client
@@ -211,3 +212,13 @@ def test_an_overwrite_whose_move_stopped_is_finished_by_the_same_command(
     assert records(fastload.LMDBDataset(url)) == records(fastload.LMDBDataset(resized))
     fs.invalidate_cache()
     assert not [p for p in fs.find(key) if "/.fastload-replacement/" in p]
+    # stopped after the manifest's copy, before the replacement was removed: removed only
+    before = {p: info["LastModified"] for p, info in fs.find(key, detail=True).items()}
+    for path in before:
+        fs.copy(path, path.replace(key, f"{key}/.fastload-replacement", 1))
+    time.sleep(1.1)  # S3 times have whole seconds: a copy would show
+    report = convert_folder(source, url, shards=3, workers=1, progress=False, max_side=6,
+                            overwrite=True)
+    assert report.stored == 0
+    fs.invalidate_cache()
+    assert {p: info["LastModified"] for p, info in fs.find(key, detail=True).items()} == before

@@ -254,9 +254,14 @@ def whole_replacement(replacement: RemoteLocation, identity: dict,
 
 def finish_stopped_move(location: RemoteLocation, replacement: RemoteLocation,
                         shards: int) -> ConvertReport:
-    """Move in the whole replacement an overwrite left (:func:`whole_replacement`); the
-    report of a rerun that finds every shard done: none converted, all finished before."""
-    move_url_set_in(location, replacement, shards)
+    """Move in the whole replacement an overwrite left (:func:`whole_replacement`; only
+    removed where it stopped after the manifest was copied); the report of a rerun that finds
+    every shard done: none converted, all finished before."""
+    if not finished_url_set(location) or fetch.read_bytes(*manifest_object(location)) != \
+            fetch.read_bytes(*manifest_object(replacement)):
+        move_url_set_in(location, replacement, shards)
+    else:
+        fetch.remove(replacement)
     total = ConvertReport(path=location.url, stored=0, skipped=0, seen=0,  # type: ignore[arg-type]
                           finished_shards=list(range(shards)))
     total.manifest = json.loads(fetch.read_bytes(*manifest_object(location)))
@@ -268,7 +273,8 @@ def move_url_set_in(location: RemoteLocation, replacement: RemoteLocation, shard
     first (a set half replaced is never finished) and shards of another count removed, each
     shard copied over the old one with its sidecar last (on the server where the backend
     can), then the labels and the manifest last; ``replacement`` removed after. A crash
-    between leaves no manifest, and the same command converts again."""
+    between leaves no manifest, and the same command finishes the move
+    (:func:`finish_stopped_move`)."""
     fetch.remove(location.child(MANIFEST_FILE))
     for name in fetch.listing(location, folders=True):
         match = _SHARD_DIR.fullmatch(name)
