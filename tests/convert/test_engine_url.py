@@ -13,10 +13,10 @@ import time
 
 from seaweed import BUCKET, client
 
+from fastload.data.convert.destination import REPLACEMENT
 from fastload.data.convert.engine import ShardBusy, run_shard
 from fastload.data.convert.plan import plan_conversion
 from fastload.data.remote.engine_tasks import finish_url_shards, plan_url_shard_jobs
-from fastload.data.remote.upload import REPLACEMENT
 
 
 def url_plan(src, url, storage_options, **options):

@@ -37,6 +37,7 @@ from dataclasses import dataclass, replace
 
 import fastload.data.remote.fetch as fetch
 from fastload.data.convert.database import ConvertReport, convert_one
+from fastload.data.convert.destination import REPLACEMENT
 from fastload.data.convert.dst_lock import unlock_destination
 from fastload.data.convert.engine import (
     CONVERTED,
@@ -60,7 +61,6 @@ from fastload.data.convert.plan import ConversionPlan
 from fastload.data.format.constants import ERRORS_FILE, META_FILE
 from fastload.data.format.limits import MAX_META_BYTES
 from fastload.data.remote.upload import (
-    REPLACEMENT,
     claim_url_set,
     complete_url_set,
     finish_stopped_move,

@@ -36,6 +36,7 @@ from pathlib import Path
 
 import fastload.data.remote.fetch as fetch
 from fastload.data.convert.database import FORK_LOCK, ConvertReport
+from fastload.data.convert.destination import REPLACEMENT
 from fastload.data.convert.shards import (
     convert_shards,
     finished_shard,
@@ -66,15 +67,12 @@ from fastload.data.sets.manifest import (
     shard_name,
 )
 
-__all__ = ["REPLACEMENT", "claim_url_set", "complete_url_set", "convert_to_url",
-           "default_staging", "finish_stopped_move", "finished_url_set", "manifest_object",
-           "move_url_set_in", "shard_uploaded", "staging_folder", "upload_shard",
-           "whole_replacement"]
+__all__ = ["claim_url_set", "complete_url_set", "convert_to_url", "default_staging",
+           "finish_stopped_move", "finished_url_set", "manifest_object", "move_url_set_in",
+           "shard_uploaded", "staging_folder", "upload_shard", "whole_replacement"]
 
 _SHARD_DIR = re.compile(r"shard-(\d{5,})-of-(\d{5,})")
 UPLOAD_ORDER = (DATA_FILE, CHECKSUM_FILE, LABELS_FILE, ERRORS_FILE, META_FILE)  # sidecar last
-# the new set an overwrite uploads beside a finished one, moved in once whole
-REPLACEMENT = ".fastload-replacement"
 UPLOADS_AHEAD = 2  # finished shards waiting or uploading while the next one converts
 
 
@@ -162,7 +160,7 @@ def convert_to_url(samples, location: RemoteLocation, identity: dict, total_byte
     already uploaded (skipped) or finished in staging (uploaded without converting).
 
     An overwrite of a finished set in one call uploads the new set beside it, under
-    :data:`REPLACEMENT`, and moves it in once it is whole (:func:`move_url_set_in`): a
+    ``REPLACEMENT``, and moves it in once it is whole (:func:`move_url_set_in`): a
     conversion that stops leaves the finished set as it was. One shard index a call
     (processes or machines that do not wait for each other), or a file system that cannot
     copy an object itself (FTP), replaces shards in place. An overwrite whose move stopped
