@@ -37,7 +37,6 @@ from dataclasses import dataclass, replace
 
 import fastload.data.remote.fetch as fetch
 from fastload.data.convert.database import ConvertReport, convert_one
-from fastload.data.convert.destination import REPLACEMENT
 from fastload.data.convert.dst_lock import unlock_destination
 from fastload.data.convert.engine import (
     CONVERTED,
@@ -63,17 +62,13 @@ from fastload.data.format.limits import MAX_META_BYTES
 from fastload.data.remote.upload import (
     claim_url_set,
     complete_url_set,
-    finish_stopped_move,
-    finished_url_set,
-    manifest_object,
-    move_url_set_in,
+    replace_url_set,
     shard_uploaded,
     staging_folder,
     upload_shard,
-    whole_replacement,
 )
 from fastload.data.remote.url import RemoteLocation
-from fastload.data.sets.manifest import MANIFEST_FILE, shard_bounds, shard_name
+from fastload.data.sets.manifest import shard_bounds, shard_name
 
 __all__ = ["UrlShardJob", "convert_url_on_engine", "convert_url_shard", "finish_url_shards",
            "plan_url_shard_jobs"]
@@ -200,18 +195,14 @@ def convert_url_on_engine(plan: ConversionPlan, run_jobs: RunJobs, address: str 
     plan, run every job through ``run_jobs``, finish (module docstring). An overwrite of a
     finished set converts the new one beside it and moves it in once whole, as
     :func:`fastload.data.remote.upload.convert_to_url` does."""
-    replacement = plan.location.child(REPLACEMENT)
-    if overwrite and whole_replacement(replacement, plan.identity,
-                                       shard_bounds(len(plan.source.samples), plan.shards)):
-        return finish_stopped_move(plan.location, replacement, plan.shards)
-    if overwrite and finished_url_set(plan.location) and fetch.copies_objects(
-            plan.location, *manifest_object(plan.location)):
-        fetch.remove(replacement.child(MANIFEST_FILE))  # an earlier one's, never moved in
-        report = convert_url_on_engine(replace(plan, location=replacement), run_jobs, address,
-                                       overwrite=True, workers=workers, retries=retries)
-        move_url_set_in(plan.location, replacement, plan.shards)
-        report.path = plan.location.url
-        return report
+    if overwrite:
+        replaced = replace_url_set(
+            plan.location, plan.identity, shard_bounds(len(plan.source.samples), plan.shards),
+            lambda replacement: convert_url_on_engine(
+                replace(plan, location=replacement), run_jobs, address, overwrite=True,
+                workers=workers, retries=retries))
+        if replaced is not None:
+            return replaced
     shard_plan = plan_url_shard_jobs(plan, overwrite=overwrite, workers=workers)
     results = run_shard_plan(shard_plan, run_jobs, address, progress=plan.run[6],
                              retries=retries, cpus=workers or 1)

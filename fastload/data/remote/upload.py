@@ -31,6 +31,7 @@ import os
 import re
 import shutil
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -69,7 +70,8 @@ from fastload.data.sets.manifest import (
 
 __all__ = ["claim_url_set", "complete_url_set", "convert_to_url", "default_staging",
            "finish_stopped_move", "finished_url_set", "manifest_object", "move_url_set_in",
-           "shard_uploaded", "staging_folder", "upload_shard", "whole_replacement"]
+           "replace_url_set", "shard_uploaded", "staging_folder", "upload_shard",
+           "whole_replacement"]
 
 _SHARD_DIR = re.compile(r"shard-(\d{5,})-of-(\d{5,})")
 UPLOAD_ORDER = (DATA_FILE, CHECKSUM_FILE, LABELS_FILE, ERRORS_FILE, META_FILE)  # sidecar last
@@ -165,18 +167,13 @@ def convert_to_url(samples, location: RemoteLocation, identity: dict, total_byte
     (processes or machines that do not wait for each other), or a file system that cannot
     copy an object itself (FTP), replaces shards in place. An overwrite whose move stopped
     is finished by the same command: the new set is whole."""
-    replacement = location.child(REPLACEMENT)
-    if overwrite and shard_index is None and whole_replacement(
-            replacement, identity, shard_bounds(len(samples), shards)):
-        return finish_stopped_move(location, replacement, shards)
-    if overwrite and shard_index is None and finished_url_set(location) and \
-            fetch.copies_objects(location, *manifest_object(location)):
-        fetch.remove(replacement.child(MANIFEST_FILE))  # another conversion's, never moved in
-        total = convert_to_url(samples, replacement, identity, total_bytes, True, run, shards,
-                               None, staging)
-        move_url_set_in(location, replacement, shards)
-        total.path = location.url  # type: ignore[assignment]
-        return total
+    if overwrite and shard_index is None:
+        replaced = replace_url_set(
+            location, identity, shard_bounds(len(samples), shards),
+            lambda replacement: convert_to_url(samples, replacement, identity, total_bytes,
+                                               True, run, shards, None, staging))
+        if replaced is not None:
+            return replaced
     staging = staging_folder(location, staging)
     present = claim_url_set(location, shards, overwrite)
     bounds = shard_bounds(len(samples), shards)
@@ -235,6 +232,29 @@ def finished_url_set(location: RemoteLocation) -> bool:
     return MANIFEST_FILE in fetch.listing(location)
 
 
+def replace_url_set(location: RemoteLocation, identity: dict, bounds: list[tuple[int, int]],
+                    convert: Callable[[RemoteLocation], ConvertReport]) -> ConvertReport | None:
+    """An overwrite of the set at ``location`` by one caller (a call of every shard, or an
+    engine's driver): ``convert(replacement)`` converts the whole new set at
+    ``location``'s ``REPLACEMENT`` (overwriting what is there), which then moves in
+    (:func:`move_url_set_in`); a whole replacement an overwrite left is moved in without
+    converting (:func:`finish_stopped_move`). None where the set is to be replaced in
+    place: none finished there, or a file system that cannot copy an object itself."""
+    shards = len(bounds)
+    replacement = location.child(REPLACEMENT)
+    if whole_replacement(replacement, identity, bounds):
+        return finish_stopped_move(location, replacement, shards)
+    listed = fetch.listing(location)
+    if MANIFEST_FILE not in listed or not fetch.copies_objects(
+            location, location.child(MANIFEST_FILE), listed[MANIFEST_FILE]):
+        return None
+    fetch.remove(replacement.child(MANIFEST_FILE))  # another conversion's, never moved in
+    total = convert(replacement)
+    move_url_set_in(location, replacement, shards)
+    total.path = location.url  # type: ignore[assignment]
+    return total
+
+
 def whole_replacement(replacement: RemoteLocation, identity: dict,
                        bounds: list[tuple[int, int]]) -> bool:
     """Whether ``replacement`` holds this conversion's set whole (its manifest, every shard
@@ -255,14 +275,16 @@ def finish_stopped_move(location: RemoteLocation, replacement: RemoteLocation,
     """Move in the whole replacement an overwrite left (:func:`whole_replacement`; only
     removed where it stopped after the manifest was copied); the report of a rerun that finds
     every shard done: none converted, all finished before."""
-    if not finished_url_set(location) or fetch.read_bytes(*manifest_object(location)) != \
-            fetch.read_bytes(*manifest_object(replacement)):
-        move_url_set_in(location, replacement, shards)
+    manifest = fetch.read_bytes(*manifest_object(replacement))
+    listed = fetch.listing(location)
+    if MANIFEST_FILE in listed and fetch.read_bytes(
+            location.child(MANIFEST_FILE), listed[MANIFEST_FILE]) == manifest:
+        fetch.remove(replacement)  # stopped after the manifest's copy
     else:
-        fetch.remove(replacement)
+        move_url_set_in(location, replacement, shards)
     total = ConvertReport(path=location.url, stored=0, skipped=0, seen=0,  # type: ignore[arg-type]
                           finished_shards=list(range(shards)))
-    total.manifest = json.loads(fetch.read_bytes(*manifest_object(location)))
+    total.manifest = json.loads(manifest)
     return total
 
 
