@@ -28,10 +28,9 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -65,6 +64,7 @@ from fastload.data.sets.manifest import (
     SET_LABELS_FILE,
     build_manifest,
     shard_bounds,
+    shard_count_of,
     shard_name,
 )
 
@@ -73,7 +73,6 @@ __all__ = ["claim_url_set", "complete_url_set", "convert_to_url", "default_stagi
            "replace_url_set", "shard_uploaded", "staging_folder", "upload_shard",
            "whole_replacement"]
 
-_SHARD_DIR = re.compile(r"shard-(\d{5,})-of-(\d{5,})")
 UPLOAD_ORDER = (DATA_FILE, CHECKSUM_FILE, LABELS_FILE, ERRORS_FILE, META_FILE)  # sidecar last
 UPLOADS_AHEAD = 2  # finished shards waiting or uploading while the next one converts
 
@@ -296,10 +295,7 @@ def move_url_set_in(location: RemoteLocation, replacement: RemoteLocation, shard
     between leaves no manifest, and the same command finishes the move
     (:func:`finish_stopped_move`)."""
     fetch.remove(location.child(MANIFEST_FILE))
-    for name in fetch.listing(location, folders=True):
-        match = _SHARD_DIR.fullmatch(name)
-        if match and int(match.group(2)) != shards:
-            fetch.remove(location.child(name))
+    _remove_other_counts(location, fetch.listing(location, folders=True), shards)
     for k in range(shards):
         name = shard_name(k, shards)
         source, target = replacement.child(name), location.child(name)
@@ -322,7 +318,7 @@ def claim_url_set(location: RemoteLocation, shards: int, overwrite: bool) -> set
     folders = fetch.listing(location, folders=True)
     if overwrite and REPLACEMENT in folders:  # an overwrite's that stopped: not moved in
         fetch.remove(location.child(REPLACEMENT))
-    others = sorted({int(m.group(2)) for m in map(_SHARD_DIR.fullmatch, folders) if m}
+    others = sorted({count for count in map(shard_count_of, folders) if count is not None}
                     - {shards})
     if MANIFEST_FILE in files:
         if not overwrite:
@@ -336,12 +332,16 @@ def claim_url_set(location: RemoteLocation, shards: int, overwrite: bool) -> set
                 f"destination {location.url} holds the shards of a {others[0]}-shard set; pass "
                 f"shards={others[0]} (the same command as that set's) to continue it, or "
                 "overwrite=True to replace it")
-        for name in folders:
-            match = _SHARD_DIR.fullmatch(name)
-            if match and int(match.group(2)) != shards:
-                fetch.remove(location.child(name))
-    return {name for name in folders if (match := _SHARD_DIR.fullmatch(name))
-            and int(match.group(2)) == shards}
+        _remove_other_counts(location, folders, shards)
+    return {name for name in folders if shard_count_of(name) == shards}
+
+
+def _remove_other_counts(location: RemoteLocation, folders: Iterable[str], shards: int) -> None:
+    """Remove the shard folders among ``folders`` (names in ``location``) of a shard count
+    other than ``shards``: a set of another count is replaced, not mixed in."""
+    for name in folders:
+        if shard_count_of(name) not in (None, shards):
+            fetch.remove(location.child(name))
 
 
 def shard_uploaded(remote: RemoteLocation, identity: dict, files: int, staged: Path | None,

@@ -57,7 +57,7 @@ __all__ = [
     "LOCK_FILE", "MANIFEST_FILE", "MANIFEST_FORMAT", "MANIFEST_VERSION", "SET_LABELS_FILE",
     "SUPPORTED_MANIFEST_VERSIONS", "build_manifest", "complete_manifest", "describe_shards",
     "existing_shard_counts", "identity_differences", "is_sharded_set", "load_manifest", "manifest_path",
-    "pending_shards", "shard_bounds", "shard_folders", "shard_name",
+    "pending_shards", "shard_bounds", "shard_count_of", "shard_folders", "shard_name",
 ]
 
 LOCK_FILE = ".fastload-set.lock"
@@ -95,17 +95,23 @@ def is_sharded_set(path: str | os.PathLike) -> bool:
     return (path / MANIFEST_FILE).exists() or bool(existing_shard_counts(path))
 
 
+def shard_count_of(name: str) -> int | None:
+    """The shard count ``N`` of a folder named ``shard-xxxxx-of-N``; None for another name."""
+    match = _SHARD_DIR.fullmatch(name)
+    return int(match.group(2)) if match else None
+
+
 def shard_folders(root: Path) -> dict[str, int]:
     """``{folder name: its shard count N}`` of the ``shard-xxxxx-of-N`` folders in ``root``
     that hold a fastload database or partial (so ImageFolder classes never match)."""
     found = {}
     if root.is_dir():
         for entry in os.scandir(root):
-            match = _SHARD_DIR.fullmatch(entry.name)
-            if match and entry.is_dir() and any(
+            count = shard_count_of(entry.name)
+            if count is not None and entry.is_dir() and any(
                     os.path.exists(os.path.join(entry.path, name))
                     for name in (META_FILE, PARTIAL_FILE)):
-                found[entry.name] = int(match.group(2))
+                found[entry.name] = count
     return found
 
 
