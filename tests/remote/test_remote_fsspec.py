@@ -58,7 +58,7 @@ def test_an_overwrite_copies_the_new_set_in_only_where_the_file_system_copies_ob
     from fsspec.implementations.memory import MemoryFileSystem
 
     from fastload.data.remote.fetch import copies_objects
-    from fastload.data.remote.upload import manifest_object
+    from fastload.data.remote.replace import manifest_object
     from fastload.data.remote.url import RemoteLocation
 
     class NoCopy(MemoryFileSystem):  # a file system without its own copy, as FTP's

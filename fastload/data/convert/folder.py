@@ -218,10 +218,10 @@ def _convert_planned(plan, early: list, overwrite: bool, workers: int | None,
         return convert_on_engine(plan, runner(engine), engine_address, overwrite=overwrite,
                                  workers=workers)
     if remote:
-        from fastload.data.remote.upload import convert_to_url
+        from fastload.data.remote.replace import convert_replacing
 
-        return convert_to_url(source.samples, where, identity, total_bytes, overwrite, run,
-                              shards, shard_index, plan.staging)
+        return convert_replacing(source.samples, where, identity, total_bytes, overwrite, run,
+                                 shards, shard_index, plan.staging)
     if shards is None:
         checks, ahead = early or (None, None)
         return convert_one(source.samples, dst_path, identity, total_bytes, overwrite, run,

@@ -59,10 +59,10 @@ from fastload.data.convert.engine_run import (
 from fastload.data.convert.plan import ConversionPlan
 from fastload.data.format.constants import ERRORS_FILE, META_FILE
 from fastload.data.format.limits import MAX_META_BYTES
+from fastload.data.remote.replace import replace_url_set
 from fastload.data.remote.upload import (
     claim_url_set,
     complete_url_set,
-    replace_url_set,
     shard_uploaded,
     staging_folder,
     upload_shard,
@@ -193,8 +193,8 @@ def convert_url_on_engine(plan: ConversionPlan, run_jobs: RunJobs, address: str 
                           retries: int = DEFAULT_RETRIES) -> ConvertReport:
     """:func:`fastload.data.convert.engine_run.convert_on_engine` for a URL destination:
     plan, run every job through ``run_jobs``, finish (module docstring). An overwrite of a
-    finished set converts the new one beside it and moves it in once whole, as
-    :func:`fastload.data.remote.upload.convert_to_url` does."""
+    finished set converts the new one beside it and moves it in once whole
+    (:func:`fastload.data.remote.replace.replace_url_set`)."""
     if overwrite:
         replaced = replace_url_set(
             plan.location, plan.identity, shard_bounds(len(plan.source.samples), plan.shards),

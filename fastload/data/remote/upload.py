@@ -12,9 +12,8 @@ one); a shard finished in staging but not uploaded is uploaded; the rest are con
 upload one shard; whichever finds every shard uploaded writes the manifest (from the
 shards' sidecars, fetched: the same manifest a local conversion writes).
 
-An overwrite of a finished set in one call converts and uploads the new set beside it, under
-``URL/.fastload-replacement/``, then moves it in (:func:`move_url_set_in`: the manifest
-removed first, each shard copied over the old one on the server, the manifest last): a
+An overwrite here replaces the set in place; :mod:`fastload.data.remote.replace` converts
+and uploads the new set beside a finished one and moves it in once whole, so that a
 conversion that stops leaves the finished set readable.
 
 Shard ``k`` uploads in a thread while shard ``k + 1`` converts (:data:`UPLOADS_AHEAD`
@@ -30,7 +29,7 @@ import json
 import os
 import shutil
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -69,9 +68,7 @@ from fastload.data.sets.manifest import (
 )
 
 __all__ = ["claim_url_set", "complete_url_set", "convert_to_url", "default_staging",
-           "finish_stopped_move", "finished_url_set", "manifest_object", "move_url_set_in",
-           "replace_url_set", "shard_uploaded", "staging_folder", "upload_shard",
-           "whole_replacement"]
+           "remove_other_counts", "shard_uploaded", "staging_folder", "upload_shard"]
 
 UPLOAD_ORDER = (DATA_FILE, CHECKSUM_FILE, LABELS_FILE, ERRORS_FILE, META_FILE)  # sidecar last
 UPLOADS_AHEAD = 2  # finished shards waiting or uploading while the next one converts
@@ -160,19 +157,9 @@ def convert_to_url(samples, location: RemoteLocation, identity: dict, total_byte
     The report sums the shards converted here; ``finished_shards`` lists those found
     already uploaded (skipped) or finished in staging (uploaded without converting).
 
-    An overwrite of a finished set in one call uploads the new set beside it, under
-    ``REPLACEMENT``, and moves it in once it is whole (:func:`move_url_set_in`): a
-    conversion that stops leaves the finished set as it was. One shard index a call
-    (processes or machines that do not wait for each other), or a file system that cannot
-    copy an object itself (FTP), replaces shards in place. An overwrite whose move stopped
-    is finished by the same command: the new set is whole."""
-    if overwrite and shard_index is None:
-        replaced = replace_url_set(
-            location, identity, shard_bounds(len(samples), shards),
-            lambda replacement: convert_to_url(samples, replacement, identity, total_bytes,
-                                               True, run, shards, None, staging))
-        if replaced is not None:
-            return replaced
+    ``overwrite`` replaces the set's shards in place, its manifest removed first;
+    :func:`fastload.data.remote.replace.convert_replacing` keeps a finished set whole
+    instead where it can."""
     staging = staging_folder(location, staging)
     present = claim_url_set(location, shards, overwrite)
     bounds = shard_bounds(len(samples), shards)
@@ -221,95 +208,6 @@ def _upload_and_remove(k: int, staged: Path, remote: RemoteLocation, sidecar_the
     shutil.rmtree(gone)
 
 
-def manifest_object(location: RemoteLocation) -> tuple[RemoteLocation, int]:
-    """The manifest of the set at ``location`` and its size, as listed."""
-    return location.child(MANIFEST_FILE), fetch.listing(location)[MANIFEST_FILE]
-
-
-def finished_url_set(location: RemoteLocation) -> bool:
-    """Whether ``location`` holds a set's manifest (its last file: the set is finished)."""
-    return MANIFEST_FILE in fetch.listing(location)
-
-
-def replace_url_set(location: RemoteLocation, identity: dict, bounds: list[tuple[int, int]],
-                    convert: Callable[[RemoteLocation], ConvertReport]) -> ConvertReport | None:
-    """An overwrite of the set at ``location`` by one caller (a call of every shard, or an
-    engine's driver): ``convert(replacement)`` converts the whole new set at
-    ``location``'s ``REPLACEMENT`` (overwriting what is there), which then moves in
-    (:func:`move_url_set_in`); a whole replacement an overwrite left is moved in without
-    converting (:func:`finish_stopped_move`). None where the set is to be replaced in
-    place: none finished there, or a file system that cannot copy an object itself."""
-    shards = len(bounds)
-    replacement = location.child(REPLACEMENT)
-    if whole_replacement(replacement, identity, bounds):
-        return finish_stopped_move(location, replacement, shards)
-    listed = fetch.listing(location)
-    if MANIFEST_FILE not in listed or not fetch.copies_objects(
-            location, location.child(MANIFEST_FILE), listed[MANIFEST_FILE]):
-        return None
-    fetch.remove(replacement.child(MANIFEST_FILE))  # another conversion's, never moved in
-    total = convert(replacement)
-    move_url_set_in(location, replacement, shards)
-    total.path = location.url  # type: ignore[assignment]
-    return total
-
-
-def whole_replacement(replacement: RemoteLocation, identity: dict,
-                       bounds: list[tuple[int, int]]) -> bool:
-    """Whether ``replacement`` holds this conversion's set whole (its manifest, every shard
-    uploaded intact with this identity): an overwrite that stopped while moving it in."""
-    if not finished_url_set(replacement):
-        return False
-    shards = len(bounds)
-    try:
-        return all(shard_uploaded(replacement.child(shard_name(k, shards)),
-                                  identity_of_shard(identity, k, shards, bounds), stop - begin,
-                                  None) for k, (begin, stop) in enumerate(bounds))
-    except FileExistsError:  # another conversion's
-        return False
-
-
-def finish_stopped_move(location: RemoteLocation, replacement: RemoteLocation,
-                        shards: int) -> ConvertReport:
-    """Move in the whole replacement an overwrite left (:func:`whole_replacement`; only
-    removed where it stopped after the manifest was copied); the report of a rerun that finds
-    every shard done: none converted, all finished before."""
-    manifest = fetch.read_bytes(*manifest_object(replacement))
-    listed = fetch.listing(location)
-    if MANIFEST_FILE in listed and fetch.read_bytes(
-            location.child(MANIFEST_FILE), listed[MANIFEST_FILE]) == manifest:
-        fetch.remove(replacement)  # stopped after the manifest's copy
-    else:
-        move_url_set_in(location, replacement, shards)
-    total = ConvertReport(path=location.url, stored=0, skipped=0, seen=0,  # type: ignore[arg-type]
-                          finished_shards=list(range(shards)))
-    total.manifest = json.loads(manifest)
-    return total
-
-
-def move_url_set_in(location: RemoteLocation, replacement: RemoteLocation, shards: int) -> None:
-    """Replace the set at ``location`` by the finished set at ``replacement``: its manifest
-    first (a set half replaced is never finished) and shards of another count removed, each
-    shard copied over the old one with its sidecar last (on the server where the backend
-    can), then the labels and the manifest last; ``replacement`` removed after. A crash
-    between leaves no manifest, and the same command finishes the move
-    (:func:`finish_stopped_move`)."""
-    fetch.remove(location.child(MANIFEST_FILE))
-    _remove_other_counts(location, fetch.listing(location, folders=True), shards)
-    for k in range(shards):
-        name = shard_name(k, shards)
-        source, target = replacement.child(name), location.child(name)
-        listed = fetch.listing(source)
-        fetch.remove(target)  # the old shard's sidecar goes with it: never a mix called finished
-        for file in UPLOAD_ORDER:  # the sidecar last
-            if file in listed:
-                fetch.copy(source.child(file), target.child(file), listed[file])
-    listed = fetch.listing(replacement)
-    for file in (SET_LABELS_FILE, MANIFEST_FILE):  # the manifest last
-        fetch.copy(replacement.child(file), location.child(file), listed[file])
-    fetch.remove(replacement)
-
-
 def claim_url_set(location: RemoteLocation, shards: int, overwrite: bool) -> set[str]:
     """Refuse a URL holding a finished set or shards of another count (unless
     ``overwrite``, which removes them, and the manifest, first). Returns the names of
@@ -332,11 +230,11 @@ def claim_url_set(location: RemoteLocation, shards: int, overwrite: bool) -> set
                 f"destination {location.url} holds the shards of a {others[0]}-shard set; pass "
                 f"shards={others[0]} (the same command as that set's) to continue it, or "
                 "overwrite=True to replace it")
-        _remove_other_counts(location, folders, shards)
+        remove_other_counts(location, folders, shards)
     return {name for name in folders if shard_count_of(name) == shards}
 
 
-def _remove_other_counts(location: RemoteLocation, folders: Iterable[str], shards: int) -> None:
+def remove_other_counts(location: RemoteLocation, folders: Iterable[str], shards: int) -> None:
     """Remove the shard folders among ``folders`` (names in ``location``) of a shard count
     other than ``shards``: a set of another count is replaced, not mixed in."""
     for name in folders:
