@@ -33,7 +33,8 @@ lint: $(STAMP)
 docs: $(STAMP)
 	$(BIN)/mkdocs build --strict --site-dir site
 
-# Everything CI runs: the fixed-seed fuzz pass beside the suite, in JOBS pytest-xdist workers
+# Everything CI runs: the lint, the site's build and the sanitizer build side by side, then
+# the fixed-seed fuzz pass beside the suite, in JOBS pytest-xdist workers
 # (the 2 cores of our machines: with 3 the suite took 8 min 42 s against 8 min 11 s, and
 # Ctrl-C timing tests failed more often); the load distribution (worksteal and loadgroup each
 # stalled a run at its end here once); module fixtures that both workers would make are
@@ -42,7 +43,8 @@ docs: $(STAMP)
 JOBS ?= 2
 PYTEST_JOBS = -n $(JOBS)
 
-test: lint docs fuzz-build
+test: $(STAMP)
+	@$(MAKE) --no-print-directory -j2 lint docs fuzz-build
 	@$(MAKE) --no-print-directory -j2 fuzz-short suite
 
 # (after fuzz-build in make test: tests/pipelines/test_fuzz_harness.py uses its build/fuzz)

@@ -9,15 +9,13 @@ import torch
 
 from fastload.tools.cli import main
 from fastload.train.export import model_from_checkpoint, quantize_dynamic_int8
-from fastload.train.finetune import FinetuneConfig, finetune
 
 
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:TypedStorage is deprecated")
-def test_export_dynamic_int8_shrinks_the_model_and_reports_top1(synth_root, tmp_path, capsys):
-    ckpt = tmp_path / "run.pt"
-    finetune(FinetuneConfig(data=str(synth_root), loader="torch", img_size=32, batch_size=8,
-                            epochs=1, num_workers=0, progress=False, checkpoint=str(ckpt)))
+def test_export_dynamic_int8_shrinks_the_model_and_reports_top1(fp32_checkpoint, tmp_path,
+                                                               capsys):
+    ckpt = fp32_checkpoint
     out = tmp_path / "int8.pt"
     assert main(["export", str(ckpt), "--quantize", "dynamic", "--output", str(out),
                  "--latency-batches", "2", "--json"]) == 0

@@ -13,7 +13,6 @@ import torch
 
 from fastload.tools.cli import main
 from fastload.train.export import export_checkpoint, sensitivity
-from fastload.train.finetune import FinetuneConfig, finetune
 from fastload.train.model import create_model
 from fastload.train.quantize import (
     calibrate,
@@ -29,20 +28,9 @@ QUICK = dict(calibration_batches=2, latency_batches=(2,), latency_rounds=1, comp
 
 
 @pytest.fixture(scope="module")
-def fp32_checkpoint(synth_root, tmp_path_factory):
-    """A 2-epoch fp32 fine-tune of ViT-Tiny at 32 px on the generated set (val top-1 >= 0.75)."""
-    path = tmp_path_factory.mktemp("quantize") / "run.pt"
-    result = finetune(FinetuneConfig(data=str(synth_root), loader="torch", img_size=32, batch_size=8,
-                                     epochs=2, warmup_steps=2, num_workers=0, progress=False,
-                                     device="cpu", checkpoint=str(path)))
-    assert result.val_top1 >= 0.75
-    return path
-
-
-@pytest.fixture(scope="module")
-def static_export(fp32_checkpoint):
+def static_export(fp32_checkpoint, tmp_path_factory):
     """``(report, program path)`` of the static int8 export of ``fp32_checkpoint``."""
-    program = fp32_checkpoint.with_suffix(".int8.pt2")
+    program = tmp_path_factory.mktemp("quantize") / "run.int8.pt2"
     return export_checkpoint(fp32_checkpoint, program, quantize="static", **QUICK), program
 
 
