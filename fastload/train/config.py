@@ -94,7 +94,9 @@ def resolve_data(config: FinetuneConfig) -> tuple[str, pathlib.Path, pathlib.Pat
         raise ValueError("give data (a folder with train/ and val/) or train_lmdb (an LMDB directory)")
     root = pathlib.Path(config.data)
     if not root.is_dir():
-        raise FileNotFoundError(f"data folder {str(root)!r} does not exist")
+        raise FileNotFoundError(
+            f"data folder {str(root)!r} does not exist; pass a folder with train/ and val/ "
+            "(make one with `fastload synth DATA`) or train_lmdb (an LMDB directory)")
     lmdb = (root / "train.lmdb").is_dir()
     folder = (root / "train").is_dir()
     fmt = config.data_format

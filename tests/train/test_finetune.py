@@ -45,6 +45,12 @@ def test_missing_data_folder_is_one_clear_error(tmp_path):
         resolve_data(FinetuneConfig(data=str(tmp_path)))
 
 
+def test_a_data_folder_that_does_not_exist_is_named_with_the_fix(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"'.*nothing' does not exist; pass a folder with "
+                                                r"train/ and val/ \(make one with `fastload synth"):
+        resolve_data(FinetuneConfig(data=str(tmp_path / "nothing")))
+
+
 def test_local_weights_load_except_a_classifier_of_another_size(tmp_path):
     from safetensors.torch import save_file
 
