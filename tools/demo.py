@@ -432,6 +432,10 @@ def run(args: argparse.Namespace) -> int:
             return 2
         training = replace(training, epochs=args.epochs)
     workdir = Path(args.workdir)
+    if workdir.exists() and not workdir.is_dir():
+        print(f"fastload demo: error: --workdir {str(workdir)!r} is a file; pass a folder (new, "
+              "or made by an earlier demo)", file=sys.stderr)
+        return 2
     workdir.mkdir(parents=True, exist_ok=True)
     from fastload.utils.progress import format_duration
 

@@ -118,3 +118,12 @@ def test_headline_leads_with_the_loaders_gain_at_equal_precision_then_each_techn
     assert lines[2] == ("+ gradient checkpointing (a memory technique: activations recomputed "
                         "in backward): x0.90 images/s against the row above, training's peak "
                         "memory -25%")
+
+
+def test_demo_refuses_a_workdir_that_is_a_file_naming_it(tmp_path, capsys):
+    workdir = tmp_path / "demo"
+    workdir.write_text("mine", encoding="utf-8")
+    assert main(["demo", "--workdir", str(workdir), "--tiny"]) == 2
+    err = capsys.readouterr().err
+    assert f"--workdir '{workdir}' is a file; pass a folder" in err
+    assert workdir.read_text(encoding="utf-8") == "mine"

@@ -205,9 +205,9 @@ def _only(kind: str, **options) -> None:
     for option, value in options.items():
         if value is not None:
             raise ValueError(f"{option}={value!r} applies to {applies[option]} sources only, "
-                             f"but the source is a {_KIND_WORDS[kind]}")
+                             f"but the source is {_KIND_WORDS[kind]}")
 
 
-_KIND_WORDS = {"folder": "ImageFolder directory", "csv": "CSV list", "jsonl": "JSONL list",
-               "webdataset": "WebDataset tar source", "parquet": "parquet source",
-               "datasets": "datasets folder"}
+_KIND_WORDS = {"folder": "an ImageFolder directory", "csv": "a CSV list", "jsonl": "a JSONL list",
+               "webdataset": "a WebDataset tar source", "parquet": "a parquet source",
+               "datasets": "a datasets folder"}
