@@ -266,6 +266,10 @@ class DataLoader:
                     in_order=in_order)
 
         torch_loader = torch_loader_with(shuffle, sampler)
+        if num_workers > 0 and prefetch_factor is not None and prefetch_factor < 1:
+            # torch's constructor takes 0 and its first iter() fails an assert; here at once
+            raise ValueError("prefetch_factor should be a positive integer (batches decoded "
+                             f"ahead), but got prefetch_factor={prefetch_factor!r}")
         self.device = resolve_device(device)
         if (isinstance(hw_decoder_load, bool) or not isinstance(hw_decoder_load, int | float)
                 or not 0.0 <= hw_decoder_load <= 1.0):

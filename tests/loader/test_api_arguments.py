@@ -35,6 +35,14 @@ def _indices(loader, it) -> list[int]:
     return out
 
 
+def test_a_prefetch_factor_of_zero_with_workers_is_refused_at_construction(val):
+    # torch's constructor takes it and its first iter() fails an assert (a negative one torch
+    # refuses itself)
+    with pytest.raises(ValueError, match=r"prefetch_factor should be a positive integer .*"
+                                         r"got prefetch_factor=0"):
+        fastload.DataLoader(val, batch_size=4, num_workers=2, prefetch_factor=0)
+
+
 def test_two_iterators_of_one_loader_both_run_a_full_epoch_as_in_torch(val):
     loader = fastload.DataLoader(val, batch_size=4)
     it1, it2 = iter(loader), iter(loader)
