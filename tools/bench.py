@@ -59,18 +59,25 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "fastload.bench.recipes.RECIPE_NAMES (default, ra, ta_wide, augmix, "
                         "autoaugment, random_erasing, backend_tensor, use_v2, mixup_cutmix, "
                         "eval, timm_train, timm_deit, timm_eval)")
-    parser.add_argument("--json", type=_output_path, default=None, metavar="FILE",
+    parser.add_argument("--json", type=_json_path, default=None, metavar="FILE",
                         help="write the results as JSON ('-': on stdout, the table on stderr)")
-    parser.add_argument("--plot", type=_output_path, default=None, metavar="FILE.png",
+    parser.add_argument("--plot", type=_plot_path, default=None, metavar="FILE.png",
                         help="write a PNG bar chart")
     parser.set_defaults(run=run)
     return parser
 
 
-def _output_path(text: str) -> Path:
+def _json_path(text: str) -> Path:
     from fastload.tools.cli import output_file
 
     return Path(output_file(text))
+
+
+def _plot_path(text: str) -> Path:
+    from fastload.tools.cli import checked_output
+    from fastload.utils.checks import is_png
+
+    return Path(checked_output(text, is_png, "a PNG chart"))
 
 
 def _device(choice: str) -> str:

@@ -107,13 +107,23 @@ def report_error(command: str, error: BaseException, flags: Mapping[str, str] | 
 
 
 def output_file(text: str) -> str:
-    """argparse ``type`` of a file a command writes at its end (``-``: stdout): refused at
-    once where it cannot be one (a folder, a path through a file), not after the work."""
+    """argparse ``type`` of the JSON report a command writes at its end (``-``: stdout):
+    refused at once where it cannot be one (a folder, a path through a file, an existing file
+    that is not such a report), not after the work."""
+    from fastload.utils.checks import is_json_report
+
+    return checked_output(text, is_json_report, "a JSON report")
+
+
+def checked_output(text: str, replaces, what: str) -> str:
+    """``text`` (``-`` passes) where :func:`fastload.utils.checks.check_output_file` takes it
+    as a file of the kind ``what`` (``replaces``: what an existing file must be), else
+    argparse's error."""
     from fastload.utils.checks import check_output_file
 
     if text != "-":
         try:
-            check_output_file("FILE", text)
+            check_output_file("FILE", text, replaces=replaces, what=what)
         except ValueError as error:
             raise argparse.ArgumentTypeError(str(error).replace("FILE=", "")) from None
     return text

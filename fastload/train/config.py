@@ -13,7 +13,13 @@ from dataclasses import dataclass, field
 
 from fastload.train.amp import ScalerConfig
 from fastload.train.metrics import EpochStats
-from fastload.utils.checks import check_int, check_number, check_output_file, check_positive_int
+from fastload.utils.checks import (
+    check_int,
+    check_number,
+    check_output_file,
+    check_positive_int,
+    is_torch_file,
+)
 
 __all__ = ["DATA_FORMATS", "LOADERS", "FinetuneConfig", "FinetuneResult", "resolve_data", "validate_config"]
 
@@ -137,8 +143,9 @@ def validate_config(config: FinetuneConfig) -> None:
     check_int("warmup_steps", config.warmup_steps, allow_none=True)
     check_int("checkpoint_every", config.checkpoint_every,
               what="an integer >= 0 (0: only at epoch ends)")
-    for name in ("checkpoint", "log"):
-        check_output_file(name, getattr(config, name))
+    check_output_file("checkpoint", config.checkpoint, replaces=is_torch_file,
+                      what="a torch checkpoint")
+    check_output_file("log", config.log)  # appended to
     if config.qat:
         from fastload.train.quantize import check_qat_config
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from fastload.utils.checks import check_output_file, check_positive_int
+from fastload.utils.checks import check_output_file, check_positive_int, is_torch_file
 
 __all__ = [
     "QUANTIZE_MODES", "ExportReport", "LayerCost", "export_checkpoint", "measure_latency",
@@ -275,7 +275,7 @@ def export_checkpoint(
         raise ValueError(f"output={str(output)!r} is the checkpoint being exported, and writing "
                          f"it would replace the checkpoint; pass another file, such as "
                          f"{str(default)!r}")
-    check_output_file("output", output)
+    check_output_file("output", output, replaces=is_torch_file, what="a torch file")
     model, config = model_from_checkpoint(checkpoint)
     is_qat = bool(config.get("qat"))
     if (quantize == "qat") != is_qat:

@@ -3,11 +3,15 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
+import zipfile
+from collections.abc import Callable
 from typing import Any
 
-__all__ = ["check_int", "check_number", "check_output_file", "check_positive_int"]
+__all__ = ["check_int", "check_number", "check_output_file", "check_positive_int",
+           "is_json_report", "is_png", "is_torch_file"]
 
 
 def check_int(name: str, value: Any, *, least: int = 0, allow_none: bool = False,
@@ -41,13 +45,19 @@ def check_number(name: str, value: Any, *, least: float = 0.0, above: bool = Fal
         raise ValueError(f"{name} should be a finite number {bound}, but got {name}={value!r}")
 
 
-def check_output_file(name: str, path: str | os.PathLike | None) -> None:
+def check_output_file(name: str, path: str | os.PathLike | None, *,
+                      replaces: Callable[[str], bool] | None = None, what: str = "") -> None:
     """Raise ``ValueError`` naming ``name`` where ``path`` (a file a run writes later) cannot be
-    one: an existing folder, or a path through a file. Checked before the work, so a long
-    run does not end on it. ``None`` passes."""
+    one: an existing folder, or a path through a file; with ``replaces``, also an existing file
+    it does not accept (a file of another kind than the run writes, ``what``: the user's file
+    is never written over). Checked before the work, so a long run does not end on it.
+    ``None`` passes."""
     if path is None:
         return
     text = os.fspath(path)
+    if replaces is not None and os.path.isfile(text) and not replaces(text):
+        raise ValueError(f"{name}={text!r} is an existing file that is not {what}, and writing "
+                         f"would replace it; pass a new path, or remove that file first")
     if os.path.isdir(text):
         example = os.path.join(text, "run.pt" if name == "checkpoint" else "run.json")
         raise ValueError(f"{name} should be a file path, but {name}={text!r} is a folder; "
@@ -58,3 +68,35 @@ def check_output_file(name: str, path: str | os.PathLike | None) -> None:
     if not os.path.isdir(parent):
         raise ValueError(f"{name}={text!r} cannot be written: {parent!r} on its path is a "
                          "file, not a folder; pass another path")
+
+
+def is_torch_file(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a zip archive that ``torch.save`` or ``torch.export.save`` wrote
+    (read from its table of contents: nothing is unpickled)."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = archive.namelist()
+    except (OSError, zipfile.BadZipFile):
+        return False
+    return any(n.endswith(("/data.pkl", "/archive_format")) for n in names)
+
+
+def is_json_report(path: str | os.PathLike) -> bool:
+    """Whether ``path`` holds a JSON report of a fastload command: an object with a ``format``
+    and the ``command`` (convert's, verify's) or the ``rows`` (bench's)."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            report = json.load(handle)
+    except (OSError, ValueError):
+        return False
+    return isinstance(report, dict) and "format" in report and ("command" in report
+                                                                 or "rows" in report)
+
+
+def is_png(path: str | os.PathLike) -> bool:
+    """Whether ``path`` starts as a PNG file."""
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(8) == b"\x89PNG\r\n\x1a\n"
+    except OSError:
+        return False

@@ -69,6 +69,32 @@ def test_finetune_refuses_an_output_file_that_is_a_folder_before_training(tmp_pa
     assert flag in err or "--log-file" in err
 
 
+def test_finetune_refuses_a_checkpoint_path_holding_a_file_of_another_kind(tmp_path, capsys):
+    from fastload.tools.cli import EXIT_USAGE, main
+
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine", encoding="utf-8")
+    assert main(["finetune", str(tmp_path / "nowhere"), "--checkpoint", str(notes)]) == EXIT_USAGE
+    assert (f"--checkpoint '{notes}' is an existing file that is not a torch checkpoint, and "
+            "writing would replace it" in capsys.readouterr().err)
+    assert notes.read_text(encoding="utf-8") == "mine"
+
+
+def test_export_writes_over_a_torch_file_but_not_over_a_file_of_another_kind(tmp_path):
+    import torch
+
+    from fastload.utils.checks import check_output_file, is_torch_file
+
+    notes, saved = tmp_path / "notes.txt", tmp_path / "int8.pt"
+    notes.write_text("mine", encoding="utf-8")
+    torch.save({"w": torch.ones(1)}, saved)
+    check_output_file("output", saved, replaces=is_torch_file, what="a torch file")
+    with pytest.raises(ValueError, match=r"output='.*notes.txt' is an existing file that is "
+                                         r"not a torch file"):
+        check_output_file("output", notes, replaces=is_torch_file, what="a torch file")
+    assert notes.read_text(encoding="utf-8") == "mine"
+
+
 def test_export_refuses_to_write_over_the_checkpoint_it_reads(tmp_path, capsys):
     from fastload.tools.cli import EXIT_USAGE, main
 
@@ -121,3 +147,33 @@ def test_verify_refuses_a_negative_sample_as_a_usage_error(tmp_path, capsys):
 
     assert main(["verify", str(tmp_path), "--sample", "-1"]) == EXIT_USAGE
     assert "sample should be a non-negative integer, but got --sample -1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["convert", "verify"])
+def test_json_report_onto_a_file_that_is_not_a_report_is_refused_and_kept(tmp_path, capsys,
+                                                                          command):
+    from fastload.tools.cli import EXIT_USAGE, main
+
+    args = [str(tmp_path / "src"), str(tmp_path / "dst")] if command == "convert" else [
+        str(tmp_path / "db")]
+    source = tmp_path / "list.csv"
+    source.write_text("path,label\n", encoding="utf-8")
+    with pytest.raises(SystemExit) as exit_:
+        main([command, *args, "--json", str(source)])
+    assert exit_.value.code == EXIT_USAGE
+    assert (f"'{source}' is an existing file that is not a JSON report, and writing would "
+            "replace it; pass a new path" in capsys.readouterr().err)
+    assert source.read_text(encoding="utf-8") == "path,label\n"
+
+
+def test_bench_refuses_a_plot_or_json_path_holding_a_file_of_another_kind(tmp_path, capsys):
+    from fastload.tools.cli import EXIT_USAGE, main
+
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine", encoding="utf-8")
+    for flag, what in (("--plot", "a PNG chart"), ("--json", "a JSON report")):
+        with pytest.raises(SystemExit) as exit_:
+            main(["bench", str(tmp_path), flag, str(notes)])
+        assert exit_.value.code == EXIT_USAGE
+        assert f"'{notes}' is an existing file that is not {what}" in capsys.readouterr().err
+    assert notes.read_text(encoding="utf-8") == "mine"
