@@ -499,6 +499,19 @@ def test_an_overwrite_that_stops_on_a_damaged_file_keeps_the_finished_database(
         ["data.mdb", "lock.mdb", "fastload.json", "checksums.crc32", "labels.i32", "errors.json"])
 
 
+def test_an_overwrite_that_stores_no_file_keeps_the_finished_database(synth_root, tmp_path):
+    dst, src = tmp_path / "db", tmp_path / "src"
+    convert_folder(synth_root / "val", dst, progress=False, workers=1)
+    before = _dump(dst)
+    (src / "a").mkdir(parents=True)
+    (src / "a" / "x.jpg").write_bytes(b"not a picture")
+    with pytest.raises(ConvertError, match=r"all 1 were skipped \(each reason in .*"
+                                           r"\.fastload-replacement/errors.json'; the finished "
+                                           r"database there is kept as it was\)"):
+        convert_folder(src, dst, overwrite=True, progress=False, workers=1)
+    assert _dump(dst) == before and verify_lmdb(dst).ok
+
+
 def test_a_conversion_that_stores_no_file_fails_naming_the_source_and_errors_json(
         tmp_path, capsys):
     src = tmp_path / "src"

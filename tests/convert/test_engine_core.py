@@ -128,6 +128,23 @@ def test_an_overwrite_keeps_the_finished_set_until_the_driver_moves_the_new_shar
     assert not list(dst.rglob(".fastload-replacement"))
 
 
+def test_an_engine_overwrite_that_stores_no_file_keeps_the_finished_set(engine_source,
+                                                                        tmp_path):
+    dst, unreadable = tmp_path / "set", tmp_path / "unreadable"
+    convert_folder(engine_source, dst, shards=4, workers=1, progress=False)
+    shutil.copytree(dst, tmp_path / "before")
+    for k in range(4):
+        (unreadable / f"c{k}").mkdir(parents=True)
+        (unreadable / f"c{k}" / "x.jpg").write_bytes(b"not an image")
+    plan = plan_shard_jobs(plan_conversion(unreadable, dst, shards=4, workers=1,
+                                           progress=False), overwrite=True)
+    report = finish_shards(plan, [run_shard(job) for job in plan.jobs])
+    assert report.kept_old and (report.seen, report.stored) == (4, 0)
+    assert (dst / MANIFEST_FILE).read_bytes() == (tmp_path / "before" / MANIFEST_FILE).read_bytes()
+    assert verify_set(dst, full=True).ok
+    assert _records(dst) == _records(tmp_path / "before")
+
+
 def test_an_overwrite_whose_shard_fails_keeps_the_finished_set_whole(engine_source, tmp_path):
     src = _copy_with_the_last_file_broken(engine_source, tmp_path / "src")
     dst = tmp_path / "set"

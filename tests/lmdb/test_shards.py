@@ -217,6 +217,24 @@ def test_processes_completing_the_manifest_at_once_agree_on_one_file(source, tmp
     assert verify_set(dst).ok
 
 
+@pytest.mark.parametrize("shards", [1, 2])  # another shard count, and the same
+def test_an_overwrite_that_stores_no_file_keeps_the_finished_set(source, unsharded, tmp_path,
+                                                                 shards):
+    from fastload.data.convert.folder import ConvertError
+
+    dst, unreadable = tmp_path / "set", tmp_path / "unreadable"
+    convert_folder(source, dst, workers=1, progress=False, shards=2)
+    before = (dst / MANIFEST_FILE).read_bytes()
+    for k in range(2):
+        (unreadable / f"c{k}").mkdir(parents=True)
+        (unreadable / f"c{k}" / "x.jpg").write_bytes(b"not an image")
+    with pytest.raises(ConvertError, match=r"all 2 were skipped \(each reason in its new "
+                                           r"shards' errors.json; the finished set there is kept"):
+        convert_folder(unreadable, dst, workers=1, progress=False, shards=shards, overwrite=True)
+    assert (dst / MANIFEST_FILE).read_bytes() == before and verify_set(dst, full=True).ok
+    assert records(LMDBDataset(dst).reader) == records(unsharded.reader)
+
+
 @pytest.mark.parametrize("shards", [2, 3])  # the same shard count, and another
 def test_an_overwrite_that_stops_keeps_the_finished_set_whole(source, unsharded, tmp_path,
                                                               shards):

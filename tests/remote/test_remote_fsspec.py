@@ -86,3 +86,26 @@ def test_an_overwrite_copies_the_new_set_in_only_where_the_file_system_copies_ob
                                ("nocopy", "/fastload-tests/kept.set")):
             if fsspec.filesystem(protocol).exists(path):
                 fsspec.filesystem(protocol).rm(path, recursive=True)
+
+
+def test_an_overwrite_at_a_url_that_stores_no_file_keeps_the_finished_set(sharded_set,
+                                                                         tmp_path, capsys):
+    import fsspec
+
+    source, unreadable = str(sharded_set.parent / "src"), tmp_path / "unreadable"
+    for k in range(2):
+        (unreadable / f"c{k}").mkdir(parents=True)
+        (unreadable / f"c{k}" / "x.jpg").write_bytes(b"not an image")
+    url = "memory://fastload-tests/kept-when-empty.set"
+    argv = ["--shards", "2", "--workers", "1", "--no-progress", "--staging", str(tmp_path / "s")]
+    try:
+        assert cli(["convert", source, url, *argv]) == 0
+        capsys.readouterr()
+        for _ in range(2):  # and the same command again: nothing left for it to move in
+            assert cli(["convert", str(unreadable), url, *argv, "--overwrite"]) == 1
+            assert "the finished set there is kept as it was" in capsys.readouterr().err
+        assert cli(["verify", url]) == 0
+        assert len(fastload.LMDBDataset(url)) == 61
+    finally:
+        if fsspec.filesystem("memory").exists("/fastload-tests/kept-when-empty.set"):
+            fsspec.filesystem("memory").rm("/fastload-tests/kept-when-empty.set", recursive=True)

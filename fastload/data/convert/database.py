@@ -44,7 +44,8 @@ from fastload.data.format.writer import LMDBWriter, MapFull
 from fastload.data.sets.attest import attest_database
 from fastload.utils.process import default_context, interrupts_held, owned_child
 
-__all__ = ["ConvertError", "ConvertReport", "convert_one", "is_complete", "read_early"]
+__all__ = ["ConvertError", "ConvertReport", "convert_one", "is_complete", "read_early",
+           "stored_nothing"]
 
 WORKER_TIMEOUT_S = 600  # longest wait for one image from a worker process
 
@@ -82,6 +83,9 @@ class ConvertReport:
     finished_shards: list[int] = field(default_factory=list)  # found finished, checked, kept
     # an overwritten set kept whole (readable) until every shard's replacement is finished
     replacing: bool = False
+    # an overwrite that stored nothing (every file skipped): the finished database or set it
+    # would replace is kept as it was, and the new one left beside it (its errors.json)
+    kept_old: bool = False
 
     def summary(self) -> str:
         return f"stored {self.stored} + skipped {self.skipped} = seen {self.seen}"
@@ -122,7 +126,8 @@ def convert_one(samples, dst_path: Path, identity: dict, total_bytes: int, overw
             if attestation is not None:
                 meta[META_JPEG_ATTESTATION] = attestation
         writer.finish(meta)
-        if write_path != dst_path and move_in:
+        kept_old = write_path != dst_path and stored_nothing(writer.seen, writer.stored)
+        if write_path != dst_path and move_in and not kept_old:
             move_replacement_in(dst_path, write_path)
     finally:
         if write_path != dst_path:
@@ -131,8 +136,14 @@ def convert_one(samples, dst_path: Path, identity: dict, total_bytes: int, overw
     return ConvertReport(
         path=dst_path, stored=writer.stored, skipped=len(writer.skipped), seen=writer.seen,
         errors=writer.skipped, kept=kept, reencoded=writer.stored - kept,
-        resumed=writer.resumed, resumed_from=writer.resumed_from,
+        resumed=writer.resumed, resumed_from=writer.resumed_from, kept_old=kept_old and move_in,
     )
+
+
+def stored_nothing(seen: int, stored: int) -> bool:
+    """Whether a conversion that saw files stored none (every one skipped): an overwrite
+    then keeps the finished database or set it would replace."""
+    return seen > 0 and stored == 0
 
 
 def read_early(samples, workers: int,

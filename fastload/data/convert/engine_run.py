@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from fastload.data.convert.database import ConvertError, ConvertReport
+from fastload.data.convert.database import ConvertError, ConvertReport, stored_nothing
 from fastload.data.convert.destination import REPLACEMENT
 from fastload.data.convert.engine import (
     CONVERTED,
@@ -26,7 +26,7 @@ from fastload.data.convert.engine import (
 )
 from fastload.data.convert.image_check import KEPT
 from fastload.data.convert.plan import ConversionPlan
-from fastload.data.convert.shards import finished_shard, move_set_in
+from fastload.data.convert.shards import finished_shard, move_set_in, newest_shard
 from fastload.data.format.constants import ERRORS_FILE, META_FILE
 from fastload.data.sets.manifest import complete_manifest, shard_name
 
@@ -51,24 +51,26 @@ def finish_shards(plan: ShardPlan, results: list[ShardResult]) -> ConvertReport:
         for folder in attempt_folders(dst, f"{shard_name(k, count)}-"):
             remove_abandoned(folder)
     raise_unfinished(plan, results, unfinished)
-    if plan.replacing and not move_set_in(dst, plan.identities,
-                                          [stop - begin for begin, stop in plan.bounds]):
-        raise ConvertError(f"another process is writing a shard of {str(dst)!r}; rerun the "
-                           "same command once it has finished (finished shards are kept)")
-    manifest = complete_manifest(dst, count)
     total = ConvertReport(path=dst, stored=0, skipped=0, seen=0,
                           finished_shards=list(plan.finished_before),
                           classes=list(plan.classes))
     for k in range(count):
         if k in plan.finished_before:
             continue
-        folder = dst / shard_name(k, count)
+        folder = newest_shard(dst / shard_name(k, count))  # a replacement, until moved in
         with open(folder / META_FILE, encoding="utf-8") as handle:
             meta = json.load(handle)
         with open(folder / ERRORS_FILE, encoding="utf-8") as handle:
             errors = json.load(handle)
         add_shard_report(total, plan, results, k, meta, errors)
-    total.manifest = manifest
+    if plan.replacing and stored_nothing(total.seen, total.stored):
+        total.kept_old = True  # every file skipped: the finished set stays as it was
+        return total
+    if plan.replacing and not move_set_in(dst, plan.identities,
+                                          [stop - begin for begin, stop in plan.bounds]):
+        raise ConvertError(f"another process is writing a shard of {str(dst)!r}; rerun the "
+                           "same command once it has finished (finished shards are kept)")
+    total.manifest = complete_manifest(dst, count)
     return total
 
 

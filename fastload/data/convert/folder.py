@@ -19,6 +19,7 @@ from fastload.data.convert.database import (
     is_complete,
     read_early,
 )
+from fastload.data.convert.destination import REPLACEMENT
 from fastload.data.convert.plan import (
     DEFAULT_COMMIT_EVERY,
     check_convert_options,
@@ -187,9 +188,14 @@ def convert_folder(
     report.seconds = time.perf_counter() - start
     report.classes = plan.source.classes
     if shard_index is None and report.seen and not report.stored:
-        where = (f"each reason in {os.fspath(report.path / ERRORS_FILE)!r}"
-                 if plan.shards is None and not plan.remote else
-                 f"each reason in its shards' {ERRORS_FILE}")
+        single = plan.shards is None and not plan.remote
+        if single:
+            folder = report.path / REPLACEMENT if report.kept_old else report.path
+            where = f"each reason in {os.fspath(folder / ERRORS_FILE)!r}"
+        else:
+            where = f"each reason in its {'new ' if report.kept_old else ''}shards' {ERRORS_FILE}"
+        if report.kept_old:
+            where += f"; the finished {'database' if single else 'set'} there is kept as it was"
         raise ConvertError(
             f"no file of {os.fsdecode(src)!r} could be stored: all {report.seen} were skipped "
             f"({where}); fix or remove them, then convert again with overwrite=True")

@@ -14,7 +14,12 @@ import os
 from pathlib import Path
 
 from fastload.data.convert.check_batches import CheckBatches
-from fastload.data.convert.database import ConvertReport, convert_one, is_complete
+from fastload.data.convert.database import (
+    ConvertReport,
+    convert_one,
+    is_complete,
+    stored_nothing,
+)
 from fastload.data.convert.destination import REPLACEMENT, move_replacement_in, prepare_destination
 from fastload.data.convert.dst_lock import (
     lock_destination,
@@ -102,6 +107,9 @@ def convert_shards(samples, dst_path: Path, identity: dict, total_bytes: int, ov
             unlock_destination(folder)
             if "replacing" in progress_state:
                 unlock_destination(Path(progress_state["replacing"]))
+    if replacing and shard_index is None and stored_nothing(total.seen, total.stored):
+        total.kept_old = True  # every file skipped: the finished set stays as it was
+        return total
     if replace_at_end and not move_set_in(
             dst_path, [identity_of_shard(identity, k, shards, bounds) for k in range(shards)],
             [stop - begin for begin, stop in bounds]):

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import fastload.data.remote.fetch as fetch
-from fastload.data.convert.database import ConvertReport
+from fastload.data.convert.database import ConvertReport, stored_nothing
 from fastload.data.convert.destination import REPLACEMENT
 from fastload.data.convert.shards import identity_of_shard
 from fastload.data.remote.upload import (
@@ -77,8 +77,14 @@ def replace_url_set(location: RemoteLocation, identity: dict, bounds: list[tuple
         return None
     fetch.remove(replacement.child(MANIFEST_FILE))  # another conversion's, never moved in
     total = convert(replacement)
-    move_url_set_in(location, replacement, shards)
     total.path = location.url  # type: ignore[assignment]
+    if stored_nothing(total.seen, total.stored):
+        # every file skipped: the finished set stays as it was, and the new one (its shards'
+        # errors.json) is no whole replacement for a rerun to move in
+        fetch.remove(replacement.child(MANIFEST_FILE))
+        total.kept_old = True
+        return total
+    move_url_set_in(location, replacement, shards)
     return total
 
 
