@@ -262,9 +262,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    """The subcommand's exit status; a missing optional extra is a usage error naming it."""
+    """The subcommand's exit status; a missing optional extra is a usage error naming it.
+    Its warnings print as ``fastload COMMAND: warning: ...`` (not Python's file and line)."""
+    import warnings
+
+    def say(message, category, filename, lineno, file=None, line=None) -> None:
+        print(f"fastload {args.command}: warning: {printable(message)}",
+              file=file or sys.stderr)
+
     try:
-        return int(args.run(args) or EXIT_OK)
+        with warnings.catch_warnings():
+            warnings.showwarning = say
+            return int(args.run(args) or EXIT_OK)
     except ModuleNotFoundError as error:
         sentence = missing_extra(error)
         if sentence is None:

@@ -138,3 +138,41 @@ def test_csv_rows_leaving_the_csv_folder_are_reported(tmp_path):
     with pytest.warns(UserWarning, match=r"2 row\(s\) name files outside .* line 2"):
         samples = list_source(csv).samples
     assert samples[1] == (str(tmp_path / "out.jpg"), 1)
+
+
+def test_a_fifo_or_a_device_in_the_source_is_skipped_naming_what_it_is(tmp_path):
+    import json
+    import os
+    import warnings
+
+    src = tmp_path / "src" / "a"
+    src.mkdir(parents=True)
+    (src / "ok.jpg").write_bytes(_save(_photo(), "JPEG"))
+    os.mkfifo(src / "waits.jpg")  # no writer ever opens it: reading it would block forever
+    listed = tmp_path / "list.csv"
+    listed.write_text(f"path,label\n{src / 'ok.jpg'},0\n/dev/zero,0\n{src / 'waits.jpg'},0\n")
+    for source, dst in ((tmp_path / "src", tmp_path / "db"), (listed, tmp_path / "db2")):
+        with warnings.catch_warnings():  # /dev/zero lies outside the list's folder: said so
+            warnings.simplefilter("ignore", UserWarning)
+            report = convert_folder(source, dst, workers=1, progress=False)
+        assert (report.stored, report.skipped) == ((1, 1) if dst.name == "db" else (1, 2))
+        reasons = {e["path"]: e["reason"] for e in json.loads(
+            (dst / "errors.json").read_text())["skipped"]}
+        assert reasons[str(src / "waits.jpg")] == ("cannot read file: not a regular file but "
+                                                   "a FIFO; list only image files")
+    assert "a character device" in reasons["/dev/zero"]
+
+
+def test_the_cli_prints_a_warning_as_one_line_naming_the_command(tmp_path, capsys):
+    from fastload.tools.cli import main
+
+    photo = tmp_path / "img" / "ok.jpg"
+    photo.parent.mkdir()
+    photo.write_bytes(_save(_photo(), "JPEG"))
+    (tmp_path / "lists").mkdir()
+    listed = tmp_path / "lists" / "list.csv"
+    listed.write_text(f"path,label\n{photo},0\n")  # outside the list's folder: a warning
+    assert main(["convert", str(listed), str(tmp_path / "db"), "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    assert err.startswith("fastload convert: warning: '") and "name files outside" in err
+    assert ".py:" not in err and "UserWarning" not in err

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import io
 import os
+import stat
 
 from fastload.data.format.constants import crc32
 from fastload.data.format.datum import datum_parts, encode_datum
@@ -256,9 +257,14 @@ def _read_with_room(path: str, scratch: ScratchBuffer | None = None) -> tuple[by
     """
     # os.open + one readv: four system calls and no file object; open() makes a FileIO
     # (an extra fstat) and needs a second read to see the end (NOTES.md C8).
-    fd = os.open(path, os.O_RDONLY)  # not inherited by children (PEP 446)
+    # O_NONBLOCK: opening a FIFO does not wait for a writer (a regular file's reads ignore it)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # not inherited by children (PEP 446)
     try:
-        size = os.fstat(fd).st_size
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode):  # a FIFO or a device: no end to read to
+            raise OSError(f"not a regular file but {_file_kind(status.st_mode)}; list only "
+                          "image files")
+        size = status.st_size
         needed = _HEADROOM + size + _TAILROOM
         buffer = _buffer(needed, scratch)
         # One byte past the size: a regular file reads short only at its end, so a full
@@ -271,6 +277,13 @@ def _read_with_room(path: str, scratch: ScratchBuffer | None = None) -> tuple[by
     finally:
         os.close(fd)
     return buffer, got
+
+
+def _file_kind(mode: int) -> str:
+    """What a file that is not a regular one is, in words."""
+    kinds = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+             (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+    return next((name for test, name in kinds if test(mode)), "not a file")
 
 
 def _read_span_with_room(path: str, offset: int, size: int,
