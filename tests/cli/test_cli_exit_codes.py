@@ -134,6 +134,17 @@ def test_convert_refuses_an_infinite_shard_size(tmp_path, capsys):
             in capsys.readouterr().err.replace("--shard-size", "shard_size_mb"))
 
 
+def test_convert_refuses_more_workers_than_a_process_can_start(tmp_path, capsys):
+    from fastload.tools.cli import EXIT_USAGE, main
+
+    (tmp_path / "src" / "a").mkdir(parents=True)
+    assert main(["convert", str(tmp_path / "src"), str(tmp_path / "dst"),
+                 "--workers", "30000"]) == EXIT_USAGE
+    assert ("workers should be at most 1024 (a thread or process each; this machine has "
+            in capsys.readouterr().err.replace("--workers", "workers"))
+    assert not (tmp_path / "dst").exists()
+
+
 def test_convert_refuses_an_empty_destination_instead_of_the_current_folder(tmp_path, capsys):
     from fastload.tools.cli import EXIT_USAGE, main
 

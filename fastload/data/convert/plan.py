@@ -27,6 +27,10 @@ __all__ = ["DEFAULT_COMMIT_EVERY", "ConversionPlan", "check_convert_options", "p
 DEFAULT_COMMIT_EVERY = 256  # source files per LMDB write transaction
 
 
+# A bound past any machine's cores, below the threads a process may start (30,000 failed here)
+MAX_WORKERS = 1024
+
+
 def _check_positive(name: str, value, allow_none: bool = True) -> None:
     check_positive_int(name, value, allow_none=allow_none)
 
@@ -39,6 +43,9 @@ def check_convert_options(*, workers: int | None = None, max_side: int | None = 
     """Raise ``ValueError`` naming the first of :func:`convert_folder`'s options that is out of
     range (the checks it runs before touching any file)."""
     _check_positive("workers", workers)
+    if workers is not None and workers > MAX_WORKERS:
+        raise ValueError(f"workers should be at most {MAX_WORKERS} (a thread or process each; "
+                         f"this machine has {os.cpu_count()} cores), but got workers={workers}")
     _check_positive("max_side", max_side)
     _check_positive("commit_every", commit_every, allow_none=False)
     if isinstance(quality, bool) or not isinstance(quality, int) or not 1 <= quality <= 100:
