@@ -124,6 +124,11 @@ def test_synth_rejects_bad_arguments_with_a_clear_message(tmp_path):
     with pytest.raises(ValueError, match=r"size should have sides of at least 8 px, but got "
                                          r"size=\(4, 100\)"):
         synthesize(tmp_path, train=1, val=0, classes=1, size=(4, 100))
+    # past Pillow's bomb bound (a 100,000 px square took all the memory before)
+    with pytest.raises(ValueError, match=r"size should be at most 89,478,485 pixels \(Pillow's "
+                                         r"MAX_IMAGE_PIXELS.*size=\(20000, 20000\)"):
+        synthesize(tmp_path / "big", train=1, val=0, classes=1, size=(20000, 20000))
+    assert not (tmp_path / "big").exists()
 
 
 def test_class_names_sort_in_label_order():

@@ -259,6 +259,10 @@ def check_tree_arguments(train: int, val: int, classes: int, seed: int, quality:
                 raise ValueError(f"size should have sides of at least 8 px, but got "
                                  f"size={size!r}")
         size = (int(size[0]), int(size[1]))
+        if size[0] * size[1] > Image.MAX_IMAGE_PIXELS:  # what Pillow, so torchvision, opens
+            raise ValueError(f"size should be at most {Image.MAX_IMAGE_PIXELS:,} pixels (Pillow's "
+                             f"MAX_IMAGE_PIXELS, past which it refuses to open a picture), but "
+                             f"got size={size!r}")
     if workers is None:
         workers = os.cpu_count() or 1
     _check_int("workers", workers, 1)
