@@ -143,6 +143,10 @@ def validate_config(config: FinetuneConfig) -> None:
     check_int("warmup_steps", config.warmup_steps, allow_none=True)
     check_int("checkpoint_every", config.checkpoint_every,
               what="an integer >= 0 (0: only at epoch ends)")
+    if config.device is not None:  # torch's own error names no option ("no NVIDIA driver")
+        from fastload.loader.devices import resolve_device
+
+        resolve_device(config.device)
     check_output_file("checkpoint", config.checkpoint, replaces=is_torch_file,
                       what="a torch checkpoint")
     check_output_file("log", config.log)  # appended to

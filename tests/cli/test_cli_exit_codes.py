@@ -48,12 +48,25 @@ def test_library_errors_name_fields_and_the_cli_maps_them_to_flags():
     (["--lr", "-1"], "lr should be a finite number > 0, but got --lr -1.0"),
     (["--lr", "nan"], "lr should be a finite number > 0, but got --lr nan"),
     (["--max-skips", "0"], "max_skips should be a positive integer, but got --max-skips 0"),
+    (["--device", "bogus"], "device should be None, 'cpu', 'cuda' or 'cuda:N', but got "
+                            "--device 'bogus'"),
 ])
 def test_finetune_refuses_a_number_out_of_range_before_any_work(tmp_path, capsys, flags, message):
     from fastload.tools.cli import EXIT_USAGE, main
 
     assert main(["finetune", str(tmp_path / "nowhere"), *flags]) == EXIT_USAGE
     assert message in capsys.readouterr().err
+
+
+def test_finetune_refuses_a_cuda_device_where_torch_has_none(tmp_path, capsys, monkeypatch):
+    import torch
+
+    from fastload.tools.cli import EXIT_USAGE, main
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # as on a machine without
+    assert main(["finetune", str(tmp_path / "nowhere"), "--device", "cuda:0"]) == EXIT_USAGE
+    assert "--device 'cuda:0' needs CUDA, but torch.cuda.is_available() is False; use " \
+           "--device 'cpu'" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("flag", ["--checkpoint", "--log"])
