@@ -347,3 +347,15 @@ def test_a_shard_index_overwrite_of_a_new_folder_replaces_nothing(source, tmp_pa
                 "--workers", "1", "--overwrite", "--no-progress"]) == 0
     out = capsys.readouterr().out
     assert "manifest pending until every shard is converted" in out and "replaces" not in out
+
+
+def test_a_single_database_conversion_onto_a_set_says_it_is_a_set_and_keeps_it(source,
+                                                                               tmp_path):
+    dst = tmp_path / "set"
+    convert_folder(source, dst, workers=1, progress=False, shards=2)
+    before = (dst / MANIFEST_FILE).read_bytes()
+    for overwrite in (False, True):
+        with pytest.raises(FileExistsError, match=r"holds a sharded set \(fastload-set.json\); "
+                                                  r"pass shards=N to convert into it"):
+            convert_folder(source, dst, workers=1, progress=False, overwrite=overwrite)
+    assert (dst / MANIFEST_FILE).read_bytes() == before and verify_set(dst).ok

@@ -30,6 +30,7 @@ from fastload.data.format.constants import (
     STATE_COMPLETE,
     STATE_PARTIAL,
 )
+from fastload.data.sets.schema import MANIFEST_FILE
 
 __all__ = ["REPLACEMENT", "move_replacement_in", "prepare_destination"]
 
@@ -82,6 +83,10 @@ def _prepare_locked(dst: Path, identity: dict, overwrite: bool, fresh: dict) -> 
     foreign = sorted(n for n in names if n not in OWNED_FILES and not n.startswith("."))
     meta = _read_json(dst / META_FILE)
     partial = _read_json(dst / PARTIAL_FILE)
+    if MANIFEST_FILE in foreign:
+        raise FileExistsError(
+            f"destination {str(dst)!r} holds a sharded set ({MANIFEST_FILE}); pass shards=N to "
+            "convert into it (with overwrite=True to replace it), or choose a new folder")
     if foreign:
         raise FileExistsError(
             f"destination {str(dst)!r} holds files that are not part of a fastload database "
