@@ -35,6 +35,13 @@ def test_dataset_matches_imagefolder_pixels_labels_and_classes(synth_lmdb, synth
     assert dataset.path == synth_lmdb and dataset.reader.path == synth_lmdb
 
 
+@pytest.mark.parametrize("path", [123, None, ["a.lmdb"]])
+def test_a_path_that_is_not_one_is_named_with_what_it_should_be(path):
+    with pytest.raises(TypeError, match=r"path should be the folder of a fastload database or "
+                                        r"set, or its URL, but got path="):
+        fastload.LMDBDataset(path)
+
+
 def test_dataset_applies_transform_and_target_transform(synth_lmdb):
     dataset = fastload.LMDBDataset(synth_lmdb, transform=T.ToTensor(),
                                    target_transform=lambda y: y + 100)

@@ -78,6 +78,9 @@ class LMDBDataset(Dataset):
         cache_dir: str | os.PathLike | None = None,
         cache_bytes: int | None = None,
     ) -> None:
+        if not isinstance(path, str | bytes | os.PathLike):
+            raise TypeError("path should be the folder of a fastload database or set, or its "
+                            f"URL, but got path={path!r} ({type(path).__name__})")
         # LMDBReader, ShardedReader for a sharded set, their remote kinds for a URL
         self.reader = open_any(path, storage_options=storage_options, cache_dir=cache_dir,
                                cache_bytes=cache_bytes)
