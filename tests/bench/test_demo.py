@@ -127,3 +127,17 @@ def test_demo_refuses_a_workdir_that_is_a_file_naming_it(tmp_path, capsys):
     err = capsys.readouterr().err
     assert f"--workdir '{workdir}' is a file; pass a folder" in err
     assert workdir.read_text(encoding="utf-8") == "mine"
+
+
+@pytest.mark.parametrize("flag, value, words", [
+    ("--classes", "0", "should be 1 or more, but got 0"),
+    ("--train", "-3", "should be 1 or more, but got -3"),
+    ("--img-size", "0", "should be 1 or more, but got 0"),
+    ("--epochs", "-1", "should be 0 or more, but got -1"),
+])
+def test_demo_refuses_a_count_out_of_range_before_any_work(tmp_path, capsys, flag, value, words):
+    with pytest.raises(SystemExit) as exit_:
+        main(["demo", "--workdir", str(tmp_path / "demo"), flag, value])
+    assert exit_.value.code == 2
+    assert f"argument {flag}: {words}" in capsys.readouterr().err
+    assert not (tmp_path / "demo").exists()
