@@ -67,7 +67,8 @@ def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
         raise ValueError(f"checkpoint {str(path)!r} is a folder; pass the checkpoint "
                          "file that finetune() wrote (FinetuneConfig.checkpoint)")
     if not path.is_file():
-        raise FileNotFoundError(f"checkpoint {str(path)!r} does not exist")
+        raise FileNotFoundError(f"checkpoint {str(path)!r} does not exist; pass the checkpoint "
+                                "file that finetune() wrote (FinetuneConfig.checkpoint)")
     with open(path, "rb") as handle:
         head = handle.read(4)
     if head[:4] != b"PK\x03\x04" and head[:1] != b"\x80":  # torch's zip, or its legacy pickle

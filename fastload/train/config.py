@@ -147,6 +147,10 @@ def validate_config(config: FinetuneConfig) -> None:
         from fastload.loader.devices import resolve_device
 
         resolve_device(config.device)
+    if config.resume is not None and pathlib.Path(config.resume).is_dir():
+        example = str(pathlib.Path(config.resume) / "run.pt")
+        raise ValueError(f"resume should be a checkpoint file, but resume={config.resume!r} is a "
+                         f"folder; pass the checkpoint file in it, such as {example!r}")
     check_output_file("checkpoint", config.checkpoint, replaces=is_torch_file,
                       what="a torch checkpoint")
     check_output_file("log", config.log)  # appended to

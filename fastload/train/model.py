@@ -113,6 +113,9 @@ def load_weights(model: nn.Module, path: str | os.PathLike) -> list[str]:
     (another class count) are skipped. Any other missing or mismatched key is an error.
     """
     path = pathlib.Path(path)
+    if path.is_dir():
+        raise IsADirectoryError(f"weights={str(path)!r} is a folder; pass a local weight file "
+                                "in it (.safetensors, .pt or .bin)")
     if not path.is_file():
         raise FileNotFoundError(f"weights={str(path)!r} does not exist; pass a local weight file")
     state = _read_state_dict(path)

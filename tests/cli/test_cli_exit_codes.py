@@ -108,6 +108,25 @@ def test_export_writes_over_a_torch_file_but_not_over_a_file_of_another_kind(tmp
     assert notes.read_text(encoding="utf-8") == "mine"
 
 
+def test_finetune_names_resume_and_weights_when_they_are_folders(tmp_path, capsys):
+    from fastload.tools.cli import EXIT_USAGE, main
+
+    folder = tmp_path / "runs"
+    folder.mkdir()
+    assert main(["finetune", str(tmp_path / "nowhere"), "--resume", str(folder)]) == EXIT_USAGE
+    assert (f"--resume '{folder}' is a folder; pass the checkpoint file in it, such as "
+            f"'{folder / 'run.pt'}'" in capsys.readouterr().err)
+
+
+def test_weights_that_are_a_folder_are_named_as_a_folder(tmp_path):
+    from fastload.train.model import create_model, load_weights
+
+    model = create_model("vit_tiny_patch16_224", num_classes=2, img_size=32)
+    with pytest.raises(IsADirectoryError, match=r"weights='.*' is a folder; pass a local "
+                                                r"weight file in it"):
+        load_weights(model, tmp_path)
+
+
 def test_export_refuses_to_write_over_the_checkpoint_it_reads(tmp_path, capsys):
     from fastload.tools.cli import EXIT_USAGE, main
 
