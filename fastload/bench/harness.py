@@ -94,6 +94,11 @@ class BenchConfig:
             raise ValueError(f"transforms should be 'train' or 'val', but got transforms={self.transforms!r}")
         if self.device not in ("cpu", "gpu"):
             raise ValueError(f"device should be 'cpu' or 'gpu', but got device={self.device!r}")
+        if (isinstance(self.hw_decoder_load, bool)
+                or not isinstance(self.hw_decoder_load, int | float)
+                or not 0.0 <= self.hw_decoder_load <= 1.0):  # as fastload.DataLoader's
+            raise ValueError("hw_decoder_load should be a number in [0, 1], but got "
+                             f"hw_decoder_load={self.hw_decoder_load!r}")
         bad = [key for key in self.rows if key not in ROW_KEYS]
         if bad or not self.rows or len(set(self.rows)) != len(self.rows):
             raise ValueError(

@@ -87,6 +87,12 @@ def test_bench_rejects_unknown_row_letter_naming_the_choices(synth_root, capsys)
     assert "rows should be distinct letters from 'abcdefghi'" in err and "'az'" in err
 
 
+def test_bench_rejects_a_hardware_decoder_share_outside_zero_to_one(synth_root, capsys):
+    assert cli.main(["bench", str(synth_root), "--hw-decoder-load", "3"]) == 2
+    assert ("hw_decoder_load should be a number in [0, 1], but got --hw-decoder-load 3.0"
+            in capsys.readouterr().err)
+
+
 def test_bench_missing_data_folder_is_one_clear_error_and_a_failed_run(tmp_path, capsys):
     status = cli.main(["bench", str(tmp_path / "nowhere"), "--rows", "f"])
     assert status == 1  # the command line was valid; its data is not there
