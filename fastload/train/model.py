@@ -89,9 +89,11 @@ def _read_state_dict(path: pathlib.Path) -> dict[str, torch.Tensor]:
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # unpickling refused or not a torch file
+        # torch's own text advises weights_only=False, which would run the file's code
         raise ValueError(
-            f"weights={str(path)!r} could not be read as a safetensors or torch state dict "
-            f"(loaded with weights_only=True): {error}"
+            f"weights={str(path)!r} could not be read as a safetensors or torch state dict of "
+            f"tensors ({type(error).__name__}); save one with torch.save(model.state_dict(), "
+            "path) or safetensors"
         ) from error
     for key in _CHECKPOINT_KEYS:
         if isinstance(state, dict) and isinstance(state.get(key), dict):

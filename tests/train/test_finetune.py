@@ -135,3 +135,15 @@ def test_a_run_on_a_named_gpu_trains_there_and_gives_back_the_callers_current_de
                             warmup_steps=1, device="cuda:1", log=str(log)))
     start = json.loads(log.read_text().splitlines()[0])
     assert start["device"] == "cuda:1" and torch.cuda.current_device() == 0
+
+
+def test_weights_torch_refuses_are_named_without_torchs_advice_to_unpickle(tmp_path):
+    from fastload.train.model import load_weights
+
+    model = create_model("vit_tiny_patch16_224", num_classes=4, img_size=32)
+    text = tmp_path / "notes.pt"
+    text.write_text("not weights")
+    with pytest.raises(ValueError, match=r"weights='.*notes.pt' could not be read as a "
+                                         r"safetensors or torch state dict") as refused:
+        load_weights(model, text)
+    assert "weights_only=False" not in str(refused.value)
