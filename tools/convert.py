@@ -137,6 +137,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         refuse_url(args.src, "SRC")
+        if not args.src:
+            raise ValueError("SRC is empty; pass the folder or list of images to convert")
         if not args.dst:
             raise ValueError("DST is empty; pass the folder to write the database into")
         remote = not isinstance(locate(args.dst, None, "DST"), str)  # unsupported: refused

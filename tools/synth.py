@@ -63,7 +63,7 @@ def _size(text: str) -> tuple[int, int]:
 # synthesize's arguments -> the flags that set them, for messages shown to a shell user.
 _FLAGS = {"train": "--train", "val": "--val", "classes": "--classes", "seed": "--seed",
           "quality": "--quality", "workers": "--workers", "min_side": "--min-side",
-          "max_side": "--max-side", "size": "--size"}
+          "max_side": "--max-side", "size": "--size", "out": "OUT"}
 
 
 def _write(args: argparse.Namespace) -> tuple[object, int]:

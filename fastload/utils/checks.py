@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 __all__ = ["check_int", "check_number", "check_output_file", "check_positive_int",
-           "is_json_report", "is_png", "is_torch_file"]
+           "file_on_path", "is_json_report", "is_png", "is_torch_file"]
 
 
 def check_int(name: str, value: Any, *, least: int = 0, allow_none: bool = False,
@@ -62,12 +62,19 @@ def check_output_file(name: str, path: str | os.PathLike | None, *,
         example = os.path.join(text, "run.pt" if name == "checkpoint" else "run.json")
         raise ValueError(f"{name} should be a file path, but {name}={text!r} is a folder; "
                          f"pass a file in it, such as {example!r}")
-    parent = os.path.dirname(os.path.abspath(text))
+    blocking = file_on_path(os.path.dirname(os.path.abspath(text)))
+    if blocking is not None:
+        raise ValueError(f"{name}={text!r} cannot be written: {blocking!r} on its path is a "
+                         "file, not a folder; pass another path")
+
+
+def file_on_path(folder: str | os.PathLike) -> str | None:
+    """The nearest existing path at or above ``folder`` where that is not a folder (so
+    ``folder`` cannot be made), else None."""
+    parent = os.path.abspath(folder)
     while not os.path.exists(parent) and os.path.dirname(parent) != parent:
         parent = os.path.dirname(parent)
-    if not os.path.isdir(parent):
-        raise ValueError(f"{name}={text!r} cannot be written: {parent!r} on its path is a "
-                         "file, not a folder; pass another path")
+    return None if os.path.isdir(parent) else parent
 
 
 def is_torch_file(path: str | os.PathLike) -> bool:

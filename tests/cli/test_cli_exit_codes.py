@@ -220,3 +220,26 @@ def test_bench_refuses_a_plot_or_json_path_holding_a_file_of_another_kind(tmp_pa
         assert exit_.value.code == EXIT_USAGE
         assert f"'{notes}' is an existing file that is not {what}" in capsys.readouterr().err
     assert notes.read_text(encoding="utf-8") == "mine"
+
+
+def test_convert_and_synth_name_a_file_on_the_path_they_would_make(tmp_path, capsys):
+    from fastload.tools.cli import EXIT_FAILURE, main
+
+    (tmp_path / "src" / "a").mkdir(parents=True)
+    blocking = tmp_path / "notes.txt"
+    blocking.write_text("mine")
+    assert main(["convert", str(tmp_path / "src"), str(blocking / "db")]) == EXIT_FAILURE
+    assert (f"destination '{blocking / 'db'}' cannot be made: '{blocking}' on its path is a "
+            "file, not a folder" in capsys.readouterr().err)
+    assert main(["synth", str(blocking / "data"), "--train", "2", "--val", "0",
+                 "--classes", "1"]) == EXIT_FAILURE
+    assert f"OUT '{blocking / 'data'}' cannot be made: '{blocking}'" in capsys.readouterr().err
+    assert blocking.read_text() == "mine"
+
+
+def test_convert_refuses_an_empty_source_instead_of_the_current_folder(tmp_path, capsys):
+    from fastload.tools.cli import EXIT_USAGE, main
+
+    assert main(["convert", "", str(tmp_path / "dst")]) == EXIT_USAGE
+    assert "SRC is empty; pass the folder or list of images" in capsys.readouterr().err
+    assert not (tmp_path / "dst").exists()

@@ -19,7 +19,7 @@ from fastload.data.convert.image_check import CHECKS
 from fastload.data.convert.source_list import SourceList, list_source
 from fastload.data.format.constants import FORMAT_VERSION, JPEG_CHECK_STRICT, META_JPEG_CHECK
 from fastload.data.format.untrusted import refuse_url
-from fastload.utils.checks import check_positive_int
+from fastload.utils.checks import check_positive_int, file_on_path
 
 __all__ = ["DEFAULT_COMMIT_EVERY", "ConversionPlan", "check_convert_options", "plan_conversion",
            "shards_for_size"]
@@ -139,10 +139,16 @@ def plan_conversion(
                           commit_every=commit_every, check=check, shards=shards,
                           shard_index=shard_index, shard_size_mb=shard_size_mb)
     refuse_url(src, "source")
-    if isinstance(dst, str | bytes) and not dst:  # Path("") would be the current folder
+    if isinstance(src, str | bytes) and not src:  # Path("") would be the current folder
+        raise ValueError("src is empty; pass the folder or list of images to convert")
+    if isinstance(dst, str | bytes) and not dst:
         raise ValueError("dst is empty; pass the folder to write the database into")
     where = locate(dst, storage_options, "destination")
     remote = not isinstance(where, str)
+    # (a destination that is itself a file is refused by prepare_destination)
+    if not remote and (blocking := file_on_path(os.path.dirname(os.path.abspath(where)))):
+        raise NotADirectoryError(f"destination {where!r} cannot be made: {blocking!r} on its "
+                                 "path is a file, not a folder; pass another path")
     if remote and shards is None and shard_size_mb is None:
         raise ValueError(f"destination {os.fsdecode(dst)!r} is a URL, where fastload writes "
                          "sharded sets only: pass shards=N or shard_size_mb=MB (streaming "

@@ -25,6 +25,7 @@ import pathlib
 import numpy as np
 from PIL import Image, ImageDraw, ImageFilter
 
+from fastload.utils.checks import file_on_path
 from fastload.utils.process import default_context, interrupts_held, owned_child
 
 __all__ = ["synthesize", "synth_image", "class_names", "image_size", "tree_stats",
@@ -341,6 +342,10 @@ def write_tree(out: str | os.PathLike, train: int, val: int, classes: int, seed:
     ``picture_of(rng, label, classes, size, shape)``, a module-level function (it crosses
     to the worker processes)."""
     root = pathlib.Path(out)
+    blocking = file_on_path(root)
+    if blocking is not None:
+        raise FileExistsError(f"out={os.fspath(out)!r} cannot be made: {blocking!r} on its "
+                              "path is a file, not a folder; pass another path")
     names = class_names(classes)
     refuse_other_files(root, {"train": train, "val": val}, names)
     jobs = []
