@@ -136,6 +136,14 @@ def _restore(run: Run, train_loader, own_order: bool, classes: list[str],
             f"checkpoint {config.resume!r} was trained on {_class_list(state.classes)}, but "
             f"{str(data)!r} has {_class_list(classes)}; resume it on the data it was trained "
             "on, or start a new run (without resume=) to train on this data")
+    trained = {k: state.config.get(k) for k in ("model", "img_size")}
+    differs = [k for k, v in trained.items() if v is not None and v != getattr(config, k)]
+    if differs:  # else load_state_dict lists every missing and unexpected key
+        raise ValueError(
+            f"checkpoint {config.resume!r} was trained with "
+            + ", ".join(f"{k}={trained[k]!r}" for k in differs) + ", but got "
+            + ", ".join(f"{k}={getattr(config, k)!r}" for k in differs)
+            + "; resume it with the same model and image size")
     run.model.load_state_dict(state.model)
     run.optimizer.load_state_dict(state.optimizer)
     run.scaler.load_state_dict(state.scaler)

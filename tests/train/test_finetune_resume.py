@@ -48,6 +48,13 @@ def test_resume_on_data_with_other_classes_names_both_class_lists(checkpoint, tm
     assert "size mismatch" not in message
 
 
+def test_resume_with_another_image_size_names_both_sizes(checkpoint, sharded_set):
+    config = {**_common(sharded_set), "img_size": 48}
+    with pytest.raises(ValueError, match=r"was trained with img_size=32, but got img_size=48; "
+                                         r"resume it with the same model and image size"):
+        finetune(FinetuneConfig(**config, resume=str(checkpoint)))
+
+
 @pytest.mark.slow
 def test_the_resumed_epoch_row_says_it_covers_only_the_batches_after_the_resume(
         checkpoint, sharded_set, tmp_path, capsys):
