@@ -43,6 +43,8 @@ from fastload.bench.rows import (
     row_unavailable,
 )
 from fastload.data.convert.ensure import ensure_lmdb
+from fastload.data.format.constants import META_FILE
+from fastload.data.sets.schema import MANIFEST_FILE
 from fastload.utils.checks import check_positive_int
 from fastload.utils.memory import TreeMemory
 
@@ -144,6 +146,10 @@ def _split_folder(data: Path, transforms: str) -> tuple[Path, str]:
             f"data {str(data)!r} is not a directory; pass an ImageFolder tree or a folder "
             "with train/ and val/ (make one with `fastload synth OUT`)"
         )
+    if (data / META_FILE).is_file() or (data / MANIFEST_FILE).is_file():
+        raise FileNotFoundError(
+            f"data {str(data)!r} is a fastload database; bench reads the ImageFolder tree it "
+            "was converted from (and converts its own copy for the fastload rows)")
     split = "train" if transforms == "train" else "val"
     if (data / split).is_dir():
         return data / split, split

@@ -100,6 +100,13 @@ def test_bench_missing_data_folder_is_one_clear_error_and_a_failed_run(tmp_path,
     assert "is not a directory" in err and "fastload synth" in err
 
 
+def test_bench_given_a_database_says_it_reads_the_tree_it_was_converted_from(synth_lmdb,
+                                                                            capsys):
+    assert cli.main(["bench", str(synth_lmdb), "--rows", "f"]) == 1
+    assert ("is a fastload database; bench reads the ImageFolder tree it was converted from"
+            in capsys.readouterr().err)
+
+
 def test_decode_ceiling_decodes_every_file_once_per_epoch(synth_root):
     from fastload.bench.ceiling import DecodeCeiling
     from fastload.bench.rows import folder_samples
