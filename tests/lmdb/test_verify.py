@@ -93,6 +93,10 @@ def test_verify_catches_missing_records_and_damaged_sidecars(db):
     assert "label" in bad["00000005"]
     (db / CHECKSUM_FILE).write_bytes((db / CHECKSUM_FILE).read_bytes()[:-8])
     assert "holds 46 checksums for 48 records" in dict(verify_lmdb(db).bad)[CHECKSUM_FILE]
+    (db / CHECKSUM_FILE).unlink()
+    assert dict(verify_lmdb(db).bad)[CHECKSUM_FILE] == (
+        f"checksum file {str(db / CHECKSUM_FILE)!r} is missing; restore it, or convert the "
+        "source again over the database")
 
 
 def test_verify_sample_is_seeded_and_bounded(synth_lmdb):

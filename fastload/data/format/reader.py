@@ -79,7 +79,7 @@ def load_meta(path: Path) -> dict:
     fix = "restore it or reconvert it with overwrite=True"
     meta = read_json(meta_path, MAX_META_BYTES, fix)
     if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
-        raise ValueError(f"{str(meta_path)!r} does not describe a {FORMAT_NAME} database")
+        raise ValueError(f"{str(meta_path)!r} does not describe a {FORMAT_NAME} database; {fix}")
     if meta.get("version") not in SUPPORTED_VERSIONS:
         raise ValueError(
             f"{str(path)!r} uses format version {short_repr(meta.get('version'))} but this "

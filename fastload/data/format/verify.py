@@ -180,7 +180,8 @@ def _verify_records(root: Path, meta: dict, expected: int, full: bool, sample: i
         checksums = np.fromfile(checksum_path, dtype=meta.get("checksum_dtype", CHECKSUM_DTYPE))
     except FileNotFoundError:
         checksums = np.zeros(0, dtype=np.uint32)
-        report.bad.append((checksum_path.name, "checksum file is missing"))
+        report.bad.append((checksum_path.name, f"checksum file {str(checksum_path)!r} is "
+                           "missing; restore it, or convert the source again over the database"))
     if len(checksums) != expected and checksum_path.exists():
         report.bad.append((checksum_path.name,
                            f"holds {len(checksums)} checksums for {expected} records"))
