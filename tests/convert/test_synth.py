@@ -216,3 +216,15 @@ def test_synth_refuses_a_tree_that_holds_files_these_arguments_would_not_write(t
     assert "would not write (val/mine)" in capsys.readouterr().err
     assert (tmp_path / "b" / "val" / "mine" / "photo.jpg").read_bytes() == b"yours"
     assert not (tmp_path / "b" / "train").exists()
+
+
+def test_the_summary_counts_the_tree_written_not_other_pictures_of_its_folder(tmp_path, capsys):
+    from fastload.data.pictures.synth import tree_stats
+
+    folder = tmp_path / "class_00"
+    folder.mkdir()
+    for i in range(3):  # the user's own pictures, beside the tree
+        synth_image(np.random.default_rng(i), 0, 2, 32, 32).save(folder / f"mine_{i}.jpg")
+    synthesize(folder, train=4, val=2, classes=2, workers=1, min_side=16, max_side=32)
+    assert tree_stats(folder)["count"] == 6
+    assert len(list(folder.glob("mine_*.jpg"))) == 3

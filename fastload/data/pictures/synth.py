@@ -422,11 +422,15 @@ def _written_here(file: str, folder: str, label: int, count: int, classes: int) 
 
 
 def tree_stats(root: str | os.PathLike) -> dict[str, float]:
-    """Count, mean width, mean height and mean file size (KB) of the JPEGs under ``root``.
+    """Count, mean width, mean height and mean file size (KB) of the JPEGs under ``root``'s
+    ``train/`` and ``val/`` (under ``root`` where it has neither).
 
     Reads only the JPEG headers, so it is cheap even for large trees.
     """
-    paths = sorted(pathlib.Path(root).rglob("*.jpg"))
+    root = pathlib.Path(root)
+    splits = [root / split for split in ("train", "val") if (root / split).is_dir()]
+    # the tree synth writes (not the other files of a folder it was written into)
+    paths = sorted(p for folder in splits or [root] for p in folder.rglob("*.jpg"))
     if not paths:
         raise FileNotFoundError(f"no .jpg files under {root}; run `fastload synth {root}` first")
     widths, heights, sizes = [], [], []
