@@ -21,7 +21,12 @@ from torch.utils.data import DataLoader as TorchDataLoader
 from fastload.loader.batch_order import BatchOrder
 from fastload.loader.context import EpochContext, SkipLog
 from fastload.loader.damage import DamageCheck
-from fastload.loader.datasets import NotASource, make_source, resolve_dataset
+from fastload.loader.datasets import (
+    NotASource,
+    dataset_signature,
+    make_source,
+    resolve_dataset,
+)
 from fastload.loader.devices import resolve_device
 from fastload.loader.epoch import EpochIterator, EpochRecord
 from fastload.loader.kernel_check import missing_kernel_messages
@@ -294,20 +299,12 @@ class DataLoader:
         self._last_maker: weakref.WeakMethod | None = None  # see __iter__
         self._iterators: weakref.WeakSet = weakref.WeakSet()  # close() ends them all
         self._pid = os.getpid()  # a forked child starts afresh: see _after_fork
+        self._collate_arg = collate_fn
+        self._signature = dataset_signature(dataset)  # see _follow_dataset
         reason, self._source, split = self._fast_path(dataset, worker_init_fn,
                                                       multiprocessing_context)
         self.fallback_reason = reason
-        self._plan = split.prefix if split is not None else None
-        self._stage = SampleStage(split.suffix if split is not None else None,
-                                  self.collate_fn, self.num_workers)
-        self.plan = make_plan(split, collate_fn, self.device.type, max(1, self.num_workers),
-                              reason, self._stage)
-        log.debug("plan of a DataLoader over %s: %s", _name(dataset), self.plan)
-        if reason is None:
-            for message in missing_kernel_messages(split, self.device.type,
-                                                   scaled_decode=scaled_decode,
-                                                   batch_mix=batch_mix is not None):
-                warnings.warn(message, FallbackWarning, stacklevel=2)
+        self._use_split(split, reason, stacklevel=3)  # the caller's line
         if reason is not None:
             if strict:
                 raise ValueError(f"fastload.DataLoader cannot run this on DALI: {reason} "
@@ -327,6 +324,49 @@ class DataLoader:
             self._torch = None
             self._fast_init(shuffle, sampler, batch_sampler, generator, seed)
         self._initialized = True
+
+    def _use_split(self, split: Any, reason: str | None, stacklevel: int) -> None:
+        """Take ``split`` (the dataset's transform as DALI graph and torch suffix) as the plan
+        of the next epochs; warn once per missing kernel it would run (``stacklevel``: the
+        caller's frame, counted from here)."""
+        self._plan = split.prefix if split is not None else None
+        self._stage = SampleStage(split.suffix if split is not None else None,
+                                  self.collate_fn, self.num_workers)
+        self.plan = make_plan(split, self._collate_arg, self.device.type,
+                              max(1, self.num_workers), reason, self._stage)
+        log.debug("plan of a DataLoader over %s: %s", _name(self.dataset), self.plan)
+        if reason is None:
+            for message in missing_kernel_messages(split, self.device.type,
+                                                   scaled_decode=self.scaled_decode,
+                                                   batch_mix=self.batch_mix is not None):
+                warnings.warn(message, FallbackWarning, stacklevel=stacklevel)
+
+    def _follow_dataset(self) -> None:
+        """At ``iter()``: where the dataset's transform, target_transform, samples or Subset
+        indices changed since the plan was made (progressive resizing, say), make it again,
+        as torch's loader, which reads them at each sample, would use the new ones."""
+        signature = dataset_signature(self.dataset)
+        if signature == self._signature:
+            return
+        reason, source, split = self._fast_path(self.dataset, self.worker_init_fn,
+                                                self.multiprocessing_context)
+        if reason is not None:
+            raise ValueError(
+                "the dataset changed since this fastload.DataLoader was made, and DALI cannot "
+                f"run it now: {reason}; make a new fastload.DataLoader for it (it runs torch's "
+                "loader where DALI cannot)")
+        if len(source) != len(self._source):
+            raise ValueError(
+                f"the dataset holds {len(source)} samples now, {len(self._source)} when this "
+                "fastload.DataLoader was made (its sampler is of that length); make a new "
+                "fastload.DataLoader for it")
+        old = self._live() if self._live is not None else None
+        if old is None or not old.running:  # else the running epoch keeps its stage
+            self._stage.close()
+        self._source = source
+        self._use_split(split, None, stacklevel=4)  # the line calling iter()
+        self._decoder_dirty = True  # the shared graph is the old plan's: made again
+        self._signature = signature
 
     def _fast_path(self, dataset: Any, worker_init_fn: Any,
                    mp_context: Any) -> tuple[str | None, Any, Any]:
@@ -407,6 +447,7 @@ class DataLoader:
             return iter(self._torch)
         if self._pid != os.getpid():
             self._after_fork()
+        self._follow_dataset()
         # the shards a sharded set refused last epoch are read again: they may be put right
         call_set_hook(self._source, "forget_refusals")
         old = self._live() if self._live is not None else None

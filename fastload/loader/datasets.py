@@ -16,7 +16,7 @@ from typing import Any
 from fastload.loader.read_buffers import DEFAULT_READ_BUFFER_BYTES
 from fastload.loader.sample_sources import FileSource, LMDBSource, SubsetSource
 
-__all__ = ["NotASource", "make_source", "resolve_dataset"]
+__all__ = ["NotASource", "dataset_signature", "make_source", "resolve_dataset"]
 
 
 class NotASource(ValueError):
@@ -73,6 +73,30 @@ def _make_source(dataset: Any, read_buffer_bytes: int) -> FileSource | LMDBSourc
         return LMDBSource(dataset.reader, dataset.transform, dataset.target_transform)
     raise NotASource(f"dataset type {type(dataset).__name__} is not an ImageFolder, "
                      "DatasetFolder, fastload.LMDBDataset or a Subset of one")
+
+
+def dataset_signature(dataset: Any) -> tuple:
+    """What :func:`make_source` reads of ``dataset`` that a script may change between epochs
+    (torch's loader reads it at each sample): the transforms, by identity and ``repr`` (so a
+    torchvision transform's parameter changed in place shows), the samples and a Subset's
+    indices, by identity and length."""
+    from torch.utils.data import Subset
+
+    if isinstance(dataset, Subset):
+        return (id(dataset.indices), len(dataset.indices), dataset_signature(dataset.dataset))
+    samples = getattr(dataset, "samples", None)
+    return (_seen(getattr(dataset, "transform", None)),
+            _seen(getattr(dataset, "target_transform", None)),
+            id(samples), None if samples is None else len(samples))
+
+
+def _seen(obj: Any) -> tuple[int, str] | None:
+    if obj is None:
+        return None
+    try:
+        return id(obj), repr(obj)
+    except Exception:  # noqa: BLE001 - a user's __repr__ that fails: its identity alone
+        return id(obj), type(obj).__qualname__
 
 
 def resolve_dataset(dataset: Any, transform: Any, target_transform: Any,

@@ -43,6 +43,37 @@ def test_a_prefetch_factor_of_zero_with_workers_is_refused_at_construction(val):
         fastload.DataLoader(val, batch_size=4, num_workers=2, prefetch_factor=0)
 
 
+def test_a_transform_set_between_epochs_is_used_from_the_next_iter_as_in_torch(synth_root):
+    dataset = ImageFolder(synth_root / "val", SMALL)
+    loader = fastload.DataLoader(dataset, batch_size=4)
+    assert next(iter(loader))[0].shape == (4, 3, 16, 16)
+    for size in (8, 12):  # progressive resizing
+        dataset.transform = T.Compose([T.RandomResizedCrop(size), T.ToTensor()])
+        assert next(iter(loader))[0].shape == (4, 3, size, size)
+    dataset.transform.transforms[0].size = (10, 10)  # a parameter changed in place
+    assert next(iter(loader))[0].shape == (4, 3, 10, 10)
+    dataset.target_transform = lambda label: label + 100
+    dataset.transform = T.Compose([T.Resize(16), T.CenterCrop(16), T.PILToTensor()])
+    images, labels = next(iter(loader))
+    assert images.dtype == torch.uint8 and labels.tolist() == [100] * 4
+
+
+def test_a_dataset_changed_beyond_what_the_loader_can_follow_is_refused_at_iter(synth_root):
+    dataset = ImageFolder(synth_root / "val", SMALL)
+    loader = fastload.DataLoader(dataset, batch_size=4)
+    dataset.samples = dataset.samples[:5]
+    with pytest.raises(ValueError, match=r"the dataset holds 5 samples now, 16 when this "
+                                         r"fastload.DataLoader was made"):
+        iter(loader)
+    dataset = ImageFolder(synth_root / "val", SMALL)
+    loader = fastload.DataLoader(dataset, batch_size=4)
+    dataset.transform = T.Compose([T.Lambda(lambda image: image.convert("L")), T.ToTensor()])
+    with pytest.raises(ValueError, match=r"the dataset changed since this fastload.DataLoader "
+                                         r"was made, and DALI cannot run it now: .*make a new "
+                                         r"fastload.DataLoader"):
+        iter(loader)
+
+
 def test_two_iterators_of_one_loader_both_run_a_full_epoch_as_in_torch(val):
     loader = fastload.DataLoader(val, batch_size=4)
     it1, it2 = iter(loader), iter(loader)
