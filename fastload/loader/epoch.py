@@ -192,7 +192,15 @@ class EpochIterator:
             if outcome.pulled:
                 self._epoch.mark_yielded()
             if isinstance(outcome, Failed):
-                raise outcome.error
+                # A frame raising an exception that one of its locals names forms a cycle
+                # (the traceback holds the frame): only the garbage collector would then free
+                # the loader, its graph and threads. Each raise of a kept exception here lets
+                # go of its locals as the exception leaves.
+                error, outcome = outcome.error, None
+                try:
+                    raise error
+                finally:
+                    error = None  # noqa: F841
             if isinstance(outcome, Empty):
                 self.record.note([])
                 return (self._collate_fn or default_collate)([])
@@ -220,7 +228,11 @@ class EpochIterator:
             return outcome
         self._finish()
         if outcome.failure is not None:  # raised once; the epoch ends with its maker
-            raise outcome.failure
+            failure, outcome = outcome.failure, None
+            try:
+                raise failure
+            finally:  # as in __next__
+                failure = None  # noqa: F841
         raise StopIteration
 
     def _start_making(self, limit: int | None = None) -> None:
@@ -376,7 +388,10 @@ class Maker:
                 raise NothingYet
             pulled = self._pulled.popleft()
         if isinstance(pulled, Exception):
-            raise pulled
+            try:
+                raise pulled
+            finally:  # as in __next__
+                pulled = None  # noqa: F841
         return pulled
 
     def _run(self) -> None:

@@ -140,7 +140,10 @@ class InFlight:
                 return Failed(err)
         self._queue.popleft()
         if head.error is not None:
-            return Failed(head.error, head.pulled)
+            try:
+                return Failed(head.error, head.pulled)
+            finally:  # no local of this frame names it: its traceback may hold this frame
+                head.error = head = None
         if head.empty:
             return Empty()
         if images is None:  # every sample of the batch was skipped

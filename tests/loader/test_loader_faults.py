@@ -291,3 +291,36 @@ def test_a_file_replaced_by_another_image_is_read_at_its_new_size(folder):
     Image.open(path).convert("RGB").resize((40, 90)).save(path, format="JPEG")
     images = torch.cat([x for x, _ in within(lambda: list(loader))[0]])
     assert (images[3] - transform(Image.open(path).convert("RGB"))).abs().mean() < 0.01
+
+
+@pytest.mark.parametrize("damage", ["truncated", "scrambled png"])
+def test_a_loader_whose_epoch_raised_is_freed_with_its_threads_when_deleted(folder, damage):
+    import gc
+    import weakref
+
+    dataset = ImageFolder(folder, SMALL)
+    path = dataset.samples[5][0]
+    if damage == "truncated":  # Pillow's error, raised at the read
+        data = open(path, "rb").read()
+        with open(path, "wb") as f:
+            f.write(data[: len(data) // 3])
+    else:  # DALI's decoder throws in its thread pool
+        _broken_png_named_jpg(folder, dataset, 5)
+    threads = set(threading.enumerate())
+    loader = fastload.DataLoader(dataset, batch_size=4)
+    freed = weakref.ref(loader)
+    gc.disable()  # freed by reference counting: no cycle waits for the collector
+    try:
+        try:
+            for _ in loader:
+                pass
+        except SampleError:
+            pass
+        del loader
+        deadline = time.monotonic() + 10
+        while set(threading.enumerate()) - threads and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert freed() is None
+        assert not set(threading.enumerate()) - threads
+    finally:
+        gc.enable()
