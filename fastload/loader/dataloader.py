@@ -232,6 +232,9 @@ class DataLoader:
                  shard_window: int = DEFAULT_SHARD_WINDOW, scaled_decode: str = "auto",
                  read_buffer_bytes: int = DEFAULT_READ_BUFFER_BYTES,
                  batch_mix: Any = None) -> None:
+        arguments = dict(locals())  # what a pickled copy is made again from (__reduce__)
+        del arguments["self"]
+        self._arguments = arguments
         if on_error not in ("raise", "skip"):
             raise ValueError(f"on_error should be 'raise' or 'skip', but got on_error={on_error!r}")
         if (not isinstance(read_buffer_bytes, int) or isinstance(read_buffer_bytes, bool)
@@ -431,6 +434,12 @@ class DataLoader:
         return ShardShuffleSampler(self.dataset, shuffle=bool(shuffle), seed=seed,
                                    drop_last=self.drop_last, shard_window=self.shard_window)
 
+    def __reduce__(self) -> tuple:
+        """Pickled (and ``copy.deepcopy``'d) as the arguments it was made with: the copy is a
+        new loader over them, its graph built at its first ``iter()`` (torch's loader pickles;
+        a decoder and its threads do not)."""
+        return _made_again, (type(self), self._arguments)
+
     def __setattr__(self, attr: str, val: Any) -> None:
         if self.__dict__.get("_initialized") and attr in _FROZEN:
             raise ValueError(
@@ -614,3 +623,8 @@ class DataLoader:
             decoder.close()  # in a forked child this keeps DALI's pipeline (see BatchDecoder.close)
         except Exception:  # noqa: BLE001 - at interpreter exit, modules are torn down first
             pass
+
+
+def _made_again(cls: type, arguments: dict) -> DataLoader:
+    """A loader made from the arguments of a pickled one (see ``DataLoader.__reduce__``)."""
+    return cls(**arguments)

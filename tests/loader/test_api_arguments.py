@@ -74,6 +74,20 @@ def test_a_dataset_changed_beyond_what_the_loader_can_follow_is_refused_at_iter(
         iter(loader)
 
 
+def test_a_loader_pickles_and_deep_copies_as_torchs_does_into_one_of_the_same_batches(val):
+    import copy
+    import pickle
+
+    loader = fastload.DataLoader(val, batch_size=4, num_workers=2)
+    first = [(images, labels) for images, labels in loader]  # used: a graph and threads
+    for made in (pickle.loads(pickle.dumps(loader)), copy.deepcopy(loader)):
+        assert type(made) is fastload.DataLoader and made.num_workers == 2
+        again = list(made)
+        assert len(again) == len(first)
+        for (images, labels), (want_images, want_labels) in zip(again, first, strict=True):
+            assert torch.equal(images, want_images) and torch.equal(labels, want_labels)
+
+
 def test_two_iterators_of_one_loader_both_run_a_full_epoch_as_in_torch(val):
     loader = fastload.DataLoader(val, batch_size=4)
     it1, it2 = iter(loader), iter(loader)
