@@ -12,7 +12,7 @@ import argparse
 import importlib
 import re
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 EXIT_OK = 0
 EXIT_FAILURE = 1  # the command ran on its inputs and failed (or found them bad)
@@ -115,7 +115,7 @@ def output_file(text: str) -> str:
     return checked_output(text, is_json_report, "a JSON report")
 
 
-def checked_output(text: str, replaces, what: str) -> str:
+def checked_output(text: str, replaces: Callable[[str], bool], what: str) -> str:
     """``text`` (``-`` passes) where :func:`fastload.utils.checks.check_output_file` takes it
     as a file of the kind ``what`` (``replaces``: what an existing file must be), else
     argparse's error."""

@@ -44,8 +44,8 @@ from fastload.bench.rows import (
 )
 from fastload.data.convert.ensure import ensure_lmdb
 from fastload.data.format.constants import META_FILE
-from fastload.data.sets.schema import MANIFEST_FILE
-from fastload.utils.checks import check_positive_int
+from fastload.data.sets.manifest import is_sharded_set
+from fastload.utils.checks import check_positive_int, check_share
 from fastload.utils.memory import TreeMemory
 
 __all__ = [
@@ -96,11 +96,7 @@ class BenchConfig:
             raise ValueError(f"transforms should be 'train' or 'val', but got transforms={self.transforms!r}")
         if self.device not in ("cpu", "gpu"):
             raise ValueError(f"device should be 'cpu' or 'gpu', but got device={self.device!r}")
-        if (isinstance(self.hw_decoder_load, bool)
-                or not isinstance(self.hw_decoder_load, int | float)
-                or not 0.0 <= self.hw_decoder_load <= 1.0):  # as fastload.DataLoader's
-            raise ValueError("hw_decoder_load should be a number in [0, 1], but got "
-                             f"hw_decoder_load={self.hw_decoder_load!r}")
+        check_share("hw_decoder_load", self.hw_decoder_load)  # as fastload.DataLoader's
         bad = [key for key in self.rows if key not in ROW_KEYS]
         if bad or not self.rows or len(set(self.rows)) != len(self.rows):
             raise ValueError(
@@ -146,7 +142,7 @@ def _split_folder(data: Path, transforms: str) -> tuple[Path, str]:
             f"data {str(data)!r} is not a directory; pass an ImageFolder tree or a folder "
             "with train/ and val/ (make one with `fastload synth OUT`)"
         )
-    if (data / META_FILE).is_file() or (data / MANIFEST_FILE).is_file():
+    if (data / META_FILE).is_file() or is_sharded_set(data):
         raise FileNotFoundError(
             f"data {str(data)!r} is a fastload database; bench reads the ImageFolder tree it "
             "was converted from (and converts its own copy for the fastload rows)")

@@ -41,6 +41,7 @@ from fastload.loader.shard_order import (
     warn_if_class_sorted,
 )
 from fastload.loader.stage import SampleStage, collate_with_mix
+from fastload.utils.checks import check_share
 from fastload.utils.fallback import FallbackWarning
 
 __all__ = ["DataLoader", "FallbackWarning", "SampleError"]
@@ -279,10 +280,7 @@ class DataLoader:
             raise ValueError("prefetch_factor should be a positive integer (batches decoded "
                              f"ahead), but got prefetch_factor={prefetch_factor!r}")
         self.device = resolve_device(device)
-        if (isinstance(hw_decoder_load, bool) or not isinstance(hw_decoder_load, int | float)
-                or not 0.0 <= hw_decoder_load <= 1.0):
-            raise ValueError("hw_decoder_load should be a number in [0, 1], but got "
-                             f"hw_decoder_load={hw_decoder_load!r}")
+        check_share("hw_decoder_load", hw_decoder_load)
         self.hw_decoder_load = hw_decoder_load
         if scaled_decode not in ("auto", "off"):
             raise ValueError(f"scaled_decode should be 'auto' or 'off', but got {scaled_decode=!r}")

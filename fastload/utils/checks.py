@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 __all__ = ["check_int", "check_number", "check_output_file", "check_positive_int",
-           "file_on_path", "is_json_report", "is_png", "is_torch_file"]
+           "check_share", "file_on_path", "is_json_report", "is_png", "is_torch_file"]
 
 
 def check_int(name: str, value: Any, *, least: int = 0, allow_none: bool = False,
@@ -43,6 +43,14 @@ def check_number(name: str, value: Any, *, least: float = 0.0, above: bool = Fal
     if not ok:
         bound = f"{'>' if above else '>='} {least:g}"
         raise ValueError(f"{name} should be a finite number {bound}, but got {name}={value!r}")
+
+
+def check_share(name: str, value: Any) -> None:
+    """Raise ``ValueError`` naming ``name`` unless ``value`` is a number in [0, 1] (a bool is
+    not one)."""
+    if (isinstance(value, bool) or not isinstance(value, int | float)
+            or not 0.0 <= value <= 1.0):
+        raise ValueError(f"{name} should be a number in [0, 1], but got {name}={value!r}")
 
 
 def check_output_file(name: str, path: str | os.PathLike | None, *,
@@ -92,7 +100,10 @@ def is_json_report(path: str | os.PathLike) -> bool:
     """Whether ``path`` holds a JSON report of a fastload command: an object with a ``format``
     and the ``command`` (convert's, verify's) or the ``rows`` (bench's)."""
     try:
-        with open(path, encoding="utf-8") as handle:
+        with open(path, "rb") as handle:
+            if handle.read(1) != b"{":  # as the reports are written: no other file read whole
+                return False
+            handle.seek(0)
             report = json.load(handle)
     except (OSError, ValueError):
         return False

@@ -126,8 +126,9 @@ def convert_one(samples, dst_path: Path, identity: dict, total_bytes: int, overw
             if attestation is not None:
                 meta[META_JPEG_ATTESTATION] = attestation
         writer.finish(meta)
-        kept_old = write_path != dst_path and stored_nothing(writer.seen, writer.stored)
-        if write_path != dst_path and move_in and not kept_old:
+        moves_in = write_path != dst_path and move_in
+        kept_old = moves_in and stored_nothing(writer.seen, writer.stored)
+        if moves_in and not kept_old:
             move_replacement_in(dst_path, write_path)
     finally:
         if write_path != dst_path:
@@ -136,7 +137,7 @@ def convert_one(samples, dst_path: Path, identity: dict, total_bytes: int, overw
     return ConvertReport(
         path=dst_path, stored=writer.stored, skipped=len(writer.skipped), seen=writer.seen,
         errors=writer.skipped, kept=kept, reencoded=writer.stored - kept,
-        resumed=writer.resumed, resumed_from=writer.resumed_from, kept_old=kept_old and move_in,
+        resumed=writer.resumed, resumed_from=writer.resumed_from, kept_old=kept_old,
     )
 
 
