@@ -115,12 +115,12 @@ def mixed_tree(synth_root, tmp_path_factory):
 
 def _dump(db) -> dict:
     """Every key and value, the checksum and label sidecars and the skip list of ``db``."""
-    env = acquire_env(db)
+    env, key = acquire_env(db)
     try:
         with env.begin() as txn:
             records = list(txn.cursor().iternext(keys=True, values=True))
     finally:
-        release_env(db)
+        release_env(key)
     return {
         "records": records,
         "checksums": (db / CHECKSUM_FILE).read_bytes(),

@@ -41,6 +41,24 @@ def test_targets_read_as_imagefolders_list_of_ints(dataset):
         targets[len(as_list)]
 
 
+def test_targets_combine_and_index_as_a_list_does(dataset):
+    as_list = np.fromfile(dataset.path / "labels.i32", dtype="<i4").tolist()
+    targets = dataset.targets
+    # combining two sets' targets (a ConcatDataset's sampler weights), each a new list
+    assert targets + [7] == as_list + [7] and [7] + targets == [7] + as_list
+    assert targets + targets == as_list + as_list and type(targets + targets) is list
+    assert targets * 2 == as_list * 2 == 2 * targets
+    assert targets != tuple(as_list) and targets != range(len(as_list))  # as a list answers
+    assert targets[np.int64(3)] == targets[torch.tensor(3)] == as_list[3]
+    for index in ("1", 1.0, None):
+        with pytest.raises(TypeError, match="list indices must be integers or slices"):
+            targets[index]
+        with pytest.raises(TypeError):
+            as_list[index]
+    with pytest.raises(IndexError):
+        targets[-len(as_list) - 1]
+
+
 def test_targets_cannot_be_changed_in_place(dataset):
     with pytest.raises(TypeError):
         dataset.targets[0] = 1

@@ -2,8 +2,11 @@
 
 py-lmdb refuses to open one environment twice in a process, and a forked child inherits
 the parent's handle (unusable there by LMDB's rules). So read-only environments are
-shared per process: path -> [owner pid, environment, users], changed under one lock (two
-threads opening one path at once would open it twice).
+shared per process: key -> [owner pid, environment, users], changed under one lock (two
+threads opening one path at once would open it twice). The key is the directory's real path
+and the identity (device, inode) of its ``data.mdb``: a database converted again at the same
+path (a new file moved in) gets an environment of its own, while readers of the old one keep
+theirs.
 
 A reader's ``__del__`` gives its environment back through :func:`release_env` with
 ``deferred=True``: the garbage collector may run it in a thread that holds the lock (a
@@ -17,6 +20,7 @@ import os
 import threading
 from collections import deque
 from pathlib import Path
+from typing import Any
 
 from fastload.data.format.constants import DATA_FILE
 from fastload.data.format.lmdb_meta import check_data_file
@@ -26,9 +30,9 @@ __all__ = ["MAX_READERS", "acquire_env", "release_env"]
 
 MAX_READERS = 1024
 
-_ENVS: dict[str, list] = {}
+_ENVS: dict[tuple, list] = {}
 _ENVS_LOCK = threading.Lock()
-_DEFERRED: deque[tuple[str, int]] = deque()  # (path, pid) releases not yet applied
+_DEFERRED: deque[tuple[tuple, int]] = deque()  # (key, pid) releases not yet applied
 
 
 def _new_envs_lock() -> None:  # a fork taken while another thread held it
@@ -39,20 +43,30 @@ def _new_envs_lock() -> None:  # a fork taken while another thread held it
 after_fork_in_child(_new_envs_lock)
 
 
-def acquire_env(path: Path, count: int | None = None):
-    """This process's read-only environment for ``path`` (opened on first use).
+EnvKey = tuple[str, int, int]  # the real path, and data.mdb's device and inode
+
+
+def acquire_env(path: Path, count: int | None = None) -> tuple[Any, EnvKey]:
+    """This process's read-only environment for ``path`` (opened on first use), and the key
+    to give it back with (:func:`release_env`).
 
     Before opening, ``data.mdb`` is checked against LMDB's meta pages (and ``count``, the
     sidecar's record count): a truncated file raises ``DamagedDatabase`` (an OSError)
     instead of a SIGBUS on the first page past its end.
     """
-    key = os.path.realpath(path)
+    real = os.path.realpath(path)
+    try:
+        stat = os.stat(os.path.join(real, DATA_FILE))
+    except OSError:
+        check_data_file(Path(real) / DATA_FILE, count)  # names what is missing, and the fix
+        raise
+    key = (real, stat.st_dev, stat.st_ino)
     with _ENVS_LOCK:
         _apply_deferred()
-        return _acquire_env(key, path, count)
+        return _acquire_env(key, path, count), key
 
 
-def _acquire_env(key: str, path: Path, count: int | None):
+def _acquire_env(key: EnvKey, path: Path, count: int | None):
     import lmdb
 
     pid = os.getpid()
@@ -65,10 +79,10 @@ def _acquire_env(key: str, path: Path, count: int | None):
             pass
         entry = None
     if entry is None:
-        check_data_file(Path(key) / DATA_FILE, count)
+        check_data_file(Path(key[0]) / DATA_FILE, count)
         try:
             env = lmdb.open(
-                key, readonly=True, lock=False, readahead=False, subdir=True,
+                key[0], readonly=True, lock=False, readahead=False, subdir=True,
                 max_readers=MAX_READERS, meminit=False,
             )
         except lmdb.Error as exc:
@@ -78,10 +92,10 @@ def _acquire_env(key: str, path: Path, count: int | None):
     return entry[1]
 
 
-def release_env(path: Path, *, deferred: bool = False) -> None:
-    """Give back :func:`acquire_env`'s environment; the last user closes it. ``deferred``
-    (a finaliser's call): never wait for the lock; queue the release when it is taken."""
-    key = os.path.realpath(path)
+def release_env(key: EnvKey, *, deferred: bool = False) -> None:
+    """Give back the environment :func:`acquire_env` gave with ``key``; the last user closes
+    it. ``deferred`` (a finaliser's call): never wait for the lock; queue the release when it
+    is taken."""
     if deferred:
         _DEFERRED.append((key, os.getpid()))
         if _ENVS_LOCK.acquire(blocking=False):
@@ -101,7 +115,7 @@ def _apply_deferred() -> None:
         _release(*_DEFERRED.popleft())
 
 
-def _release(key: str, pid: int) -> None:
+def _release(key: EnvKey, pid: int) -> None:
     entry = _ENVS.get(key)
     if entry is not None and entry[0] == pid == os.getpid():
         entry[2] -= 1

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import operator
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ from fastload.data.format.limits import MAX_META_BYTES, MAX_RECORDS, class_list_
 from fastload.data.format.lmdb_meta import check_data_file
 from fastload.data.format.targets import Labels
 from fastload.data.format.untrusted import read_json, refuse_url, regular_file_size, short_repr
+from fastload.utils.threads import after_fork_in_child
 
 
 def record_index(index: Any, count: int, path: str | os.PathLike) -> int:
@@ -212,6 +214,16 @@ def load_checksums(path: Path, meta: dict):
 
 _MAPPED = "mapped checksums"  # a pickled LMDBReader's checksums: map the file again
 
+_OPENING = threading.Lock()  # a reader's first read in a process, see _transaction
+
+
+def _new_opening_lock() -> None:  # a fork taken while another thread held it
+    global _OPENING
+    _OPENING = threading.Lock()
+
+
+after_fork_in_child(_new_opening_lock)
+
 
 class CorruptRecord(OSError, ValueError):
     """A record's bytes differ from what the converter wrote (checksum or Datum framing).
@@ -255,7 +267,7 @@ class LMDBReader:
 
     def __init__(self, path: str | os.PathLike, *, checksums: bool = True) -> None:
         refuse_url(path, "LMDB directory")
-        self.path = Path(os.path.abspath(path))
+        self.path = Path(os.path.abspath(os.path.expanduser(path)))
         self.meta: dict = load_meta(self.path)
         self.classes: list[str] = list(self.meta.get("classes", []))
         self.class_to_idx: dict[str, int] = {name: i for i, name in enumerate(self.classes)}
@@ -264,6 +276,7 @@ class LMDBReader:
         self.checksums = load_checksums(self.path, self.meta) if checksums else None
         check_data_file(self.path / DATA_FILE, self._count)
         self._env = None
+        self._env_key: tuple | None = None  # what release_env takes
         self._txn = None
         self._pid: int | None = None
 
@@ -275,7 +288,7 @@ class LMDBReader:
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
-        state.update(_env=None, _txn=None, _pid=None)
+        state.update(_env=None, _env_key=None, _txn=None, _pid=None)
         if isinstance(self.checksums, np.memmap):  # mapped again where the copy reads
             state["checksums"] = _MAPPED
         return state
@@ -319,21 +332,25 @@ class LMDBReader:
             txn, self._txn = self._txn, None
             if txn is not None:
                 txn.abort()
-            release_env(self.path, deferred=deferred)
-        self._env = self._txn = self._pid = None
+            release_env(self._env_key, deferred=deferred)
+        self._env = self._env_key = self._txn = self._pid = None
 
     def open(self) -> None:
         """Open this process's LMDB handle now, if it is not open here yet (a read opens it
-        otherwise): a caller that hands the reader to several threads opens it first."""
+        otherwise)."""
         self._transaction()
 
     def _transaction(self):
-        if self._pid != os.getpid():  # first use here, or inherited through fork
-            self._env = self._txn = None
-            self._env = acquire_env(self.path, self._count)
-            self._pid = os.getpid()
-            self._txn = self._env.begin(write=False, buffers=False)
-        return self._txn
+        txn = self._txn
+        if txn is not None and self._pid == os.getpid():
+            return txn
+        with _OPENING:  # threads whose first reads meet open the handle once
+            if self._txn is None or self._pid != os.getpid():  # first use, or forked
+                self._env = self._env_key = self._txn = self._pid = None
+                self._env, self._env_key = acquire_env(self.path, self._count)
+                self._txn = self._env.begin(write=False, buffers=False)
+                self._pid = os.getpid()
+            return self._txn
 
     def key(self, index: int) -> bytes:
         """The LMDB key of record ``index``.

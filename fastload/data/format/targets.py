@@ -3,7 +3,8 @@
 A set of 100 M images has 100 M labels: as a Python list (ImageFolder's ``targets``) that is
 several GB in every rank; memory-mapped, it is the file's 400 MB of page cache shared by
 every process of the machine. :class:`Labels` keeps the list's reading surface: ``len``,
-``targets[i]`` (an ``int``), slices (a ``list``), iteration, ``in``, ``==`` with a list, and
+``targets[i]`` (an ``int``), slices (a ``list``), iteration, ``in``, ``==`` with a list,
+``+`` with a list or labels and ``*`` by an int (a new ``list``), and
 ``np.asarray(targets)`` (the mapped int32 array itself, read-only, no copy). It cannot be
 changed in place (``targets[i] = x`` raises TypeError); make a list (``list(targets)``) to
 edit one. A pickled copy (for a DataLoader worker under spawn) maps the file again in the
@@ -12,6 +13,7 @@ process that unpickles it instead of carrying the labels.
 
 from __future__ import annotations
 
+import operator
 import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -56,10 +58,16 @@ class Labels(Sequence):
     def __getitem__(self, index: Any) -> Any:
         if isinstance(index, slice):
             return self._array[index].tolist()
-        if isinstance(index, bool | np.bool_):
+        try:  # what a list takes: an int, or anything with __index__ (not a bool array)
+            position = operator.index(index)
+        except TypeError:
+            position = None
+        if position is None or isinstance(index, np.bool_):
             raise TypeError(f"list indices must be integers or slices, not "
                             f"{type(index).__name__}")
-        return int(self._array[index])  # IndexError / TypeError as numpy (and a list) raise
+        if not -len(self._array) <= position < len(self._array):
+            raise IndexError("list index out of range")
+        return int(self._array[position])
 
     def __iter__(self) -> Iterator[int]:
         for begin in range(0, len(self._array), _CHUNK):
@@ -73,7 +81,7 @@ class Labels(Sequence):
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Labels):
             return np.array_equal(self._array, other._array)
-        if isinstance(other, list | tuple | range):
+        if isinstance(other, list):  # a list is never equal to a tuple or a range
             if len(other) != len(self):
                 return False
             try:
@@ -84,6 +92,24 @@ class Labels(Sequence):
         return NotImplemented
 
     __hash__ = None  # type: ignore[assignment]  # as a list's
+
+    def __add__(self, other: object) -> list[int]:
+        if isinstance(other, Labels | list):  # a new list, as list + list gives
+            return self.tolist() + list(other)
+        return NotImplemented
+
+    def __radd__(self, other: object) -> list[int]:
+        if isinstance(other, list):
+            return other + self.tolist()
+        return NotImplemented
+
+    def __mul__(self, times: object) -> list[int]:
+        try:
+            return self.tolist() * operator.index(times)
+        except TypeError:
+            return NotImplemented
+
+    __rmul__ = __mul__
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         if dtype is None or np.dtype(dtype) == self._array.dtype:

@@ -198,7 +198,7 @@ def _verify_records(root: Path, meta: dict, expected: int, full: bool, sample: i
         to_decode = set(random.Random(seed).sample(range(expected), min(sample, expected)))
 
     try:
-        env = acquire_env(root)
+        env, env_key = acquire_env(root)
     except OSError as exc:  # truncated or not LMDB: never map it (see lmdb_meta)
         report.bad.append((DATA_FILE, str(exc)))
         return
@@ -222,7 +222,7 @@ def _verify_records(root: Path, meta: dict, expected: int, full: bool, sample: i
                 index += 1
             report.found = index
     finally:
-        release_env(root)
+        release_env(env_key)
         if bar is not None and report.found > counted:
             bar.update(report.found - counted)
     if report.found < expected:

@@ -108,7 +108,7 @@ class RemoteLocation:
 def locate(path: str | os.PathLike, storage_options: dict | None = None,
            what: str = "path") -> RemoteLocation | str:
     """``path`` as a :class:`RemoteLocation` when it is a supported URL, as a local path
-    string when it is one (``file://`` URLs included); ``ValueError`` for an unknown scheme,
+    string when it is one (``file://`` URLs included; ``~`` expanded); ``ValueError`` for an unknown scheme,
     ``ImportError`` naming the package when the scheme's fsspec backend is not installed."""
     scheme = url_scheme(path)
     text = os.fsdecode(path)
@@ -116,7 +116,7 @@ def locate(path: str | os.PathLike, storage_options: dict | None = None,
         if storage_options:
             raise ValueError(f"storage_options apply to URLs only, but {what} {text!r} is a "
                              "local path; drop storage_options or pass a URL")
-        return text
+        return os.path.expanduser(text)  # "~/data" as torchvision's datasets take it
     if scheme == "file":
         return text.split("://", 1)[1] if "://" in text else text[len("file:"):]
     if "::" in text.split("://", 1)[0]:

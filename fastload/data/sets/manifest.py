@@ -74,7 +74,7 @@ def shard_bounds(num_files: int, count: int) -> list[tuple[int, int]]:
 
 def manifest_path(path: str | os.PathLike) -> Path:
     """The manifest file of a set given as its directory or as the manifest itself."""
-    path = Path(os.path.abspath(path))
+    path = Path(os.path.abspath(os.path.expanduser(path)))
     return path if path.name == MANIFEST_FILE else path / MANIFEST_FILE
 
 
