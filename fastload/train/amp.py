@@ -167,17 +167,21 @@ def autocast(mode: str, device_type: str) -> contextlib.AbstractContextManager:
     return torch.autocast(device_type=device_type, dtype=dtype)
 
 
+def check_scaler_config(config: ScalerConfig) -> None:
+    """Raise ``ValueError`` naming the first field of ``config`` out of GradScaler's range."""
+    ranges = (("init_scale", config.init_scale > 0, "a number > 0"),
+              ("growth_factor", config.growth_factor > 1, "a number > 1"),
+              ("backoff_factor", 0 < config.backoff_factor < 1, "a number in (0, 1)"),
+              ("growth_interval", config.growth_interval >= 1, "an integer >= 1"))
+    for name, ok, what in ranges:
+        if not ok:
+            raise ValueError(f"{name} should be {what}, but got {name}={getattr(config, name)!r}")
+
+
 def make_scaler(mode: str, device_type: str, config: ScalerConfig | None = None) -> torch.amp.GradScaler:
     """A GradScaler, enabled only for ``fp16`` (a disabled scaler passes calls through)."""
     config = config or ScalerConfig()
-    if config.init_scale <= 0 or config.growth_factor <= 1.0 or not 0 < config.backoff_factor < 1:
-        raise ValueError(
-            "scaler settings need init_scale > 0, growth_factor > 1 and 0 < backoff_factor < 1, "
-            f"but got {config}"
-        )
-    if config.growth_interval < 1:
-        raise ValueError(
-            f"growth_interval should be >= 1, but got growth_interval={config.growth_interval}")
+    check_scaler_config(config)
     return torch.amp.GradScaler(
         device_type,
         init_scale=config.init_scale,

@@ -60,8 +60,9 @@ def save_checkpoint(path: str | os.PathLike, state: dict[str, Any]) -> pathlib.P
     return path
 
 
-def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
-    """Read a checkpoint written by :func:`save_checkpoint` (tensors and plain data only)."""
+def load_checkpoint(path: str | os.PathLike, *, mmap: bool = False) -> dict[str, Any]:
+    """Read a checkpoint written by :func:`save_checkpoint` (tensors and plain data only);
+    ``mmap``: its tensors mapped from the file, not read (a look at its settings)."""
     path = pathlib.Path(path)
     if path.is_dir():
         raise ValueError(f"checkpoint {str(path)!r} is a folder; pass the checkpoint "
@@ -76,7 +77,8 @@ def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
         raise ValueError(f"checkpoint {str(path)!r} {what}; pass the file that finetune() wrote "
                          "(FinetuneConfig.checkpoint)")
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        state = torch.load(path, map_location="cpu", weights_only=True,
+                           mmap=mmap and head[:4] == b"PK\x03\x04")  # torch maps its zip only
     except Exception as error:
         raise ValueError(f"checkpoint {str(path)!r} could not be read: {error}") from error
     if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
@@ -150,6 +152,6 @@ def unpack_checkpoint(state: dict[str, Any]) -> Checkpoint:
         classes=list(state["classes"]), config=json.loads(state["config"]))
 
 
-def read_checkpoint(path: str | os.PathLike) -> Checkpoint:
+def read_checkpoint(path: str | os.PathLike, *, mmap: bool = False) -> Checkpoint:
     """:func:`load_checkpoint` then :func:`unpack_checkpoint`."""
-    return unpack_checkpoint(load_checkpoint(path))
+    return unpack_checkpoint(load_checkpoint(path, mmap=mmap))

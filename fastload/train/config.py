@@ -11,13 +11,14 @@ from __future__ import annotations
 import pathlib
 from dataclasses import dataclass, field
 
-from fastload.train.amp import ScalerConfig
+from fastload.train.amp import ScalerConfig, check_scaler_config
 from fastload.train.metrics import EpochStats
 from fastload.utils.checks import (
     check_int,
     check_number,
     check_output_file,
     check_positive_int,
+    is_json_lines,
     is_torch_file,
 )
 
@@ -147,15 +148,48 @@ def validate_config(config: FinetuneConfig) -> None:
         from fastload.loader.devices import resolve_device
 
         resolve_device(config.device)
+    check_scaler_config(config.scaler)
+    _check_model_name(config.model)
+    _check_unused_options(config)
     if config.resume is not None and pathlib.Path(config.resume).is_dir():
         example = str(pathlib.Path(config.resume) / "run.pt")
         raise ValueError(f"resume should be a checkpoint file, but resume={config.resume!r} is a "
                          f"folder; pass the checkpoint file in it, such as {example!r}")
+    if config.resume is not None:  # before the checkpoint's own checks: it names resume=
+        from fastload.train.resume import check_resume
+
+        check_resume(config)
     check_output_file("checkpoint", config.checkpoint, replaces=is_torch_file,
                       what="a torch checkpoint")
-    check_output_file("log", config.log)  # appended to
+    check_output_file("log", config.log, replaces=is_json_lines,
+                      what="a JSON lines log")  # appended to
     if config.qat:
         from fastload.train.quantize import check_qat_config
 
         check_qat_config(config)
+
+
+def _check_model_name(name: str) -> None:
+    import timm
+
+    if not timm.is_model(name):
+        close = timm.list_models(f"*{name.split('_')[0]}*")[:5] if name else []
+        hint = f" (such as {', '.join(close)})" if close else ""
+        raise ValueError(f"model should be a timm model name{hint}, but got model={name!r}; "
+                         "timm.list_models() lists them")
+
+
+def _check_unused_options(config: FinetuneConfig) -> None:
+    """Options that only act beside another: refused alone rather than ignored."""
+    if config.val_lmdb is not None and config.train_lmdb is None:
+        raise ValueError(f"val_lmdb={config.val_lmdb!r} applies beside a training "
+                         "database (train_lmdb=...); pass one too, or put val.lmdb in the DATA "
+                         "folder")
+    if not config.qat and (config.qat_start_epoch or config.skip_quantize):
+        given = "qat_start_epoch" if config.qat_start_epoch else "skip_quantize"
+        raise ValueError(f"{given}={getattr(config, given)!r} applies to quantization-aware "
+                         "training only; pass qat=True too, or drop it")
+    if config.checkpoint_every and not config.checkpoint:
+        raise ValueError(f"checkpoint_every={config.checkpoint_every} needs a checkpoint file to "
+                         "write (checkpoint=...); pass one too, or drop it")
 

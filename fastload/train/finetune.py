@@ -136,14 +136,8 @@ def _restore(run: Run, train_loader, own_order: bool, classes: list[str],
             f"checkpoint {config.resume!r} was trained on {_class_list(state.classes)}, but "
             f"{str(data)!r} has {_class_list(classes)}; resume it on the data it was trained "
             "on, or start a new run (without resume=) to train on this data")
-    trained = {k: state.config.get(k) for k in ("model", "img_size")}
-    differs = [k for k, v in trained.items() if v is not None and v != getattr(config, k)]
-    if differs:  # else load_state_dict lists every missing and unexpected key
-        raise ValueError(
-            f"checkpoint {config.resume!r} was trained with "
-            + ", ".join(f"{k}={trained[k]!r}" for k in differs) + ", but got "
-            + ", ".join(f"{k}={getattr(config, k)!r}" for k in differs)
-            + "; resume it with the same model and image size")
+    # the settings of the run's trajectory were compared with the checkpoint's before any
+    # work (fastload.train.resume, from validate_config)
     run.model.load_state_dict(state.model)
     run.optimizer.load_state_dict(state.optimizer)
     run.scaler.load_state_dict(state.scaler)
@@ -244,6 +238,13 @@ def finetune(config: FinetuneConfig, *, loss_hook=None) -> FinetuneResult:
             if warmup is None:
                 warmup = round(config.warmup_epochs * steps_per_epoch)
             total_steps = config.epochs * steps_per_epoch
+            if warmup > total_steps:
+                given = ("warmup_steps" if config.warmup_steps is not None
+                         else "warmup_epochs")
+                warnings.warn(f"{given}={getattr(config, given)!r} is {warmup} optimizer steps, "
+                              f"longer than the run's {total_steps}: the learning rate rises "
+                              "over the whole run and never decays; pass a shorter warm-up",
+                              stacklevel=2)
             run = Run(
                 config=config, model=model, train_model=model, forward=model, optimizer=optimizer,
                 scheduler=cosine_schedule(optimizer, total_steps, min(warmup, total_steps)),

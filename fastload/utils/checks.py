@@ -11,7 +11,8 @@ from collections.abc import Callable
 from typing import Any
 
 __all__ = ["check_int", "check_number", "check_output_file", "check_positive_int",
-           "check_share", "file_on_path", "is_json_report", "is_png", "is_torch_file"]
+           "check_share", "file_on_path", "is_json_lines", "is_json_report",
+           "is_png", "is_torch_file"]
 
 
 def check_int(name: str, value: Any, *, least: int = 0, allow_none: bool = False,
@@ -109,6 +110,24 @@ def is_json_report(path: str | os.PathLike) -> bool:
         return False
     return isinstance(report, dict) and "format" in report and ("command" in report
                                                                  or "rows" in report)
+
+
+def is_json_lines(path: str | os.PathLike, limit: int = 1 << 20) -> bool:
+    """Whether ``path`` is empty or starts with a line holding a JSON object (a log that JSON
+    lines are appended to; its first ``limit`` bytes read at most)."""
+    try:
+        with open(path, "rb") as handle:
+            first = handle.readline(limit)
+    except OSError:
+        return False
+    if not first:
+        return True
+    if not first.startswith(b"{"):
+        return False
+    try:
+        return isinstance(json.loads(first), dict)
+    except ValueError:
+        return False
 
 
 def is_png(path: str | os.PathLike) -> bool:

@@ -1,5 +1,6 @@
 """`fastload finetune --resume` refuses data with other classes (naming both lists) before the
-model's size check, and labels the row of the epoch it resumed."""
+model's size check, and labels the row of the epoch it resumed (other settings:
+test_resume_settings.py)."""
 
 from __future__ import annotations
 
@@ -46,13 +47,6 @@ def test_resume_on_data_with_other_classes_names_both_class_lists(checkpoint, tm
     assert "was trained on 3 classes ['class_0', 'class_1', 'class_2']" in message
     assert f"has {len(names)} classes [{', '.join(repr(n) for n in names)}]" in message
     assert "size mismatch" not in message
-
-
-def test_resume_with_another_image_size_names_both_sizes(checkpoint, sharded_set):
-    config = {**_common(sharded_set), "img_size": 48}
-    with pytest.raises(ValueError, match=r"was trained with img_size=32, but got img_size=48; "
-                                         r"resume it with the same model and image size"):
-        finetune(FinetuneConfig(**config, resume=str(checkpoint)))
 
 
 @pytest.mark.slow
