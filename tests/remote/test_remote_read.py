@@ -16,7 +16,7 @@ from seaweed import upload_tree
 from torchvision import transforms as T
 
 import fastload
-from fastload.data.remote.cache import MARKER
+from fastload.data.remote.cache import MARKER, CacheOverBoundWarning
 from fastload.data.remote.sets import SHARD_FILES
 
 SCRIPTS = Path(__file__).parents[1] / "scripts"
@@ -89,6 +89,18 @@ def test_a_shard_another_reader_holds_is_never_evicted(s3_env, remote_set, shard
     assert "shard-00000-of-00003" in installed(s3_env)
     assert reader.opened_shards == [2] and holder.record(0) == reader.record(0)
     assert reader.cache.usage() <= sizes[0] + max(sizes[1:])
+
+
+def test_a_read_past_a_bound_full_of_held_shards_warns_as_python_shows_by_default(
+        s3_env, remote_set, sharded_set):
+    bound = shard_bytes(sharded_set, 0) + shard_bytes(sharded_set, 1)
+    holders = [fastload.LMDBDataset(remote_set, cache_bytes=bound).reader for _ in range(3)]
+    holders[0].record(0)
+    holders[1].record(holders[1].entries[1].start)  # shards 0 and 1 held: the bound is full
+    with pytest.warns(CacheOverBoundWarning, match=r"is full of shards in use .* goes over the "
+                                                   r"bound; pass a larger cache_bytes"):
+        holders[2].record(holders[2].entries[2].start)
+    assert issubclass(CacheOverBoundWarning, UserWarning)  # not ignored as ResourceWarning is
 
 
 def test_prefetched_shards_are_read_without_another_download(s3_env, remote_set):

@@ -85,8 +85,8 @@ from fastload.data.remote.leases import (
     wait_flock,
 )
 
-__all__ = ["LOCK_WAIT_S", "MARKER", "CacheDiskFull", "Cancelled", "Lease", "ShardCache",
-           "content_name", "default_cache_dir", "set_key"]
+__all__ = ["LOCK_WAIT_S", "MARKER", "CacheDiskFull", "CacheOverBoundWarning", "Cancelled",
+           "Lease", "ShardCache", "content_name", "default_cache_dir", "set_key"]
 
 LOCK_WAIT_S = 300.0  # the longest wait for a shard another thread or process is fetching
 _WAIT_LOGGED_S = 0.05  # a lock wait at least this long gets a debug record
@@ -97,6 +97,11 @@ DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 
 class CacheDiskFull(OSError):
     """The shard cache's disk (or quota) is full: free space or lower ``cache_bytes``."""
+
+
+class CacheOverBoundWarning(UserWarning):
+    """The shards readers hold fill the cache's bound, so the next one is fetched over it
+    (a ``UserWarning``: shown once by Python's default filters)."""
 
 
 @dataclass
@@ -370,7 +375,7 @@ class ShardCache:
                     f"the shard cache at {str(self.root)!r} is full of shards in use "
                     f"({used} of cache_bytes={bound} bytes): fetching {folder.name!r} goes "
                     "over the bound; pass a larger cache_bytes, or read the set in a "
-                    "shard-aware order that keeps fewer shards open", ResourceWarning,
+                    "shard-aware order that keeps fewer shards open", CacheOverBoundWarning,
                     stacklevel=4)
             with self._global_lock():
                 return self._part(folder, size)

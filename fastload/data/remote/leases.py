@@ -151,9 +151,10 @@ class Lease:
 
     def __del__(self) -> None:  # a reader dropped without close() lets its shards go
         shard, self._shard = self._shard, None
-        if shard is None or self.pid != os.getpid():
-            return
-        try:  # the collector may run inside this very entry's critical section: no wait
+        try:  # at interpreter exit, module globals (os) may be gone already
+            if shard is None or self.pid != os.getpid():
+                return
+            # the collector may run inside this very entry's critical section: no wait
             if shard.cond.acquire(timeout=0.05):
                 try:
                     shard.give_back()

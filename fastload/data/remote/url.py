@@ -20,7 +20,7 @@ import os
 import re
 from typing import Any
 
-__all__ = ["RemoteLocation", "is_url", "locate", "url_scheme"]
+__all__ = ["RemoteLocation", "canonical_url", "is_url", "locate", "url_scheme"]
 
 # Two or more scheme characters (a Windows drive "C:/" is not a URL); one slash after the
 # colon as well, since pathlib collapses "s3://b" to "s3:/b"; "a::b://" is fsspec chaining.
@@ -55,6 +55,16 @@ def is_url(path: object) -> bool:
     return url_scheme(path) not in (None, "file")
 
 
+def canonical_url(text: str) -> str:
+    """``text`` with its scheme lower-cased and ``://`` after it, as fsspec reads a URL
+    (``S3://b/x`` and pathlib's ``s3:/b/x`` are ``s3://b/x``); anything else as given."""
+    match = _URL.match(text)
+    if match is None or match.group(2) == "::":
+        return text
+    rest = text[match.end():]
+    return f"{match.group(1).lower()}:/{rest if rest.startswith('/') else '/' + rest}"
+
+
 class RemoteLocation:
     """A folder or object at a URL: its fsspec protocol, path and ``storage_options``.
 
@@ -64,11 +74,11 @@ class RemoteLocation:
     def __init__(self, url: str, storage_options: dict | None = None) -> None:
         from fsspec.core import split_protocol, strip_protocol
 
-        self.url = url.rstrip("/")
+        self.url = canonical_url(url).rstrip("/")
         protocol, _ = split_protocol(self.url)
         self.protocol = protocol
         self.storage_options = _with_defaults(protocol, dict(storage_options or {}))
-        _filesystem_class(protocol)  # an unknown scheme or a missing backend, named
+        _filesystem_class(protocol, url)  # an unknown scheme or a missing backend, named
         self.path = strip_protocol(self.url).rstrip("/")
         self._shared: dict[str, Any] = {}  # {"fs", "pid"}: one file system for all children
 
