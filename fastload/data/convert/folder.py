@@ -42,8 +42,8 @@ def check_engine_options(engine: str | None, engine_address: str | None, *,
     (checked before the source is listed)."""
     if engine is None:
         if engine_address is not None:
-            raise ValueError("engine_address applies with engine=; pass engine='ray', 'dask' "
-                             "or 'spark' too, or drop it")
+            raise ValueError(f"engine_address={engine_address!r} applies with an engine "
+                             "(engine='ray', 'dask' or 'spark'); pass one too, or drop it")
         return
     if engine not in ENGINES:
         raise ValueError(f"engine should be one of {ENGINES} or None, but got engine={engine!r}")

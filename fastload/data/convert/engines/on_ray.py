@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 
 from fastload.data.convert.engine import ShardBusy, failed_result, require_engine, run_shard
+from fastload.data.convert.engines.reach import check_reachable
 from fastload.utils.process_state import process_state_restored
 
 __all__ = ["run_jobs"]
@@ -28,6 +29,7 @@ def run_jobs(jobs, on_result, *, address: str | None, retries: int, cpus: int) -
         return
     with process_state_restored():
         if address or os.environ.get("RAY_ADDRESS"):
+            check_reachable("Ray", address or os.environ["RAY_ADDRESS"], ("ray",))
             ray.init(address=address, configure_logging=False)
         else:
             ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False,

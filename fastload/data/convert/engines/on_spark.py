@@ -19,6 +19,7 @@ import sys
 import uuid
 
 from fastload.data.convert.engine import failed_result, require_engine, run_shard
+from fastload.data.convert.engines.reach import check_reachable
 from fastload.utils.process_state import process_state_restored
 
 __all__ = ["run_jobs"]
@@ -34,6 +35,8 @@ def run_jobs(jobs, on_result, *, address: str | None, retries: int, cpus: int) -
         return
     from pyspark import SparkContext
 
+    if address:  # a standalone master that does not answer: said before the JVM starts
+        check_reachable("Spark", address, ("spark",))
     launched = SparkContext._gateway is None  # the JVM is ours to stop (else kept, as found)
     with process_state_restored():
         master = address or f"local[{max(1, (os.cpu_count() or 1) // cpus)},{retries + 1}]"
