@@ -47,4 +47,5 @@ def test_dask_uploads_the_serial_set_to_s3(dask_scheduler, s3_options, download_
                             engine_address=dask_scheduler, storage_options=s3_options,
                             staging=tmp_path / "staging")
     assert report.summary() == "stored 24 + skipped 0 = seen 24"
+    assert list((tmp_path / "staging").iterdir()) == []  # nothing left behind
     same_set(download_set(url), serial_engine_set)

@@ -39,7 +39,16 @@ def test_convert_to_s3_uploads_the_set_a_local_conversion_makes(s3_env, s3_serve
     local = load_manifest(sharded_set)
     assert {k: v for k, v in manifest.items() if k != "created"} == {
         k: v for k, v in local.items() if k != "created"}
-    assert not list((tmp_path / "staging").glob("shard-*"))  # each removed once uploaded
+    assert list((tmp_path / "staging").iterdir()) == []  # each shard removed once uploaded,
+    # and the set's lock file once the manifest is; the folder itself is the user's
+
+
+def test_a_finished_upload_leaves_no_staging_folder_in_the_cache(s3_env, source):
+    url = f"s3://{BUCKET}/convert/unstaged.set"
+    convert_folder(source, url, shards=2, workers=1, progress=False)
+    assert len(fastload.LMDBDataset(url)) == 61
+    staging = s3_env / "staging"
+    assert not staging.exists() or list(staging.iterdir()) == []
 
 
 def test_a_rerun_skips_the_shards_uploaded_intact_and_finishes_the_rest(s3_env, s3_server,

@@ -62,6 +62,7 @@ from fastload.data.format.limits import MAX_META_BYTES
 from fastload.data.remote.replace import replace_url_set
 from fastload.data.remote.upload import (
     claim_url_set,
+    clear_staging,
     complete_url_set,
     shard_uploaded,
     staging_folder,
@@ -175,6 +176,8 @@ def finish_url_shards(plan: ShardPlan, results: list[ShardResult],
                          _small_json(remote, ERRORS_FILE, listings[k]))
     total.manifest = complete_url_set(location, staging_folder(location, staging), count,
                                       plan.identity, plan.bounds, set(range(count)), {})
+    if total.manifest is not None:
+        clear_staging(location, staging)
     return total
 
 

@@ -25,6 +25,7 @@ uploaded here are kept in memory for the manifest instead of being fetched back.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -59,6 +60,7 @@ from fastload.data.remote.cache import default_cache_dir, set_key
 from fastload.data.remote.sets import endpoint_of
 from fastload.data.remote.url import RemoteLocation
 from fastload.data.sets.manifest import (
+    LOCK_FILE,
     MANIFEST_FILE,
     SET_LABELS_FILE,
     build_manifest,
@@ -67,7 +69,7 @@ from fastload.data.sets.manifest import (
     shard_name,
 )
 
-__all__ = ["claim_url_set", "complete_url_set", "convert_to_url", "default_staging",
+__all__ = ["claim_url_set", "clear_staging", "complete_url_set", "convert_to_url", "default_staging",
            "remove_other_counts", "shard_uploaded", "staging_folder", "upload_shard"]
 
 UPLOAD_ORDER = (DATA_FILE, CHECKSUM_FILE, LABELS_FILE, ERRORS_FILE, META_FILE)  # sidecar last
@@ -85,6 +87,38 @@ def staging_folder(location: RemoteLocation, staging: str | os.PathLike | None) 
         default_staging(location)
     folder.mkdir(parents=True, exist_ok=True)
     return folder
+
+
+def clear_staging(location: RemoteLocation, staging: str | os.PathLike | None) -> None:
+    """Once the set at ``location`` is complete: remove what its conversion left in the staging
+    folder (the set's lock file) and, where it is the default one (the cache's, fastload's
+    own), the folder. Left as it is while anything else is in it or another process holds
+    the lock."""
+    import fcntl
+
+    folder = Path(os.path.abspath(staging)) if staging is not None else \
+        default_staging(location)
+    try:
+        names = set(os.listdir(folder))
+    except OSError:
+        return
+    if names - {LOCK_FILE}:
+        return
+    if LOCK_FILE in names:
+        try:
+            fd = os.open(folder / LOCK_FILE, os.O_RDWR)
+        except OSError:
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            os.unlink(folder / LOCK_FILE)  # while held: no other process is in its steps
+        except OSError:
+            return
+        finally:
+            os.close(fd)
+    if staging is None:
+        with contextlib.suppress(OSError):
+            os.rmdir(folder)
 
 
 class _Sidecars:
@@ -160,7 +194,7 @@ def convert_to_url(samples, location: RemoteLocation, identity: dict, total_byte
     ``overwrite`` replaces the set's shards in place, its manifest removed first;
     :func:`fastload.data.remote.replace.convert_replacing` keeps a finished set whole
     instead where it can."""
-    staging = staging_folder(location, staging)
+    given_staging, staging = staging, staging_folder(location, staging)
     present = claim_url_set(location, shards, overwrite)
     bounds = shard_bounds(len(samples), shards)
     total = ConvertReport(path=location.url, stored=0, skipped=0, seen=0)  # type: ignore[arg-type]
@@ -193,6 +227,8 @@ def convert_to_url(samples, location: RemoteLocation, identity: dict, total_byte
         uploads.close()
     intact.update(kept)
     total.manifest = complete_url_set(location, staging, shards, identity, bounds, intact, kept)
+    if total.manifest is not None:
+        clear_staging(location, given_staging)
     return total
 
 
