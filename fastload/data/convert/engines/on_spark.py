@@ -45,6 +45,7 @@ def run_jobs(jobs, on_result, *, address: str | None, retries: int, cpus: int) -
         try:
             session = (sql.SparkSession.builder.master(master).appName("fastload convert")
                        .config("spark.ui.enabled", "false")
+                       .config("spark.ui.showConsoleProgress", "false")  # fastload's own bar
                        .config("spark.driver.host", "127.0.0.1")
                        .config("spark.driver.bindAddress", "127.0.0.1")
                        .getOrCreate())
