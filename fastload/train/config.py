@@ -172,6 +172,8 @@ def validate_config(config: FinetuneConfig) -> None:
 def _check_model_name(name: str) -> None:
     import timm
 
+    if ":" in name:  # hf-hub:..., local-dir:...: timm resolves these when it makes the model
+        return
     if not timm.is_model(name):
         close = timm.list_models(f"*{name.split('_')[0]}*")[:5] if name else []
         hint = f" (such as {', '.join(close)})" if close else ""

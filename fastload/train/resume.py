@@ -56,12 +56,12 @@ def check_resume(config) -> None:
             + ", ".join(f"{name}={saved[name]!r}" for name in differs) + ", but got "
             + ", ".join(f"{name}={given[name]!r}" for name in differs)
             + "; a resume continues that run exactly: pass its settings, or start a new run "
-            f"from its weights (weights={path!r}, without resume=)")
+            f"from its weights instead (weights={path!r})")
     if state.epoch >= config.epochs:
         raise ValueError(
             f"checkpoint {path!r} finished its run (all {config.epochs} epochs): nothing is "
-            f"left to resume; to train further, start a new run from its weights "
-            f"(weights={path!r}, without resume=)")
+            f"left to resume; to train further, start a new run from its weights instead "
+            f"(weights={path!r})")
     if config.max_steps is not None and state.step >= config.max_steps:
         raise ValueError(
             f"checkpoint {path!r} has done {state.step} optimizer steps, and max_steps="

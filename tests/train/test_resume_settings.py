@@ -12,6 +12,7 @@ import pytest
 
 from fastload.tools.cli import main as cli
 from fastload.train.amp import ScalerConfig
+from fastload.train.checkpoint import load_checkpoint, save_checkpoint
 from fastload.train.finetune import FinetuneConfig, finetune
 from fastload.utils.checks import is_json_lines
 
@@ -61,6 +62,18 @@ def test_a_resume_with_another_trajectory_setting_is_refused_naming_both_values(
 def test_a_resume_past_max_steps_is_refused_as_nothing_left_to_do(checkpoint, sharded_set):
     with pytest.raises(ValueError, match=r"has done 1 optimizer steps, and max_steps=1 "):
         finetune(FinetuneConfig(**_common(sharded_set), max_steps=1, resume=str(checkpoint)))
+
+
+def test_a_resume_of_a_finished_run_is_refused_naming_the_way_to_train_further(
+        checkpoint, sharded_set, tmp_path):
+    state = load_checkpoint(checkpoint)
+    state["loader"] = {**state["loader"], "epoch": 2, "micro_step": 0}  # as its last epoch ends
+    finished = save_checkpoint(tmp_path / "finished.pt",
+                               {k: v for k, v in state.items() if k not in ("format", "version")})
+    with pytest.raises(ValueError, match=r"finished its run \(all 2 epochs\): nothing is left "
+                                         r"to resume; to train further, start a new run from "
+                                         r"its weights instead"):
+        finetune(FinetuneConfig(**_common(sharded_set), resume=str(finished)))
 
 
 def test_the_cli_names_resume_for_a_file_that_is_not_a_checkpoint(tmp_path, sharded_set, capsys):
