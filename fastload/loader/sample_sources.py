@@ -41,12 +41,14 @@ def call_set_hook(source: Any, hook: str) -> None:
         method()
 
 
-class SampleError(ValueError):
+class SampleError(ValueError, OSError):
     """A sample cannot be read or decoded; the message names its file path or LMDB key and
     ``names`` lists them.
 
-    A ``ValueError``. :class:`~fastload.DataLoader` raises it with ``on_error="raise"``;
-    with ``on_error="skip"`` the names go to the loader's ``skipped`` instead.
+    A ``ValueError``, and an ``OSError`` as Pillow's errors are (what torch's DataLoader
+    raises for such a file), so code written for either catches it.
+    :class:`~fastload.DataLoader` raises it with ``on_error="raise"``; with
+    ``on_error="skip"`` the names go to the loader's ``skipped`` instead.
 
     Args:
         message: the error message (names the samples, says what failed and the fix).

@@ -44,6 +44,16 @@ def test_corrupt_file_raises_naming_its_path_and_the_next_batch_still_comes(fold
     assert next(it)[0].shape[0] == 4 and loader.last_batch_indices == [8, 9, 10, 11]
 
 
+def test_a_corrupt_file_is_caught_where_torchs_loader_error_is(folder):
+    dataset = ImageFolder(folder, SMALL)
+    truncate(folder / dataset.samples[5][0])
+    with pytest.raises(OSError):  # Pillow's error, through torch's loader
+        list(TorchDataLoader(dataset, batch_size=4))
+    with pytest.raises(OSError) as err:  # the same handler catches fastload's
+        list(fastload.DataLoader(dataset, batch_size=4))
+    assert isinstance(err.value, SampleError) and isinstance(err.value, ValueError)
+
+
 def test_on_error_skip_drops_unreadable_samples_and_warns_once(folder):
     dataset = ImageFolder(folder, SMALL)
     truncate(folder / dataset.samples[1][0])
