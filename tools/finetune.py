@@ -80,8 +80,35 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "baseline,fastload,amp,gc,accum,freeze; cumulative)")
     c.add_argument("--compare-out", metavar="JSON", type=output_file,
                    help="write the A/B rows as JSON")
-    p.set_defaults(run=run)
+    p.set_defaults(run=run, option_defaults={a.dest: a.default for a in p._actions})
     return p
+
+
+def take_resumed_settings(args: argparse.Namespace) -> list[str]:
+    """With ``--resume``: each option of the run's trajectory (``fastload.train.resume``) left
+    at its default takes the checkpoint's value, so ``--resume run.pt`` alone continues the run;
+    one given with another value is refused later, naming both. Returns the flags taken (as
+    ``--flag value``); [] when the checkpoint cannot be read (its check says why)."""
+    from fastload.train.checkpoint import read_checkpoint
+    from fastload.train.resume import saved_settings
+
+    defaults = getattr(args, "option_defaults", {})
+    try:
+        saved = saved_settings(read_checkpoint(args.resume, mmap=True).config)
+    except (OSError, ValueError):
+        return []
+    taken = []
+    for name, value in saved.items():
+        if name in defaults and getattr(args, name) == defaults[name] and value != defaults[name]:
+            setattr(args, name, value)
+            flag = "--" + name.replace("_", "-")
+            if value is True:
+                taken.append(flag)
+            elif isinstance(value, list):
+                taken.append(" ".join([flag, *map(str, value)]))
+            else:
+                taken.append(f"{flag} {value}")
+    return taken
 
 
 def config_from_args(args: argparse.Namespace):
@@ -155,6 +182,11 @@ def run(args: argparse.Namespace) -> int:
     flags = field_flags()
     rows = None
     try:
+        if args.resume:
+            taken = take_resumed_settings(args)
+            if taken:
+                print(f"resuming {args.resume} with its settings: {' '.join(taken)}",
+                      flush=True)
         config = config_from_args(args)
         validate_config(config)
         if args.compare and args.compare != "all":

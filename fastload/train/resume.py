@@ -14,7 +14,7 @@ import dataclasses
 import json
 from typing import Any
 
-__all__ = ["TRAJECTORY", "check_resume"]
+__all__ = ["TRAJECTORY", "check_resume", "saved_settings"]
 
 # FinetuneConfig fields a resume must keep (``scaler`` compared field by field)
 TRAJECTORY = ("model", "img_size", "batch_size", "accum_steps", "seed", "optimizer", "lr",
@@ -22,7 +22,7 @@ TRAJECTORY = ("model", "img_size", "batch_size", "accum_steps", "seed", "optimiz
               "freeze", "qat", "qat_start_epoch", "skip_quantize")
 
 
-def _settings(config: dict[str, Any]) -> dict[str, Any]:
+def saved_settings(config: dict[str, Any]) -> dict[str, Any]:
     """The trajectory settings of a FinetuneConfig as JSON gives them back (tuples as lists),
     the scaler's spread into its own fields."""
     values = {}
@@ -47,8 +47,8 @@ def check_resume(config) -> None:
         state = read_checkpoint(path, mmap=True)
     except (FileNotFoundError, ValueError) as error:
         raise type(error)(f"resume={path!r}: {error}") from None
-    saved = _settings(state.config)
-    given = _settings(json.loads(json.dumps(dataclasses.asdict(config))))
+    saved = saved_settings(state.config)
+    given = saved_settings(json.loads(json.dumps(dataclasses.asdict(config))))
     differs = [name for name in saved if name in given and saved[name] != given[name]]
     if differs:
         raise ValueError(

@@ -76,6 +76,22 @@ def test_a_resume_of_a_finished_run_is_refused_naming_the_way_to_train_further(
         finetune(FinetuneConfig(**_common(sharded_set), resume=str(finished)))
 
 
+def test_the_cli_resume_alone_takes_the_checkpoints_settings_and_refuses_a_changed_one(
+        checkpoint, sharded_set, tmp_path, capsys):
+    resumed = tmp_path / "resumed.pt"
+    resumed.write_bytes(checkpoint.read_bytes())
+    common = ["finetune", "--train-lmdb", str(sharded_set), "--workers", "0", "--device", "cpu",
+              "--no-progress", "--resume", str(resumed)]
+    assert cli([*common, "--img-size", "48"]) == 2  # given, and not the checkpoint's
+    assert ("was trained with --img-size 32, but got --img-size 48"
+            in capsys.readouterr().err)
+    assert cli([*common, "--max-steps", "2"]) == 0  # the rest left out: the checkpoint's
+    out = capsys.readouterr().out
+    assert (f"resuming {resumed} with its settings: --img-size 32 --batch-size 8 "
+            "--warmup-steps 1" in out)
+    assert "| 1 (resumed at batch 1/8) |" in out and "steps: 2" in out
+
+
 def test_the_cli_names_resume_for_a_file_that_is_not_a_checkpoint(tmp_path, sharded_set, capsys):
     picture = tmp_path / "img.jpg"
     picture.write_bytes(b"\xff\xd8\xff\xe0" + bytes(100))
