@@ -151,17 +151,27 @@ def run(args: argparse.Namespace) -> int:
 def _run_recipes(args: argparse.Namespace, log) -> int:
     from fastload.bench.harness import run_recipes
     from fastload.bench.recipes import RECIPE_NAMES
+    from fastload.tools.cli import EXIT_FAILURE, EXIT_USAGE, report_error
 
     names = list(RECIPE_NAMES) if args.recipe == "all" else [
         n.strip() for n in args.recipe.split(",") if n.strip()]
+    unused = [flag for flag, value in (("--json", args.json), ("--plot", args.plot))
+              if value is not None]
+    if unused:  # the recipe table is printed only: refused rather than silently not written
+        verb, them = ("apply", "them") if len(unused) > 1 else ("applies", "it")
+        print(f"fastload bench: error: {' and '.join(unused)} {verb} to the loader rows, not to "
+              f"--recipe (whose table is printed); drop {them}, or bench the rows without "
+              "--recipe", file=sys.stderr)
+        return EXIT_USAGE
     try:
         table, _ = run_recipes(
             names, log=log, data=args.data, batch_size=args.batch_size,
             image_size=args.image_size, epochs=args.epochs, warmup_epochs=args.warmup_epochs,
             threads=args.threads, workdir=args.workdir, limit=args.limit,
             device=_device(args.device), hw_decoder_load=args.hw_decoder_load, seed=args.seed)
-    except (ValueError, FileNotFoundError) as exc:
-        print(f"fastload bench: error: {exc}", file=sys.stderr)
-        return 2
+    except (ValueError, TypeError) as exc:  # an option value or a recipe name
+        return report_error("bench", exc, _FLAGS, EXIT_USAGE)
+    except OSError as exc:  # the data: missing, empty, unreadable
+        return report_error("bench", exc, _FLAGS, EXIT_FAILURE)
     print(table)
     return 0

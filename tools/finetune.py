@@ -196,6 +196,8 @@ def run(args: argparse.Namespace) -> int:
             check_rows(rows)
     except (ValueError, TypeError) as error:
         return report_error("finetune", error, flags, EXIT_USAGE)
+    except OSError as error:  # the resumed checkpoint missing or damaged
+        return report_error("finetune", error, flags, EXIT_FAILURE)
     try:
         if args.compare:
             from fastload.train.compare import format_table, run_compare

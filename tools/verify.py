@@ -53,6 +53,7 @@ def run(args: argparse.Namespace) -> int:
         EXIT_USAGE,
         printable,
         report_error,
+        shell_words,
         write_json_report,
     )
 
@@ -89,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
     text = sys.stderr if args.json == "-" else sys.stdout  # stdout is the JSON's
     print(f"{printable(report.path)}: {report.summary()}", file=text)
     for key, reason in report.bad[:50]:
-        print(f"  bad {printable(key)}: {printable(reason)}", file=text)
+        print(f"  bad {printable(key)}: {printable(shell_words(reason, flags))}", file=text)
     if len(report.bad) > 50:
         print(f"  ... and {len(report.bad) - 50} more", file=text)
     if args.json is not None:

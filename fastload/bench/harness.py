@@ -97,6 +97,10 @@ class BenchConfig:
         if self.device not in ("cpu", "gpu"):
             raise ValueError(f"device should be 'cpu' or 'gpu', but got device={self.device!r}")
         check_share("hw_decoder_load", self.hw_decoder_load)  # as fastload.DataLoader's
+        if self.workdir is not None and Path(self.workdir).exists() \
+                and not Path(self.workdir).is_dir():
+            raise ValueError(f"workdir should be a folder (made if missing), but "
+                             f"workdir={str(self.workdir)!r} is a file; pass a folder path")
         bad = [key for key in self.rows if key not in ROW_KEYS]
         if bad or not self.rows or len(set(self.rows)) != len(self.rows):
             raise ValueError(

@@ -197,7 +197,9 @@ class _CeilingRow(_Row):
         from fastload.bench.ceiling import DecodeCeiling, decode_file, decode_file_floor
 
         files = [path for path, _ in folder_samples(self.spec.folder)]
-        self._ceiling = DecodeCeiling(files, processes=self.spec.threads,
+        # all cores, as its label says, whatever --threads gives the loader rows: the
+        # machine's ceiling, not one at the rows' parallelism
+        self._ceiling = DecodeCeiling(files, processes=len(os.sched_getaffinity(0)),
                                       decode=decode_file_floor if self._floor else decode_file)
 
     def run_epoch(self) -> int:

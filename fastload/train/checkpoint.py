@@ -79,8 +79,9 @@ def load_checkpoint(path: str | os.PathLike, *, mmap: bool = False) -> dict[str,
     try:
         state = torch.load(path, map_location="cpu", weights_only=True,
                            mmap=mmap and head[:4] == b"PK\x03\x04")  # torch maps its zip only
-    except Exception as error:
-        raise ValueError(f"checkpoint {str(path)!r} could not be read: {error}") from error
+    except Exception as error:  # a torch file, damaged or cut short: an OSError, as a read's
+        raise OSError(f"checkpoint {str(path)!r} could not be read (damaged or cut short?): "
+                      f"{error}; pass an intact copy") from error
     if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
         raise ValueError(
             f"{str(path)!r} is not a fastload fine-tuning checkpoint (no format tag "

@@ -189,6 +189,10 @@ def _loaders(config: dict, data: str | None, batch_size: int = 32):
 
     fields = {k: v for k, v in config.items() if k in ("data", "train_lmdb", "val_lmdb", "data_format")}
     if data is not None:
+        if not pathlib.Path(data).is_dir():  # given, so not passed over as the run's own data
+            raise FileNotFoundError(f"data={str(data)!r} is not a folder; pass the DATA folder "
+                                    "the model was trained on (train/ and val/, or train.lmdb "
+                                    "and val.lmdb), or leave it out to use the checkpoint's")
         fields = {"data": data, "data_format": "auto"}
     try:
         fmt, train_path, val_path = resolve_data(FinetuneConfig(**fields))

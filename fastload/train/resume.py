@@ -45,7 +45,7 @@ def check_resume(config) -> None:
     path = config.resume
     try:
         state = read_checkpoint(path, mmap=True)
-    except (FileNotFoundError, ValueError) as error:
+    except (OSError, ValueError) as error:  # missing or damaged (OSError), or no checkpoint
         raise type(error)(f"resume={path!r}: {error}") from None
     saved = saved_settings(state.config)
     given = saved_settings(json.loads(json.dumps(dataclasses.asdict(config))))

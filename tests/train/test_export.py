@@ -37,3 +37,20 @@ def test_export_dynamic_int8_shrinks_the_model_and_reports_top1(fp32_checkpoint,
     with torch.no_grad():
         assert int8(images).shape == (2, 4)
         assert torch.allclose(int8(images), fp32(images), atol=0.5)
+
+
+def test_export_with_a_data_folder_that_does_not_exist_fails_naming_it(fp32_checkpoint, tmp_path,
+                                                                        capsys):
+    out = tmp_path / "int8.pt"
+    code = main(["export", str(fp32_checkpoint), "--quantize", "dynamic", "--data",
+                 str(tmp_path / "missing"), "--output", str(out)])
+    assert code == 1 and not out.exists()
+    assert f"--data '{tmp_path / 'missing'}' is not a folder" in capsys.readouterr().err
+
+
+def test_export_of_a_checkpoint_cut_short_fails_as_a_damaged_file(fp32_checkpoint, tmp_path,
+                                                                  capsys):
+    cut = tmp_path / "cut.pt"
+    cut.write_bytes(fp32_checkpoint.read_bytes()[:100_000])
+    assert main(["export", str(cut), "--quantize", "dynamic"]) == 1
+    assert "could not be read (damaged or cut short?)" in capsys.readouterr().err
