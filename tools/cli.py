@@ -106,6 +106,21 @@ def report_error(command: str, error: BaseException, flags: Mapping[str, str] | 
     return code
 
 
+def at_least(least: int):
+    """argparse ``type``: an integer >= ``least``, refused at parse time (exit 2) otherwise."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"should be an integer, but got {text!r}") from None
+        if value < least:
+            raise argparse.ArgumentTypeError(f"should be {least} or more, but got {value}")
+        return value
+
+    return parse
+
+
 def output_file(text: str) -> str:
     """argparse ``type`` of the JSON report a command writes at its end (``-``: stdout):
     refused at once where it cannot be one (a folder, a path through a file, an existing file

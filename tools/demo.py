@@ -85,6 +85,8 @@ TINY_TRAINING = DemoTraining(img_size=32, epochs=2, batch_size=16, bench_rows="a
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
+    from fastload.tools.cli import at_least
+
     parser = subparsers.add_parser(
         "demo",
         help="generate images, convert, verify, bench and fine-tune, then write a report "
@@ -96,22 +98,22 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     )
     parser.add_argument("--workdir", default="runs/demo",
                         help="working folder (default runs/demo)")
-    parser.add_argument("--classes", type=_at_least(1), default=DemoConfig.classes,
+    parser.add_argument("--classes", type=at_least(1), default=DemoConfig.classes,
                         help=f"classes to generate (default {DemoConfig.classes})")
-    parser.add_argument("--train", type=_at_least(1), default=None,
+    parser.add_argument("--train", type=at_least(1), default=None,
                         help=f"training images (default: the most of "
                         f"{', '.join(f'{n:,}' for n in TRAIN_SIZES)} whose A/B is predicted "
                         f"within {AB_BUDGET_S / 60:g} minutes from a few timed training "
                         "steps)")
-    parser.add_argument("--val", type=_at_least(0), default=None,
+    parser.add_argument("--val", type=at_least(0), default=None,
                         help=f"validation images (default: a fifth of --train, "
                         f"{DemoConfig.val} for {DemoConfig.train:,})")
     parser.add_argument("--seed", type=int, default=DemoConfig.seed, help="random seed (default 0)")
-    parser.add_argument("--workers", type=_at_least(1), default=None,
+    parser.add_argument("--workers", type=at_least(1), default=None,
                         help="worker processes (default: all cores)")
-    parser.add_argument("--img-size", type=_at_least(1), default=DemoTraining.img_size,
+    parser.add_argument("--img-size", type=at_least(1), default=DemoTraining.img_size,
                         help=f"fine-tune resolution in px (default {DemoTraining.img_size})")
-    parser.add_argument("--epochs", type=_at_least(0), default=None,
+    parser.add_argument("--epochs", type=at_least(0), default=None,
                         help=f"fine-tune epochs (default {DemoTraining.epochs}; 0 skips the "
                         "bench and the A/B)")
     parser.add_argument("--amp", choices=("auto", "on", "off"), default="auto",
@@ -415,21 +417,6 @@ def _report_step(workdir: Path, config: DemoConfig, photos: DemoPhotos,
                                     "finetune": finetune})
     return [f"report: {report}"] + ["  " + line
                                     for line in headline(bench, ab_rows, recipe).lines()]
-
-
-def _at_least(least: int):
-    """argparse ``type``: an integer >= ``least``, refused at parse time (exit 2) otherwise."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"should be an integer, but got {text!r}") from None
-        if value < least:
-            raise argparse.ArgumentTypeError(f"should be {least} or more, but got {value}")
-        return value
-
-    return parse
 
 
 def run(args: argparse.Namespace) -> int:

@@ -9,6 +9,8 @@ import sys
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
+    from fastload.tools.cli import at_least
+
     p = subparsers.add_parser(
         "export", help="quantize a fine-tuned checkpoint to int8 and measure it",
         description="Int8 quantization of a `fastload finetune` checkpoint: dynamic (qint8 Linear "
@@ -20,7 +22,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="dynamic: Linear weights int8, activations quantized per batch at run time; "
                         "static: weights and activations int8, ranges calibrated on training batches; "
                         "qat: convert a checkpoint trained with fastload finetune --qat")
-    p.add_argument("--calibration-batches", type=int, default=8, metavar="N",
+    p.add_argument("--calibration-batches", type=at_least(1), default=8, metavar="N",
                    help="static: training batches of 32 images to calibrate on (default 8)")
     p.add_argument("--skip-quantize", nargs="+", default=[], metavar="PATTERN",
                    help="static: keep modules whose names match these fnmatch patterns in float "
@@ -69,6 +71,13 @@ def run(args: argparse.Namespace) -> int:
     from fastload.tools.cli import EXIT_FAILURE, EXIT_USAGE, report_error
     from fastload.train.export import export_checkpoint, sensitivity
 
+    if args.sensitivity and (args.quantize is not None or args.output is not None):
+        given = " and ".join(flag for flag, value in (("--quantize", args.quantize),
+                                                       ("--output", args.output)) if value)
+        print(f"fastload export: error: --sensitivity prints each layer group's cost and writes "
+              f"no model, so {given} would do nothing; drop it, or export without --sensitivity",
+              file=sys.stderr)
+        return EXIT_USAGE
     try:
         if args.sensitivity:
             base, costs = sensitivity(args.checkpoint, args.data,

@@ -113,3 +113,11 @@ def test_verify_refuses_partial_and_missing_databases(tmp_path, capsys):
     (tmp_path / "partial" / PARTIAL_FILE).write_text("{}")
     assert cli(["verify", str(tmp_path / "partial")]) == 1
     assert "rerun the same `fastload convert` command" in capsys.readouterr().err
+
+
+def test_verify_of_an_image_folder_suggests_converting_it_beside_itself(synth_root, capsys):
+    folder = synth_root / "val"
+    assert cli(["verify", str(folder)]) == 1
+    err = capsys.readouterr().err
+    assert f"`fastload convert {folder} {folder}.lmdb`" in err
+    assert f"SRC {folder}`" not in err  # never into the source folder itself

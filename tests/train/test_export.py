@@ -54,3 +54,22 @@ def test_export_of_a_checkpoint_cut_short_fails_as_a_damaged_file(fp32_checkpoin
     cut.write_bytes(fp32_checkpoint.read_bytes()[:100_000])
     assert main(["export", str(cut), "--quantize", "dynamic"]) == 1
     assert "could not be read (damaged or cut short?)" in capsys.readouterr().err
+
+
+def test_sensitivity_refuses_the_outputs_it_would_not_write(tmp_path, capsys):
+    checkpoint = tmp_path / "run.pt"  # refused before the checkpoint is read
+    out = tmp_path / "sens.pt"
+    assert main(["export", str(checkpoint), "--sensitivity", "--quantize", "dynamic",
+                 "-o", str(out)]) == 2
+    assert ("--sensitivity prints each layer group's cost and writes no model, so --quantize "
+            "and --output would do nothing" in capsys.readouterr().err)
+    assert not out.exists()
+
+
+def test_calibration_batches_below_one_are_refused_as_the_arguments_are_read(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["export", str(tmp_path / "run.pt"), "--quantize", "static",
+              "--calibration-batches", "0"])
+    assert exit_.value.code == 2
+    assert "argument --calibration-batches: should be 1 or more, but got 0" in \
+        capsys.readouterr().err

@@ -74,10 +74,13 @@ def load_meta(path: Path) -> dict:
                 f"{str(path)!r} is a partial conversion; rerun the same `fastload convert` "
                 "command to finish it"
             )
-        raise FileNotFoundError(
-            f"{str(path)!r} has no {META_FILE}, so it is not a fastload database; run "
-            f"`fastload convert SRC {path}` first"
-        )
+        if (path / DATA_FILE).exists():  # LMDB's file without ours: not written by fastload
+            raise FileNotFoundError(
+                f"{str(path)!r} has no {META_FILE}, so it is not a fastload database; run "
+                f"`fastload convert SRC {path}` first")
+        raise FileNotFoundError(  # a source folder, most likely: convert it beside itself
+            f"{str(path)!r} has no {META_FILE}, so it is not a fastload database; to convert "
+            f"the images under it: `fastload convert {path} {path}.lmdb`")
     fix = "restore it or reconvert it with overwrite=True"
     meta = read_json(meta_path, MAX_META_BYTES, fix)
     if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
