@@ -106,7 +106,7 @@ def report_error(command: str, error: BaseException, flags: Mapping[str, str] | 
     return code
 
 
-def at_least(least: int):
+def at_least(least: int) -> Callable[[str], int]:
     """argparse ``type``: an integer >= ``least``, refused at parse time (exit 2) otherwise."""
 
     def parse(text: str) -> int:

@@ -45,7 +45,7 @@ from fastload.bench.rows import (
 from fastload.data.convert.ensure import ensure_lmdb
 from fastload.data.format.constants import META_FILE
 from fastload.data.sets.manifest import is_sharded_set
-from fastload.utils.checks import check_positive_int, check_share
+from fastload.utils.checks import check_positive_int, check_share, file_on_path
 from fastload.utils.memory import TreeMemory
 
 __all__ = [
@@ -97,10 +97,13 @@ class BenchConfig:
         if self.device not in ("cpu", "gpu"):
             raise ValueError(f"device should be 'cpu' or 'gpu', but got device={self.device!r}")
         check_share("hw_decoder_load", self.hw_decoder_load)  # as fastload.DataLoader's
-        if self.workdir is not None and Path(self.workdir).exists() \
-                and not Path(self.workdir).is_dir():
+        blocking = None if self.workdir is None else file_on_path(self.workdir)
+        if blocking is not None and blocking == os.path.abspath(self.workdir):
             raise ValueError(f"workdir should be a folder (made if missing), but "
                              f"workdir={str(self.workdir)!r} is a file; pass a folder path")
+        if blocking is not None:
+            raise ValueError(f"workdir={str(self.workdir)!r} cannot be made: {blocking!r} on "
+                             "its path is a file, not a folder; pass another path")
         bad = [key for key in self.rows if key not in ROW_KEYS]
         if bad or not self.rows or len(set(self.rows)) != len(self.rows):
             raise ValueError(

@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fastload.train.config import FinetuneConfig
 
 __all__ = ["TRAJECTORY", "check_resume", "saved_settings"]
 
@@ -36,7 +39,7 @@ def saved_settings(config: dict[str, Any]) -> dict[str, Any]:
     return values
 
 
-def check_resume(config) -> None:
+def check_resume(config: FinetuneConfig) -> None:
     """Raise ``ValueError`` where ``config`` cannot resume ``config.resume``: a file that is
     not a fine-tuning checkpoint, settings of the run's trajectory that differ from the
     checkpoint's (each named with both values), or a run with nothing left to do."""

@@ -24,3 +24,12 @@ def test_a_workdir_that_is_a_file_is_a_usage_error_naming_it(synth_root, tmp_pat
     code = main(["bench", str(synth_root / "val"), "--rows", "f", "--workdir", str(picture)])
     assert code == 2 and f"--workdir '{picture}' is a file" in capsys.readouterr().err
     assert picture.read_bytes() == b"\xff\xd8\xff"
+
+
+def test_a_workdir_under_a_file_is_a_usage_error_naming_the_file(synth_root, tmp_path, capsys):
+    picture = tmp_path / "pic.jpg"
+    picture.write_bytes(b"\xff\xd8\xff")
+    code = main(["bench", str(synth_root / "val"), "--rows", "f", "--workdir",
+                 str(picture / "work")])
+    assert code == 2
+    assert f"'{picture}' on its path is a file, not a folder" in capsys.readouterr().err

@@ -69,8 +69,9 @@ from fastload.data.sets.manifest import (
     shard_name,
 )
 
-__all__ = ["claim_url_set", "clear_staging", "complete_url_set", "convert_to_url", "default_staging",
-           "remove_other_counts", "shard_uploaded", "staging_folder", "upload_shard"]
+__all__ = ["claim_url_set", "clear_staging", "complete_url_set", "convert_to_url",
+           "default_staging", "remove_other_counts", "shard_uploaded", "staging_folder",
+           "staging_path", "upload_shard"]
 
 UPLOAD_ORDER = (DATA_FILE, CHECKSUM_FILE, LABELS_FILE, ERRORS_FILE, META_FILE)  # sidecar last
 UPLOADS_AHEAD = 2  # finished shards waiting or uploading while the next one converts
@@ -81,10 +82,14 @@ def default_staging(location: RemoteLocation) -> Path:
     return default_cache_dir() / "staging" / set_key(location.url, endpoint_of(location))
 
 
+def staging_path(location: RemoteLocation, staging: str | os.PathLike | None) -> Path:
+    """``staging`` (absolute), else :func:`default_staging`."""
+    return Path(os.path.abspath(staging)) if staging is not None else default_staging(location)
+
+
 def staging_folder(location: RemoteLocation, staging: str | os.PathLike | None) -> Path:
-    """``staging`` (absolute), else :func:`default_staging`; made if missing."""
-    folder = Path(os.path.abspath(staging)) if staging is not None else \
-        default_staging(location)
+    """:func:`staging_path`, made if missing."""
+    folder = staging_path(location, staging)
     folder.mkdir(parents=True, exist_ok=True)
     return folder
 
@@ -96,8 +101,7 @@ def clear_staging(location: RemoteLocation, staging: str | os.PathLike | None) -
     the lock."""
     import fcntl
 
-    folder = Path(os.path.abspath(staging)) if staging is not None else \
-        default_staging(location)
+    folder = staging_path(location, staging)
     try:
         names = set(os.listdir(folder))
     except OSError:
