@@ -48,3 +48,18 @@ def test_an_address_without_an_engine_is_a_usage_error_naming_both(synth_root, t
     assert code == 2
     assert ("--engine-address 'head:6379' applies with an engine (--engine 'ray', 'dask' or "
             "'spark'); pass one too" in capsys.readouterr().err)
+
+
+@pytest.mark.parametrize("existed", [False, True])
+def test_a_refused_engine_start_leaves_the_destination_as_it_found_it(synth_root, tmp_path,
+                                                                       existed):
+    pytest.importorskip("ray")
+    dst = tmp_path / "set"
+    if existed:
+        dst.mkdir()
+    code = cli(["convert", str(synth_root / "val"), str(dst), "--shards", "2",
+                "--engine", "ray", "--engine-address", _refused_address(), "--no-progress"])
+    assert code == 1
+    assert dst.exists() == existed
+    if existed:
+        assert list(dst.iterdir()) == []

@@ -28,6 +28,7 @@ from fastload.data.convert.image_check import KEPT
 from fastload.data.convert.plan import ConversionPlan
 from fastload.data.convert.shards import finished_shard, move_set_in, newest_shard
 from fastload.data.format.constants import ERRORS_FILE, META_FILE
+from fastload.data.sets.manifest import LOCK_FILE as SET_LOCK_FILE
 from fastload.data.sets.manifest import complete_manifest, shard_name
 
 __all__ = ["RunJobs", "add_shard_report", "convert_on_engine", "finish_shards",
@@ -130,11 +131,38 @@ def convert_on_engine(plan: ConversionPlan, run_jobs: RunJobs, address: str | No
     :mod:`fastload.data.convert.engines`), finish. Progress as shards finish goes to
     stderr when ``plan.run`` says progress (a bar on a terminal, a line per shard
     otherwise). Ctrl-C reaches the adapter, which cancels its tasks; the set stays
-    resumable."""
+    resumable. Where the engine gave no result (it did not start, or stopped first) and
+    nothing else was written, the destination is left as it was found: the folder this call
+    made, or the set's lock file it added, removed again."""
+    found = _entries(plan.dst_path)
     shard_plan = plan_shard_jobs(plan, overwrite=overwrite, workers=workers)
-    results = run_shard_plan(shard_plan, run_jobs, address, progress=plan.run[6],
-                             retries=retries, cpus=workers or 1)
+    results: list[ShardResult] = []
+    try:
+        results = run_shard_plan(shard_plan, run_jobs, address, progress=plan.run[6],
+                                 retries=retries, cpus=workers or 1)
+    finally:
+        if not results:
+            _undo_claim(shard_plan.dst_path, found)
     return finish_shards(shard_plan, results)
+
+
+def _entries(folder: Path | None) -> set[str] | None:
+    """The names in ``folder``, or None where it is no folder."""
+    return {entry.name for entry in folder.iterdir()} if folder and folder.is_dir() else None
+
+
+def _undo_claim(folder: Path, found: set[str] | None) -> None:
+    """Take back what planning added to ``folder`` (found holding ``found``, or absent:
+    None) where that is all that changed: the set's lock file, and the folder itself."""
+    if found is not None and SET_LOCK_FILE in found:
+        return
+    try:
+        if _entries(folder) == (found or set()) | {SET_LOCK_FILE}:
+            (folder / SET_LOCK_FILE).unlink()
+            if found is None:
+                folder.rmdir()
+    except OSError:  # another conversion wrote into it meanwhile: what is there stays
+        pass
 
 
 def run_shard_plan(shard_plan: ShardPlan, run_jobs: RunJobs, address: str | None, *,
