@@ -1,6 +1,7 @@
 """An engine address where no cluster answers is said at once, naming it, before the engine
-starts (Ray retried a refused address for ever, Spark's JVM for over a minute, with no word of
-fastload's); an address without an engine is a usage error naming both."""
+starts (Ray retried a refused address for ever, Spark's JVM for over a minute, Dask for 30 s,
+with no word of fastload's), and the destination is left as it was; an address without an
+engine is a usage error naming both."""
 
 from __future__ import annotations
 
@@ -24,14 +25,16 @@ def test_the_host_and_port_of_an_address_are_read_where_the_engine_names_them():
     assert host_ports("10.0.0.1:6379", ("ray",)) == [("10.0.0.1", 6379)]
     assert host_ports("ray://head:10001", ("ray",)) == [("head", 10001)]
     assert host_ports("spark://a:7077,b:7078", ("spark",)) == [("a", 7077), ("b", 7078)]
+    assert host_ports("tcp://10.0.0.2:8786", ("tcp", "tls")) == [("10.0.0.2", 8786)]
     for resolved_by_the_engine in ("auto", "local", "local[4]", "yarn", "k8s://https://x:443"):
         assert host_ports(resolved_by_the_engine, ("ray", "spark")) == []
 
 
-@pytest.mark.parametrize("engine, scheme", [("ray", ""), ("spark", "spark://")])
+@pytest.mark.parametrize("engine, scheme", [("ray", ""), ("spark", "spark://"),
+                                            ("dask", "tcp://")])
 def test_an_address_where_no_cluster_answers_fails_at_once_naming_it(synth_root, tmp_path,
                                                                     capsys, engine, scheme):
-    pytest.importorskip({"ray": "ray", "spark": "pyspark"}[engine])
+    pytest.importorskip({"ray": "ray", "spark": "pyspark", "dask": "distributed"}[engine])
     address = scheme + _refused_address()
     started = time.monotonic()
     code = cli(["convert", str(synth_root / "val"), str(tmp_path / "set"), "--shards", "2",

@@ -3,7 +3,8 @@
 Dask retries whatever a task raises; :func:`~fastload.data.convert.engine.run_shard`
 raises only :class:`~fastload.data.convert.engine.ShardBusy` and returns every other
 error as a failed result, so the retry rule is Ray's. Uses the scheduler at ``address``
-(a ``Client`` closed at the end), else the ``Client`` this process already has, else a
+(a ``Client`` closed at the end; an address where nothing answers is said at once, not
+after Dask's 30 s connect timeout), else the ``Client`` this process already has, else a
 ``LocalCluster`` (one single-threaded worker process per core, on 127.0.0.1, no
 dashboard) closed at the end; what starting it changed in this process (``OMP_NUM_THREADS``
 and other environment variables for its workers) is put back. Ctrl-C cancels the futures.
@@ -16,6 +17,7 @@ import os
 import uuid
 
 from fastload.data.convert.engine import failed_result, require_engine, run_shard
+from fastload.data.convert.engines.reach import check_reachable
 from fastload.utils.process_state import process_state_restored
 
 __all__ = ["run_jobs"]
@@ -33,6 +35,7 @@ def run_jobs(jobs, on_result, *, address: str | None, retries: int, cpus: int) -
             return
     with process_state_restored(), contextlib.ExitStack() as owned:  # closed client first
         if address:
+            check_reachable("Dask", address, ("tcp", "tls"))
             client = owned.enter_context(distributed.Client(address))
         else:
             cluster = owned.enter_context(distributed.LocalCluster(

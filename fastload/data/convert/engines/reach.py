@@ -1,6 +1,6 @@
 """Whether a cluster's address answers at all, asked before an engine is started on it: Ray
-retries a refused address for ever and Spark's JVM for over a minute, each without naming
-it; one TCP connection says at once."""
+retries a refused address for ever, Spark's JVM for over a minute and Dask's client for 30 s,
+each without fastload's advice; one TCP connection says at once."""
 
 from __future__ import annotations
 
