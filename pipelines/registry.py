@@ -21,7 +21,7 @@ from .replays import timm_aug as augment_timm
 from .replays import v1 as a1
 from .replays import v2 as a2
 
-__all__ = ["OPS", "lookup", "named"]
+__all__ = ["OPS", "lookup", "named", "pil_semantics"]
 
 V1, V2, V1V2, TIMM = ("v1",), ("v2",), ("v1", "v2"), ("timm",)
 _PIL = frozenset({State.PIL})
@@ -147,3 +147,25 @@ def named(t: Any, name: str) -> bool:
     """``t`` is exactly the registered class ``name`` (torchvision's v1 or v2, or timm's)."""
     op = lookup(t)
     return op is not None and op.name == name
+
+
+# torchvision's resampling classes: with NEAREST their tensor path takes source pixel
+# floor(i * scale) (torch's interpolate), their PIL path Pillow's pixel centres
+_RESAMPLES = frozenset({"Resize", "RandomResizedCrop", "RandomResize", "RandomShortestSize",
+                        "ScaleJitter"})
+
+
+def pil_semantics(t: Any) -> bool:
+    """Whether ``t``, a torchvision transform that takes tensors, does something else with the
+    uint8 tensor of a PIL image than with the image itself, as its arguments are set: a
+    resample with NEAREST (another pixel grid), or v1's ``Pad``/``RandomCrop`` with a fill per
+    channel (its tensor path refuses any fill but a number)."""
+    from .prefix.plan import mode_value
+
+    name = type(t).__name__
+    mode = getattr(t, "interpolation", None)
+    if name in _RESAMPLES and mode is not None and mode_value(mode) == "nearest":
+        return True
+    padding = name == "Pad" or (name == "RandomCrop" and (t.padding or t.pad_if_needed))
+    return (padding and family_of_class(type(t)) == "v1"
+            and not isinstance(t.fill, (int, float)))

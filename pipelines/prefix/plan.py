@@ -150,19 +150,25 @@ def pair(name: str, size) -> tuple[int, int]:
     return size  # type: ignore[return-value]
 
 
-def interp(name: str, mode) -> g.Interpolation:
-    """DALI's name of ``mode``; for a list or tuple (timm's 'random'), a tuple of them."""
+def mode_value(mode) -> str:
+    """torchvision's name of one interpolation ``mode`` (an InterpolationMode, a PIL int
+    constant or a string): ``"nearest"``, ``"bilinear"``, ..."""
     from torchvision.transforms import InterpolationMode
 
     from ..seams.torch_private import interpolation_modes_from_int
 
+    if isinstance(mode, int):
+        mode = interpolation_modes_from_int(mode)
+    return mode.value if isinstance(mode, InterpolationMode) else str(mode)
+
+
+def interp(name: str, mode) -> g.Interpolation:
+    """DALI's name of ``mode``; for a list or tuple (timm's 'random'), a tuple of them."""
     if isinstance(mode, (list, tuple)):
         if not mode:
             raise UnsupportedTransform(name, "interpolation=() has no mode to choose from")
         return tuple(interp(name, m) for m in mode)  # type: ignore[misc]
-    if isinstance(mode, int):
-        mode = interpolation_modes_from_int(mode)
-    value = mode.value if isinstance(mode, InterpolationMode) else str(mode)
+    value = mode_value(mode)
     if value not in _INTERP:
         raise UnsupportedTransform(name, f"interpolation={value!r} has no DALI equivalent")
     return _INTERP[value]

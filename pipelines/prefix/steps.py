@@ -13,7 +13,7 @@ import torch
 
 from ..ops import GEOMETRIC, State, family
 from . import geometry as g
-from .plan import PrefixBuilder, UnsupportedTransform, fill, interp, padding, pair
+from .plan import PrefixBuilder, UnsupportedTransform, fill, interp, mode_value, padding, pair
 
 __all__ = [
     "center_crop", "center_crop_or_pad", "color_jitter", "hflip", "keep_ratio",
@@ -29,9 +29,22 @@ def _name(t) -> str:
     return type(t).__name__
 
 
+def _check_tensor_nearest(name: str, mode, b: PrefixBuilder) -> None:
+    """Refuse NEAREST on a tensor: there torch's interpolate takes source pixel
+    ``floor(i * scale)``, where DALI (and Pillow, on a PIL image) samples the pixel centres,
+    as torchvision's NEAREST_EXACT does on tensors."""
+    modes = mode if isinstance(mode, (list, tuple)) else (mode,)
+    if b.state != State.PIL and any(mode_value(m) == "nearest" for m in modes):
+        raise UnsupportedTransform(
+            name, "interpolation=NEAREST on a tensor takes pixel floor(i * scale), which DALI "
+            "does not; use NEAREST_EXACT (pixel centres), or resize before the tensor "
+            "conversion (a PIL image's NEAREST samples the centres too)")
+
+
 def resize(t, b: PrefixBuilder) -> None:
     """``Resize``: ``(s,)`` for the shorter side, ``(h, w)``, or v2's ``None`` with ``max_size``."""
     name = _name(t)
+    _check_tensor_nearest(name, t.interpolation, b)
     b.resample(name)
     mode = b.interpolation = interp(name, t.interpolation)
     b.antialias = True if b.state == State.PIL else bool(t.antialias)
@@ -50,6 +63,8 @@ def random_resized_crop(t, b: PrefixBuilder, modes: g.Interpolation | None = Non
     """``RandomResizedCrop``; ``modes``: the resample's, when not ``t.interpolation``;
     ``name``: the transform's, when ``t`` stands for another one."""
     name = name or _name(t)
+    if modes is None:
+        _check_tensor_nearest(name, t.interpolation, b)
     b.resample(name)
     mode = b.interpolation = modes if modes is not None else interp(name, t.interpolation)
     b.antialias = True if b.state == State.PIL else bool(t.antialias)
@@ -64,6 +79,7 @@ def timm_random_resized_crop(t, b: PrefixBuilder) -> None:
     of ``interpolation='random'``."""
     import torchvision.transforms as v1
 
+    _check_tensor_nearest(_name(t), t.interpolation, b)
     modes = interp(_name(t), t.interpolation)  # a tuple for interpolation='random'
     b.require(GEOMETRIC, _name(t), AFTER_NORMALIZE)
     crop = v1.RandomResizedCrop(t.size, t.scale, t.ratio)
@@ -74,6 +90,7 @@ def keep_ratio(t, b: PrefixBuilder) -> None:
     """timm's ``ResizeKeepRatio``; its random scale and aspect are not translated (timm's
     train crop modes 'rkrc'/'rkrr' use them with reflect padding, which DALI has not)."""
     name = _name(t)
+    _check_tensor_nearest(name, t.interpolation, b)
     b.resample(name)
     mode = b.interpolation = interp(name, t.interpolation)
     b.antialias = True  # timm calls F.resize with its default, antialias=True

@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from ..ops import State, family
-from ..registry import lookup, named
+from ..registry import lookup, named, pil_semantics
 from . import replay as augment
 from .tail import LookupTail, is_pointwise
 
@@ -47,8 +47,11 @@ _GLOBAL_RNG = threading.Lock()
 def tensor_capable(t) -> bool:
     """``t`` is a torchvision transform that takes a uint8 CHW tensor where it would take a
     PIL image, with the same semantics (not ``Lambda``, whose code expects what it expects):
-    any of torchvision's classes but those the registry marks otherwise."""
+    any of torchvision's classes but those the registry marks otherwise, and those whose
+    arguments make their tensor path differ (:func:`~fastload.pipelines.registry.pil_semantics`)."""
     if family(t) not in ("v1", "v2"):
+        return False
+    if pil_semantics(t):
         return False
     op = lookup(t)
     if op is None:

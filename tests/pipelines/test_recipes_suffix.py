@@ -74,6 +74,24 @@ def test_an_unknown_callable_on_the_pil_side_receives_a_pil_image():
     assert seen == [Image.Image] and torch.equal(out, IMAGE)
 
 
+@pytest.mark.parametrize("transform", [
+    T.Pad(3, fill=(10, 200, 30)),
+    T.Pad([1, 2], fill=[5]),
+    T.RandomCrop(36, padding=4, fill=(10, 200, 30)),
+    T.Resize((17, 23), interpolation=T.InterpolationMode.NEAREST),
+    v2.Resize((17, 23), interpolation=v2.InterpolationMode.NEAREST),
+    T.RandomResizedCrop(20, interpolation=T.InterpolationMode.NEAREST),
+], ids=lambda t: repr(t)[:60])
+def test_a_transform_whose_tensor_path_differs_receives_the_pil_image_torch_gives_it(transform):
+    # v1's tensor padding refuses a fill per channel; NEAREST on a tensor takes another pixel
+    # grid (floor(i * scale)) than Pillow's pixel centres
+    suffix = Suffix([transform, T.PILToTensor()], "pil")
+    for seed in range(5):
+        torch.manual_seed(seed)
+        expected = T.PILToTensor()(transform(to_pil_image(IMAGE)))
+        assert torch.equal(suffix.run(IMAGE[None], [seed])[0][0], expected)
+
+
 def test_unknown_callables_draw_from_the_global_rng_seeded_per_sample_and_restore_it():
     class Noise:
         def __call__(self, x):

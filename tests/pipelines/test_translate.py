@@ -152,6 +152,25 @@ class _MyCrop(T.CenterCrop):
     pass
 
 
+@pytest.mark.parametrize("transform", [
+    T.Compose([T.ToTensor(), T.Resize((48, 40), interpolation=T.InterpolationMode.NEAREST)]),
+    v2.Compose([v2.ToImage(), v2.Resize(40, interpolation=v2.InterpolationMode.NEAREST)]),
+    v2.Compose([v2.ToImage(), v2.RandomResizedCrop(32, interpolation=0)]),
+], ids=["v1-resize", "v2-resize", "v2-random-resized-crop"])
+def test_nearest_on_a_tensor_is_refused_where_dali_samples_other_pixels(transform):
+    # torch's tensor NEAREST takes floor(i * scale); DALI, Pillow and NEAREST_EXACT the centres
+    with pytest.raises(UnsupportedTransform, match="NEAREST_EXACT"):
+        translate(transform)
+
+
+def test_nearest_on_a_pil_image_and_nearest_exact_on_a_tensor_translate():
+    for transform in (
+            T.Compose([T.Resize(40, interpolation=T.InterpolationMode.NEAREST), T.ToTensor()]),
+            v2.Compose([v2.ToImage(),
+                        v2.Resize(40, interpolation=v2.InterpolationMode.NEAREST_EXACT)])):
+        assert translate(transform).interpolation == "nearest"
+
+
 @pytest.mark.parametrize(
     ("transform", "name"),
     [
