@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -265,6 +266,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             code = _run(args)
         except KeyboardInterrupt:
             end_interrupted(command)
+        except BrokenPipeError:
+            return _reader_gone()
         except BaseException:
             if pressed():  # the interrupt turned into another error on its way up
                 end_interrupted(command)
@@ -274,6 +277,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         if pressed():  # a KeyboardInterrupt something caught, and the command went on
             end_interrupted(command)
         return code
+
+
+def _reader_gone() -> int:
+    """Stdout's reader went away (``fastload ... | head``): end quietly with status 1, as a
+    filter does, stdout pointed at /dev/null so that Python's last flush raises no second
+    error (the recipe of Python's ``signal`` documentation)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return EXIT_FAILURE
 
 
 def _run(args: argparse.Namespace) -> int:

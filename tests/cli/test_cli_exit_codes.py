@@ -3,6 +3,9 @@ library errors name fields and the CLI maps them to flags."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 
@@ -239,3 +242,14 @@ def test_convert_refuses_an_empty_source_instead_of_the_current_folder(tmp_path,
     assert main(["convert", "", str(tmp_path / "dst")]) == EXIT_USAGE
     assert "SRC is empty; pass the folder or list of images" in capsys.readouterr().err
     assert not (tmp_path / "dst").exists()
+
+
+def test_output_read_by_a_reader_that_goes_away_ends_quietly_with_1(tmp_path):
+    # `fastload doctor | head -1`: the pipe's reader closes before the report is written
+    done = subprocess.Popen([sys.executable, "-m", "fastload.tools.cli", "doctor"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path)
+    done.stdout.close()
+    err = done.stderr.read().decode()
+    done.stderr.close()
+    assert done.wait(timeout=120) == 1
+    assert err == ""

@@ -201,6 +201,25 @@ def test_a_glob_and_brace_pattern_of_shards_read_as_the_folder_of_them(images, t
     assert len(whole.samples) == len(images[1])
 
 
+def test_braces_naming_a_missing_shard_fail_naming_it(images, tmp_path):
+    folder = write_webdataset(tmp_path / "wds", images[1])  # shard-000000 .. shard-000003
+    with pytest.raises(FileNotFoundError, match=r"names 6 files, but 2 of them do not exist "
+                                                r"\('.*shard-000004.tar', '.*shard-000005.tar'\)"):
+        list_source(str(folder / "shard-{000000..000005}.tar"))
+
+
+def test_parquet_files_of_several_hub_splits_are_refused_naming_them(images, tmp_path):
+    folder = write_parquet(tmp_path / "pq", images[1])
+    for k, split in enumerate(["test", "validation"]):
+        shutil.copy(folder / "train-00000.parquet", folder / f"{split}-0000{k}-of-00001.parquet")
+    (folder / "train-00000.parquet").rename(folder / "train-00000-of-00001.parquet")
+    for source in (folder, str(folder / "*.parquet")):
+        with pytest.raises(ValueError, match=r"splits 'test', 'train', 'validation'; convert one "
+                                             r"split at a time, e.g. '.*pq/test-\*.parquet'"):
+            list_source(source)
+    assert len(list_source(str(folder / "train-*.parquet")).samples) == len(images[1])
+
+
 def test_shards_listed_by_several_processes_keep_their_order(images, tmp_path, monkeypatch):
     from fastload.data.convert.sources import webdataset as tar_source
 
@@ -352,7 +371,7 @@ _WITHOUT_EXTRAS = r"""
 import sys
 class Block:
     def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in ("pyarrow", "datasets"):
+        if name.split(".")[0] in ("pyarrow", "datasets", "braceexpand"):
             raise ModuleNotFoundError(f"No module named {name!r}", name=name)
 sys.meta_path.insert(0, Block())
 from fastload.tools.cli import main
@@ -369,6 +388,15 @@ def test_a_source_whose_extra_is_missing_names_the_extra_to_install(kind, extra,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 2, done.stderr
     assert f"pip install 'fastload-dali[{extra}]'" in done.stderr.strip().splitlines()[-1]
+
+
+def test_braces_without_braceexpand_name_the_extra_to_install(images, tmp_path):
+    folder = write_webdataset(tmp_path / "wds", images[1])
+    done = subprocess.run([sys.executable, "-c", _WITHOUT_EXTRAS,
+                           str(folder / "shard-{000000..000003}.tar"), str(tmp_path / "db")],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stderr
+    assert "pip install 'fastload-dali[sources]'" in done.stderr.strip().splitlines()[-1]
 
 
 def test_a_jsonl_line_that_is_not_an_object_with_path_and_label_is_named(tmp_path):

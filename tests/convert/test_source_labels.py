@@ -203,3 +203,23 @@ def test_a_list_inside_its_folder_gives_no_warning(tmp_path, recwarn):
     (tmp_path / "list.csv").write_text("".join(f"{p},0\n" for p in paths))
     list_source(tmp_path / "list.csv")
     assert not [w for w in recwarn if "outside" in str(w.message)]
+
+
+@pytest.mark.parametrize("header", ["path,label", "filename,class", "image,label", "id,species"])
+def test_a_csv_header_of_any_names_is_no_record_and_no_class(header, tmp_path):
+    paths = _files(tmp_path / "img", 3)
+    (tmp_path / "list.csv").write_text(f"{header}\n" + "".join(
+        f"{p},{label}\n" for p, label in zip(paths, ["mouse", "zebra", "mouse"], strict=True)))
+    convert_folder(tmp_path / "list.csv", tmp_path / "db", workers=1, progress=False)
+    reader = LMDBReader(tmp_path / "db")
+    assert reader.classes == ["mouse", "zebra"] and reader.targets == [0, 1, 0]
+    assert not (tmp_path / "db" / ERRORS_FILE).exists() or _skipped(tmp_path / "db") == []
+
+
+def test_a_first_row_naming_a_missing_image_is_a_record_not_a_header(tmp_path):
+    paths = _files(tmp_path / "img", 2)
+    (tmp_path / "list.csv").write_text(f"img/gone.jpg,cat\n{paths[0]},dog\n{paths[1]},dog\n")
+    convert_folder(tmp_path / "list.csv", tmp_path / "db", workers=1, progress=False)
+    assert LMDBReader(tmp_path / "db").classes == ["cat", "dog"]
+    [error] = _skipped(tmp_path / "db")
+    assert error["path"].endswith("gone.jpg")

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 from pathlib import Path
 
 from fastload.data.convert.sources.base import IMG_EXTENSIONS, SourceList
@@ -178,23 +179,50 @@ def _list_files(files: list[Path], root: Path, text: str, image_column, label_co
         _only("webdataset", image_column=image_column, label_column=label_column)
         return list_tar_shards(tars, root, label_field, workers)
     _only("parquet", label_field=label_field)
+    _refuse_splits(parquets, text)
     return list_parquet(parquets, root, image_column, label_column)
 
 
+# the Hub's parquet names: <split>-00000-of-00003.parquet
+_SPLIT_FILE = re.compile(r"(.+)-\d+-of-\d+\.parquet", re.IGNORECASE)
+
+
+def _refuse_splits(files: list[Path], text: str) -> None:
+    """Refuse parquet files of several splits in the Hub's naming (``train-00000-of-00001``,
+    ``test-...``, all in one ``data/`` folder): read together they would be one set."""
+    splits = sorted({m.group(1) for p in files if (m := _SPLIT_FILE.fullmatch(p.name))})
+    if len(splits) > 1:
+        folder = files[0].parent
+        raise ValueError(
+            f"source {text!r} holds the parquet files of the splits "
+            f"{', '.join(repr(s) for s in splits)}; convert one split at a time, e.g. "
+            f"{str(folder / (splits[0] + '-*.parquet'))!r}")
+
+
 def _expand(pattern: str) -> list[Path]:
-    """The files a glob (with ``{a,b}`` / ``{000..009}`` braces) names, sorted."""
+    """The files a glob (with ``{a,b}`` / ``{000..009}`` braces) names, sorted. Each name the
+    braces spell out without a wildcard must exist (as WebDataset reads them): a shard
+    missing from the pattern fails naming it, not a set converted without it."""
     patterns = [pattern]
     if "{" in pattern:
         try:
             from braceexpand import braceexpand
         except ImportError:
-            raise ValueError(f"source {pattern!r} uses {{...}} braces, which need the "
-                             "braceexpand package (installed with webdataset); or pass a "
-                             "glob such as 'shards/*.tar'") from None
+            raise ImportError(f"source {pattern!r} uses {{...}} braces, which need the "
+                              "braceexpand package: `pip install 'fastload-dali[sources]'` (or "
+                              "`pip install braceexpand`); or pass a glob such as "
+                              "'shards/*.tar'") from None
         patterns = list(braceexpand(pattern))
     found = {os.path.abspath(p) for q in patterns for p in glob.glob(q) if os.path.isfile(p)}
     if not found:
         raise FileNotFoundError(f"source {pattern!r} matches no files; pass {_KINDS_HELP}")
+    missing = [q for q in patterns
+               if not any(c in q for c in _GLOB_CHARS) and not os.path.isfile(q)]
+    if missing:
+        raise FileNotFoundError(
+            f"source {pattern!r} names {len(patterns)} files, but {len(missing)} of them do not "
+            f"exist ({', '.join(repr(q) for q in missing[:3])}{', ...' if len(missing) > 3 else ''}); "
+            "fetch them, or narrow the braces to the files there are")
     return sorted(Path(p) for p in found)
 
 

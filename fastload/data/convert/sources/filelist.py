@@ -25,7 +25,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol
 
-from fastload.data.convert.sources.base import Record, RecordTable, SourceList, files_fingerprint
+from fastload.data.convert.sources.base import (
+    IMG_EXTENSIONS,
+    Record,
+    RecordTable,
+    SourceList,
+    files_fingerprint,
+)
 from fastload.data.convert.sources.labels import Label, LabelRule
 
 __all__ = ["CHECKPOINT_EVERY", "FileListTable", "ListCursor", "file_list_source"]
@@ -227,8 +233,9 @@ class FileListTable(RecordTable):
 
 
 class CsvCursor:
-    """The rows of a ``path,label`` CSV (UTF-8, an optional BOM, an optional ``path,label``
-    header on the first row) from a position; ``line`` counts the CSV's rows."""
+    """The rows of a ``path,label`` CSV (UTF-8, an optional BOM, an optional header on the
+    first row: ``path,label``, or other names where its path cell names no file and no
+    image) from a position; ``line`` counts the CSV's rows."""
 
     empty_hint = "add rows of `path,label`"
 
@@ -274,9 +281,18 @@ class CsvCursor:
                 if not path and not label:  # a blank row
                     continue
                 raise ValueError(f"{where} line {self.line} has an empty path or label")
-            if self.line == 1 and (path.lower(), label.lower()) == ("path", "label"):
+            if self.line == 1 and self._is_header(path, label):
                 continue
             return self.line, path, label
+
+    def _is_header(self, path: str, label: str) -> bool:
+        """Whether the first row is a header: ``path,label``, or any other names
+        (``filename,class``...) where its path is no file and no image name, so a header
+        never becomes a record and its label a class."""
+        if (path.lower(), label.lower()) == ("path", "label"):
+            return True
+        return (not path.lower().endswith(IMG_EXTENSIONS)
+                and not (self.list_path.parent / path).is_file())
 
     def tell(self) -> int:
         return self._file.tell()
