@@ -241,6 +241,8 @@ def build_pipeline(
                 else _interp_type(plan.interpolations[0]),
                 antialias=plan.antialias,
             )
+        if plan.jitter is not None and plan.jitter_before_crop:
+            img = _jitter(img, inputs, plan.jitter, gpu)  # on the image before the crop
         if plan.pad_crop:
             img = fn.slice(
                 img,
@@ -252,7 +254,7 @@ def build_pipeline(
                 out_of_bounds_policy="pad",
                 fill_values=list(plan.fill),
             )
-        if plan.jitter is not None:
+        if plan.jitter is not None and not plan.jitter_before_crop:
             img = _jitter(img, inputs, plan.jitter, gpu)
         if plan.has_vflip:
             img = fn.flip(img, horizontal=0, vertical=inputs["vflip"])

@@ -39,6 +39,7 @@ __all__ = [
     "keep_ratio_output_size",
     "center_crop_offsets",
     "color_jitter_params",
+    "contrast_before_crop",
     "draw_interpolation",
     "draw_sample",
 ]
@@ -113,6 +114,16 @@ class ColorJitter:
 
 Step = Resize | ResizeKeepRatio | CenterCrop | RandomCrop | RandomResizedCrop | Flip | ColorJitter
 Resample = Resize | ResizeKeepRatio | RandomResizedCrop
+
+
+def contrast_before_crop(steps: tuple[Step, ...] | list[Step]) -> bool:
+    """Whether a ``ColorJitter`` with a contrast range precedes a crop: its contrast blends
+    with the mean grey of the image as it is there, before the crop, so the graph applies it
+    between the resample and the crop (the crop not folded into the resample)."""
+    jitter = next((k for k, s in enumerate(steps)
+                   if isinstance(s, ColorJitter) and s.contrast is not None), None)
+    return jitter is not None and any(isinstance(s, (CenterCrop, RandomCrop))
+                                      for s in steps[jitter + 1:])
 
 
 # ---------------------------------------------------------------- torchvision arithmetic
@@ -301,12 +312,16 @@ def draw_sample(
             jitter = color_jitter_params(step, generator)
         else:
             raise TypeError(f"unknown geometry step {step!r}")
-    params = _finish(roi, resized, crop, hflip, vflip, jitter, height, width)
+    params = _finish(roi, resized, crop, hflip, vflip, jitter, height, width,
+                     fold=not contrast_before_crop(steps))
     params.interpolation = interpolation
     return params
 
 
-def _finish(roi, resized, crop, hflip, vflip, jitter, height, width) -> SampleParams:
+def _finish(roi, resized, crop, hflip, vflip, jitter, height, width, *,
+            fold: bool = True) -> SampleParams:
+    """The sample's parameters; ``fold``: resample only the part a crop inside the resampled
+    image keeps (else the whole, then the crop)."""
     top, left = max(roi[0], 0), max(roi[1], 0)
     bottom, right = min(roi[0] + roi[2], height), min(roi[1] + roi[3], width)
     if bottom <= top or right <= left:
@@ -318,7 +333,8 @@ def _finish(roi, resized, crop, hflip, vflip, jitter, height, width) -> SamplePa
         return SampleParams(decode, None, None, crop_out, hflip, vflip, jitter)
     rh, rw = resized
     if (
-        crop is not None
+        fold
+        and crop is not None
         and crop[0] >= 0
         and crop[1] >= 0
         and crop[0] + crop[2] <= rh

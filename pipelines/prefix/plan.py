@@ -33,7 +33,8 @@ class TransformPlan:
 
     Output value = ``(pixel - mean) / std`` per channel on 0..255 pixels, cast to
     ``output_dtype``, CHW. ``decode_roi``: decode a region of each image (a crop comes first);
-    ``pad_crop``: a crop of the resampled image may reach past its edges (filled with ``fill``).
+    ``pad_crop``: a crop of the resampled image may reach past its edges (filled with ``fill``),
+    or, with ``jitter_before_crop``, follows the colour jitter (a slice after it).
     """
 
     steps: tuple[g.Step, ...]
@@ -47,6 +48,7 @@ class TransformPlan:
     pad_crop: bool
     fill: tuple[int, ...]
     source: str
+    jitter_before_crop: bool = False  # the jitter's contrast needs the image before the crop
 
     @property
     def has_vflip(self) -> bool:
@@ -92,6 +94,24 @@ class PrefixBuilder:
         if self.state not in states:
             raise UnsupportedTransform(name, hint)
 
+    def crop(self, name: str) -> None:
+        """Check a crop: after a contrast ``ColorJitter`` the graph cuts it after the jitter,
+        which needs a resample before the jitter and no crop between them."""
+        jitter = next((k for k, s in enumerate(self.steps)
+                       if isinstance(s, g.ColorJitter) and s.contrast is not None), None)
+        if jitter is None:
+            return
+        before = self.steps[:jitter]
+        resample = max((k for k, s in enumerate(before)
+                        if isinstance(s, (g.Resize, g.ResizeKeepRatio, g.RandomResizedCrop))),
+                       default=None)
+        if resample is None or any(isinstance(s, (g.CenterCrop, g.RandomCrop))
+                                   for s in before[resample + 1:]):
+            raise UnsupportedTransform(
+                name, "it crops after ColorJitter(contrast=...) where DALI would crop first "
+                "(the contrast blends with the mean grey of the image before the crop); put "
+                "the crop before the ColorJitter, or a resize before both")
+
     def resample(self, name: str) -> None:
         """Count one resampling step: at most one per plan, not after a padded crop."""
         self.resamples += 1
@@ -113,6 +133,7 @@ class PrefixBuilder:
             )
         # output = ((pixel*scale) - mean)/std = (pixel - mean/scale) / (std/scale)
         pad_crop, fill = _pad_crop(self.steps)
+        jitter_before_crop = g.contrast_before_crop(self.steps)
         return TransformPlan(
             steps=tuple(self.steps),
             output_dtype=self.dtype,
@@ -122,9 +143,10 @@ class PrefixBuilder:
             antialias=self.antialias,
             has_resize=self.resamples > 0,
             decode_roi=_decode_roi(self.steps),
-            pad_crop=pad_crop,
+            pad_crop=pad_crop or jitter_before_crop,
             fill=fill,
             source=" -> ".join(self.names) or "decode",
+            jitter_before_crop=jitter_before_crop,
         )
 
 

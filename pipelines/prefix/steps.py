@@ -104,6 +104,7 @@ def keep_ratio(t, b: PrefixBuilder) -> None:
 
 
 def center_crop(t, b: PrefixBuilder) -> None:
+    b.crop(_name(t))
     b.steps.append(g.CenterCrop(pair(_name(t), t.size)))
 
 
@@ -116,12 +117,14 @@ def _constant_padding(t) -> None:
 def center_crop_or_pad(t, b: PrefixBuilder) -> None:
     """timm's ``CenterCropOrPad``: torchvision's ``CenterCrop`` arithmetic, with its fill."""
     _constant_padding(t)
+    b.crop(_name(t))
     b.steps.append(g.CenterCrop(pair(_name(t), t.size), fill(_name(t), t.fill)))
 
 
 def random_crop(t, b: PrefixBuilder) -> None:
     _constant_padding(t)
     name = _name(t)
+    b.crop(name)
     b.steps.append(g.RandomCrop(pair(name, t.size), padding(name, t.padding),
                                 bool(t.pad_if_needed), fill(name, t.fill)))
 

@@ -156,6 +156,17 @@ def test_color_jitter_matches_torchvision_closely(photos):
     assert max(_per_image_mad(transform, photos[:6], seed_base=3)) <= 0.02
 
 
+@pytest.mark.parametrize("steps", [
+    [T.Resize(64), T.ColorJitter(contrast=(0.5, 0.5)), T.CenterCrop(32)],
+    [T.Resize(64), T.ColorJitter(contrast=(0.2, 0.2)), T.RandomHorizontalFlip(1.0),
+     T.RandomCrop(40, padding=4, fill=(10, 200, 30))],
+], ids=["center-crop", "flip-and-padded-random-crop"])
+def test_contrast_before_a_crop_blends_with_the_mean_grey_of_the_uncropped_image(photos, steps):
+    # the crop's own mean grey moved whole images by up to 0.06
+    transform = T.Compose([*steps, T.ToTensor()])
+    assert max(_per_image_mad(transform, photos[:6], seed_base=5)) <= 0.01
+
+
 def test_hue_jitter_reproduces_torchvisions_hsv_shift(photos):
     transform = T.Compose([T.Resize(64), T.CenterCrop(64), T.ColorJitter(hue=0.2), T.ToTensor()])
     # within PIL's own rounding of H, S and V to 8 bits

@@ -163,6 +163,24 @@ def test_nearest_on_a_tensor_is_refused_where_dali_samples_other_pixels(transfor
         translate(transform)
 
 
+@pytest.mark.parametrize("steps", [
+    [T.ColorJitter(contrast=0.4), T.CenterCrop(32)],
+    [T.Resize(64), T.CenterCrop(48), T.ColorJitter(contrast=0.4), T.RandomCrop(32)],
+], ids=["no-resize-before", "a-crop-between"])
+def test_a_crop_after_a_contrast_jitter_that_the_graph_cannot_cut_after_it_is_refused(steps):
+    with pytest.raises(UnsupportedTransform, match="crops after ColorJitter"):
+        translate(T.Compose([*steps, T.ToTensor()]))
+
+
+def test_only_a_contrast_jitter_is_applied_before_the_crop_after_it():
+    plan = translate(T.Compose([T.ColorJitter(brightness=0.4, saturation=0.4),
+                                T.CenterCrop(32), T.ToTensor()]))
+    assert not plan.jitter_before_crop
+    plan = translate(T.Compose([T.Resize(64), T.ColorJitter(contrast=0.4), T.CenterCrop(32),
+                                T.ToTensor()]))
+    assert plan.jitter_before_crop and plan.pad_crop
+
+
 def test_nearest_on_a_pil_image_and_nearest_exact_on_a_tensor_translate():
     for transform in (
             T.Compose([T.Resize(40, interpolation=T.InterpolationMode.NEAREST), T.ToTensor()]),
