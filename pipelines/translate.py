@@ -1,8 +1,8 @@
 """torchvision transforms (v1 and ``transforms.v2``) -> a :class:`TransformPlan` for one DALI graph.
 
 Supported, with the same parameters: ``Compose``, ``RandomResizedCrop``, ``Resize`` (int or
-``(h, w)``, ``max_size``; NEAREST/BILINEAR/BICUBIC/LANCZOS, NEAREST_EXACT for NEAREST on a
-tensor, whose tensor form samples another grid), ``CenterCrop``, ``RandomCrop``
+``(h, w)``, ``max_size``; NEAREST/BILINEAR/BICUBIC/LANCZOS, and on a tensor NEAREST_EXACT
+but not NEAREST, whose tensor form samples another grid), ``CenterCrop``, ``RandomCrop``
 (constant padding, ``pad_if_needed``), ``RandomHorizontalFlip``, ``RandomVerticalFlip``,
 ``ColorJitter``, ``ToTensor``, ``PILToTensor``, ``ConvertImageDtype``, ``Normalize`` and the v2
 forms (``ToImage``, ``ToDtype(dtype, scale=...)``, ``ToPureTensor``). At most one resampling
