@@ -63,6 +63,7 @@ class SampleStage:
                 self.batch_mix = fused_collate(self.collate_fn)
         self._threads = max(1, threads)
         self._pool: Any = None
+        self._helpers: Any = None  # multiprocessing helpers its process pool started
         self._buffers: Any = None  # BatchBuffers for the batches a lookup tail writes
         self._lock = threading.Lock()
         # A suffix whose draws are not replayed runs in worker processes only where they
@@ -217,7 +218,9 @@ class SampleStage:
                                                 initializer=one_omp_thread)
             else:
                 from fastload.pipelines import process_pool
+                from fastload.utils.mp_helpers import StartedHelpers
 
+                self._helpers = StartedHelpers()  # stopped with the pool, if it starts them
                 self._pool = process_pool(self.suffix, self._threads)
                 if self._pool is None:  # transforms that cannot be pickled: run them here
                     self.choice = "here"
@@ -226,14 +229,18 @@ class SampleStage:
     def after_fork(self) -> None:
         """In a forked child: forget the parent's pool (its threads or its processes' pipes
         are not this process's) and locks (a parent thread may have held one at the fork)."""
-        self._pool = None
+        self._pool = self._helpers = None
         self._lock = threading.Lock()
 
     def close(self) -> None:
-        """Stop the suffix's threads or processes (idempotent)."""
+        """Stop the suffix's threads or processes (idempotent), and multiprocessing's helpers
+        its processes started (:mod:`fastload.utils.mp_helpers`) once they have exited."""
         pool, self._pool = self._pool, None
+        helpers, self._helpers = self._helpers, None
         if pool is not None:
-            pool.shutdown(wait=False, cancel_futures=True)
+            pool.shutdown(wait=helpers is not None, cancel_futures=True)
+        if helpers is not None:
+            helpers.stop()
 
     # No __del__: an unreferenced ProcessPoolExecutor stops its workers itself (its weakref
     # callback wakes the management thread); shutting it down from a finalizer run by the

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from fastload.utils.threads import after_fork_in_child, one_omp_thread
+from fastload.utils.threads import after_fork_in_child, at_interpreter_exit, one_omp_thread
 
 from ..prefix import geometry
 from ..prefix.plan import TransformPlan
@@ -43,18 +43,35 @@ __all__ = ["BatchDecodeError", "BatchDecoder"]
 # DALI pipelines do not survive fork: a forked child (a torch DataLoader worker, say)
 # inherits them without DALI's threads, and destroying one there (its own finalizer runs
 # when the child's garbage collector meets a decoder in a reference cycle) waits forever.
-# So a child keeps every decoder it inherited alive, untouched, for its whole life.
+# So a child keeps every decoder it inherited alive, untouched, and their pipelines'
+# backends for its whole life, past its exit (DALI's exit hook or the teardown of this
+# module shutting them down crashed or hung the child's normal exit).
 _LIVE: weakref.WeakSet = weakref.WeakSet()
 _INHERITED: list = []
 
 
 def _keep_inherited() -> None:
+    for decoder in _LIVE:
+        if decoder._pipe is not None:
+            dali_backend.abandon_in_child(decoder._pipe)
     _INHERITED.extend(_LIVE)
     _LIVE.clear()
 
 
+def _close_live() -> None:
+    """At interpreter exit (after the epochs' makers stopped): close this process's decoders
+    while DALI's module is whole. A pipeline still alive at the interpreter's teardown was
+    finalized after DALI's globals were cleared, and its ``__del__`` printed a traceback."""
+    for decoder in list(_LIVE):
+        try:
+            decoder.close()
+        except Exception:  # noqa: BLE001 - exiting: one decoder's fault must not stop the rest
+            pass
+
+
 def _track(decoder: BatchDecoder) -> None:
     after_fork_in_child(_keep_inherited)
+    at_interpreter_exit(_close_live)
     _LIVE.add(decoder)
 
 

@@ -14,7 +14,7 @@ import functools
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["TESTED_DALI", "check_dali_version", "feed_and_run", "outputs"]
+__all__ = ["TESTED_DALI", "check_dali_version", "feed_and_run", "abandon_in_child", "outputs"]
 
 TESTED_DALI = (2, 4)  # major, minor of the DALI release this module was written for
 
@@ -63,3 +63,21 @@ def outputs(pipe: Any) -> tuple:
     """The outputs of ``pipe``'s oldest started iteration (blocks until it is done); DALI raises
     ``RuntimeError`` when that iteration failed."""
     return _backend(pipe).Outputs()
+
+
+def abandon_in_child(pipe: Any) -> None:
+    """In a forked child that inherited ``pipe``: make sure nothing ever shuts it down or
+    destroys its backend there. Its threads did not come along: DALI's exit hook (or the
+    pipeline's finalizer at interpreter teardown) shutting it down crashed or hung the
+    child's normal exit. The backend handle is detached from the pipeline (whose shutdown
+    then does nothing, and which leaves DALI's list of pipelines to shut down) and kept
+    forever: one reference that is never given back (the child's memory, never the
+    parent's pipeline)."""
+    import ctypes
+
+    backend = getattr(pipe, "_pipe", None)
+    if backend is None:
+        return
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(backend))
+    pipe._pipe = None
+    pipe._shutdown()  # the backend detached: only takes it off DALI's list

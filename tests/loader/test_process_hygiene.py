@@ -224,8 +224,11 @@ def test_the_suffix_worker_processes_are_not_forked_from_the_training_process(sy
 
 # ------------------------------------------------------------------------- exit
 @pytest.mark.slow
-def test_a_loader_alive_at_interpreter_exit_prints_nothing(folder):
-    done = _run_script("""
+@pytest.mark.parametrize("first", ["", "import multiprocessing"])
+def test_a_loader_alive_at_interpreter_exit_prints_nothing(folder, first):
+    # with multiprocessing imported first, the graph outlived DALI's module at teardown
+    done = _run_script(f"""
+        {first}
         import sys
         import torchvision.transforms as T
         from torchvision.datasets import ImageFolder
@@ -237,6 +240,78 @@ def test_a_loader_alive_at_interpreter_exit_prints_nothing(folder):
     """, str(folder))
     assert done.returncode == 0 and done.stdout.strip() == "got (4, 3, 16, 16)"
     assert done.stderr == ""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workers, reuse", [(0, False), (2, True)])
+def test_a_child_forked_after_an_epoch_exits_normally(folder, workers, reuse):
+    # the child's exit shut down the pipelines it inherited: a hang (0), a crash (2)
+    done = _run_script("""
+        import os, sys, time
+        import torchvision.transforms as T
+        from torchvision.datasets import ImageFolder
+        import fastload
+        transform = T.Compose([T.RandomResizedCrop(16), T.ToTensor()])
+        loader = fastload.DataLoader(ImageFolder(sys.argv[1], transform), batch_size=4,
+                                     num_workers=int(sys.argv[2]))
+        for batch in loader:
+            pass
+        pid = os.fork()
+        if pid == 0:
+            if sys.argv[3] == "reuse":
+                print("child", sum(len(labels) for _, labels in loader), flush=True)
+            sys.exit(0)
+        for _ in range(600):  # 60 s at most: a hung child is killed and said
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                print("child status", status)
+                break
+            time.sleep(0.1)
+        else:
+            os.kill(pid, 9)
+            print("child hung")
+    """, str(folder), str(workers), "reuse" if reuse else "exit")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "child status 0"
+    assert ("child 16" in done.stdout) == reuse and "Traceback" not in done.stderr
+
+
+@pytest.mark.slow
+def test_a_suffix_process_pool_stops_the_multiprocessing_helpers_it_started(folder, tmp_path):
+    (tmp_path / "noise.py").write_text(textwrap.dedent("""
+        import torch
+        class Noise:
+            def __call__(self, x):
+                return x + torch.rand(x.shape) / 100
+    """))
+    done = _run_script("""
+        import gc, os, subprocess, sys, threading
+        sys.path.insert(0, sys.argv[2])
+        import torchvision.transforms as T
+        from torchvision.datasets import ImageFolder
+        import fastload, noise
+
+        def children():
+            ps = subprocess.run(["ps", "--ppid", str(os.getpid()), "-o", "args="],
+                                capture_output=True, text=True).stdout
+            return sorted(line.split(" import ")[0].split()[-1] for line in ps.splitlines()
+                          if "multiprocessing" in line)
+
+        if __name__ == "__main__":
+            transform = T.Compose([T.Resize(16), T.CenterCrop(16), T.ToTensor(), noise.Noise()])
+            loader = fastload.DataLoader(ImageFolder(sys.argv[1], transform), batch_size=2,
+                                         num_workers=2)
+            for epoch in range(2):
+                for batch in loader:
+                    pass
+            loader.close()
+            del loader
+            gc.collect()
+            print(children(), sorted(t.name for t in threading.enumerate()))
+    """, str(folder), str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    # the resource tracker stays (it would unlink the process's semaphores if stopped)
+    assert done.stdout.strip() == "['multiprocessing.resource_tracker'] ['MainThread']"
 
 
 def test_the_threads_openmp_setting_starts_no_openmp_team():

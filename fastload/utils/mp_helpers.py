@@ -1,0 +1,58 @@
+"""multiprocessing's process-wide helpers that a pool of fastload's starts, stopped with it.
+
+A ``ProcessPoolExecutor`` on the ``forkserver`` context (the torch suffix's worker processes,
+:func:`fastload.pipelines.process_pool`) starts, once per process, the forkserver process and
+``resource_sharer``'s thread (it hands the pool's pipes to the workers), and they outlive the
+pool: a script whose loader had run such a pool kept a process, a thread and their
+descriptors after ``close()``. :class:`StartedHelpers`, taken before the pool starts, notes
+which were not running then and stops those once the pool has ended. multiprocessing starts
+them again for whoever needs them next.
+
+The resource tracker process stays: it holds the names of every semaphore and shared-memory
+block this process made since it started (the caller's too), and unlinks them when stopped.
+"""
+
+from __future__ import annotations
+
+__all__ = ["StartedHelpers"]
+
+
+def _forkserver():
+    from multiprocessing import forkserver
+
+    return getattr(forkserver, "_forkserver", None)
+
+
+def _forkserver_running() -> bool:
+    server = _forkserver()
+    return getattr(server, "_forkserver_pid", None) is not None
+
+
+def _sharer():
+    from multiprocessing import resource_sharer
+
+    return getattr(resource_sharer, "_resource_sharer", None)
+
+
+def _sharer_running() -> bool:
+    return getattr(_sharer(), "_listener", None) is not None
+
+
+class StartedHelpers:
+    """Which of the forkserver and ``resource_sharer``'s thread are not running now (so a
+    pool started next starts them), to :meth:`stop` after that pool has ended."""
+
+    def __init__(self) -> None:
+        self.forkserver = not _forkserver_running()
+        self.sharer = not _sharer_running()
+
+    def stop(self) -> None:
+        """Stop those of them that were started since (call once the pool's workers have
+        exited); what ran before stays."""
+        server = _forkserver()
+        if self.forkserver and _forkserver_running() and hasattr(server, "_stop"):
+            server._stop()
+        sharer = _sharer()
+        if self.sharer and _sharer_running() and hasattr(sharer, "stop"):
+            sharer.stop()
+        self.forkserver = self.sharer = False
