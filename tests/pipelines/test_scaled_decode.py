@@ -124,6 +124,26 @@ def test_only_sequential_jpegs_are_recognised(highres):
     assert not sd.jpeg_is_sequential(highres[0][0][:100])
 
 
+def _with_luma_factors(jpeg: bytes, factors: int) -> bytes:
+    """``jpeg`` (3 components) with its frame header's luma sampling byte set to ``factors``
+    (0xHV): the header a file of that layout has (its scan is not re-encoded)."""
+    sof = jpeg.index(b"\xff\xc0")
+    return jpeg[:sof + 11] + bytes([factors]) + jpeg[sof + 12:]
+
+
+@pytest.mark.parametrize("factors, scaled, least", [
+    (0x11, True, 1), (0x22, True, 1), (0x12, True, 1),  # 4:4:4, 4:2:0, 4:4:0
+    (0x21, True, 4), (0x41, True, 4),  # 4:2:2, 4:1:1: chroma subsampled across only
+    (0x42, False, 1), (0x14, False, 1), (0x31, False, 1),  # 4:1:0, 4:4:1, 3x1: TurboJPEG refuses
+])
+def test_sampling_layouts_take_the_scaled_path_where_turbojpeg_decodes_them(
+        highres, factors, scaled, least):
+    # a 4:1:0 file failed every epoch with "Could not determine subsampling level"
+    header = _with_luma_factors(highres[0][0], factors)
+    assert sd.jpeg_is_sequential(header) == scaled
+    assert sd.least_eighths(header) == least
+
+
 def test_scale_is_the_smallest_eighth_that_keeps_the_resized_pixels():
     steps = translate(VAL).steps
     params = g.draw_sample(steps, 1680, 2100, torch.Generator())
