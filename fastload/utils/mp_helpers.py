@@ -14,28 +14,24 @@ block this process made since it started (the caller's too), and unlinks them wh
 
 from __future__ import annotations
 
+import multiprocessing.forkserver
+import multiprocessing.resource_sharer
+
 __all__ = ["StartedHelpers"]
 
 
-def _forkserver():
-    from multiprocessing import forkserver
-
-    return getattr(forkserver, "_forkserver", None)
-
-
 def _forkserver_running() -> bool:
-    server = _forkserver()
-    return getattr(server, "_forkserver_pid", None) is not None
-
-
-def _sharer():
-    from multiprocessing import resource_sharer
-
-    return getattr(resource_sharer, "_resource_sharer", None)
+    try:
+        return multiprocessing.forkserver._forkserver._forkserver_pid is not None
+    except AttributeError:  # another CPython's internals: nothing is noted, nothing stopped
+        return False
 
 
 def _sharer_running() -> bool:
-    return getattr(_sharer(), "_listener", None) is not None
+    try:
+        return multiprocessing.resource_sharer._resource_sharer._listener is not None
+    except AttributeError:
+        return False
 
 
 class StartedHelpers:
@@ -49,10 +45,8 @@ class StartedHelpers:
     def stop(self) -> None:
         """Stop those of them that were started since (call once the pool's workers have
         exited); what ran before stays."""
-        server = _forkserver()
-        if self.forkserver and _forkserver_running() and hasattr(server, "_stop"):
-            server._stop()
-        sharer = _sharer()
-        if self.sharer and _sharer_running() and hasattr(sharer, "stop"):
-            sharer.stop()
+        if self.forkserver and _forkserver_running():
+            multiprocessing.forkserver._forkserver._stop()
+        if self.sharer and _sharer_running():
+            multiprocessing.resource_sharer.stop()
         self.forkserver = self.sharer = False
