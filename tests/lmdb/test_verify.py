@@ -68,6 +68,22 @@ def test_verify_catches_a_flipped_byte_in_data_mdb(db, capsys):
     assert "FAILED" in out and "bad 00000007: checksum mismatch" in out
 
 
+def test_verify_names_data_mdb_when_lmdb_cannot_read_its_own_pages(db, capsys):
+    # a B-tree page's type damaged: LMDB's cursor raised MDB_CORRUPTED through verify
+    raw = bytearray((db / "data.mdb").read_bytes())
+    page = 4096
+    for start in range(2 * page, len(raw), page):  # pages 0 and 1 are LMDB's meta pages
+        flags = int.from_bytes(raw[start + 10:start + 12], "little")
+        if flags & 0x03:  # a branch or leaf page: now an overflow page
+            raw[start + 10:start + 12] = (0x04).to_bytes(2, "little")
+    (db / "data.mdb").write_bytes(bytes(raw))
+    report = verify_lmdb(db, sample=0)
+    assert [key for key, _ in report.bad] == ["data.mdb"]
+    assert "the file is damaged" in report.bad[0][1]
+    assert cli(["verify", str(db)]) == 1
+    assert "bad data.mdb: LMDB cannot read its pages" in capsys.readouterr().out
+
+
 def test_full_verify_decodes_every_record(db):
     _replace_record(db, 3, encode_datum(b"\xff\xd8\xff\xe0 garbage", LMDBReader(db).targets[3], 10, 10))
     data, label, (height, width) = LMDBReader(db).image_bytes(9)

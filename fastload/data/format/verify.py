@@ -202,10 +202,12 @@ def _verify_records(root: Path, meta: dict, expected: int, full: bool, sample: i
     except OSError as exc:  # truncated or not LMDB: never map it (see lmdb_meta)
         report.bad.append((DATA_FILE, str(exc)))
         return
+    import lmdb
+
     counted = 0  # records handed to the progress bar
+    index = 0
     try:
         with env.begin(buffers=True) as txn:
-            index = 0
             for key, value in txn.cursor().iternext(keys=True, values=True):
                 if bar is not None and index - counted >= _PROGRESS_EVERY:
                     bar.update(index - counted)
@@ -221,6 +223,11 @@ def _verify_records(root: Path, meta: dict, expected: int, full: bool, sample: i
                     report.bad.append((name, problem))
                 index += 1
             report.found = index
+    except lmdb.Error as exc:  # LMDB's own structure damaged (a B-tree page): name the file
+        report.found = index
+        report.bad.append((DATA_FILE, f"LMDB cannot read its pages past record {index} "
+                                      f"({exc}); the file is damaged: convert the source again"))
+        return
     finally:
         release_env(env_key)
         if bar is not None and report.found > counted:
