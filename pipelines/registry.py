@@ -16,6 +16,7 @@ from typing import Any
 
 from .ops import GEOMETRIC, PUBLIC_MODULES, TENSORS, Op, State, family_of_class
 from .prefix import steps as step
+from .prefix.plan import mode_value
 from .replays import batch_mix, common
 from .replays import timm_aug as augment_timm
 from .replays import v1 as a1
@@ -160,8 +161,6 @@ def pil_semantics(t: Any) -> bool:
     uint8 tensor of a PIL image than with the image itself, as its arguments are set: a
     resample with NEAREST (another pixel grid), or v1's ``Pad``/``RandomCrop`` with a fill per
     channel (its tensor path refuses any fill but a number)."""
-    from .prefix.plan import mode_value
-
     name = type(t).__name__
     mode = getattr(t, "interpolation", None)
     if name in _RESAMPLES and mode is not None and mode_value(mode) == "nearest":

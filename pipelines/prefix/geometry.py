@@ -40,6 +40,7 @@ __all__ = [
     "center_crop_offsets",
     "color_jitter_params",
     "contrast_before_crop",
+    "contrast_jitter_at",
     "draw_interpolation",
     "draw_sample",
 ]
@@ -116,12 +117,17 @@ Step = Resize | ResizeKeepRatio | CenterCrop | RandomCrop | RandomResizedCrop | 
 Resample = Resize | ResizeKeepRatio | RandomResizedCrop
 
 
+def contrast_jitter_at(steps: tuple[Step, ...] | list[Step]) -> int | None:
+    """The index of the ``ColorJitter`` with a contrast range among ``steps``, or None."""
+    return next((k for k, s in enumerate(steps)
+                 if isinstance(s, ColorJitter) and s.contrast is not None), None)
+
+
 def contrast_before_crop(steps: tuple[Step, ...] | list[Step]) -> bool:
     """Whether a ``ColorJitter`` with a contrast range precedes a crop: its contrast blends
     with the mean grey of the image as it is there, before the crop, so the graph applies it
     between the resample and the crop (the crop not folded into the resample)."""
-    jitter = next((k for k, s in enumerate(steps)
-                   if isinstance(s, ColorJitter) and s.contrast is not None), None)
+    jitter = contrast_jitter_at(steps)
     return jitter is not None and any(isinstance(s, (CenterCrop, RandomCrop))
                                       for s in steps[jitter + 1:])
 

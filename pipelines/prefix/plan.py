@@ -97,8 +97,7 @@ class PrefixBuilder:
     def crop(self, name: str) -> None:
         """Check a crop: after a contrast ``ColorJitter`` the graph cuts it after the jitter,
         which needs a resample before the jitter and no crop between them."""
-        jitter = next((k for k, s in enumerate(self.steps)
-                       if isinstance(s, g.ColorJitter) and s.contrast is not None), None)
+        jitter = g.contrast_jitter_at(self.steps)
         if jitter is None:
             return
         before = self.steps[:jitter]

@@ -10,6 +10,7 @@ whole set is: which shard count it has, and when its manifest is written.
 from __future__ import annotations
 
 import os
+from collections.abc import Collection
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -79,3 +80,30 @@ def set_lock(root: Path, lock_name: str):
         yield
     finally:
         os.close(fd)  # releases the lock
+
+
+def remove_lone_lock(folder: Path, lock_name: str, rest: Collection[str] = ()) -> bool:
+    """Remove :func:`set_lock`'s file ``folder/lock_name`` where the folder holds nothing but
+    it and the names ``rest``, taking its ``flock`` first (not waiting: a process inside its
+    steps keeps the file). True where the folder is then left holding just ``rest``."""
+    import fcntl
+
+    try:
+        names = set(os.listdir(folder))
+    except OSError:
+        return False
+    if names - {lock_name} != set(rest):
+        return False
+    if lock_name in names:
+        try:
+            fd = os.open(Path(folder) / lock_name, os.O_RDWR)
+        except OSError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            os.unlink(Path(folder) / lock_name)  # while held: no other process is in its steps
+        except OSError:
+            return False
+        finally:
+            os.close(fd)
+    return True

@@ -6,6 +6,7 @@ shard and write the labels and manifest last (the module docstring of
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from collections.abc import Callable
@@ -13,6 +14,7 @@ from pathlib import Path
 
 from fastload.data.convert.database import ConvertError, ConvertReport, stored_nothing
 from fastload.data.convert.destination import REPLACEMENT
+from fastload.data.convert.dst_lock import remove_lone_lock
 from fastload.data.convert.engine import (
     CONVERTED,
     DEFAULT_RETRIES,
@@ -156,13 +158,9 @@ def _undo_claim(folder: Path, found: set[str] | None) -> None:
     None) where that is all that changed: the set's lock file, and the folder itself."""
     if found is not None and SET_LOCK_FILE in found:
         return
-    try:
-        if _entries(folder) == (found or set()) | {SET_LOCK_FILE}:
-            (folder / SET_LOCK_FILE).unlink()
-            if found is None:
-                folder.rmdir()
-    except OSError:  # another conversion wrote into it meanwhile: what is there stays
-        pass
+    if remove_lone_lock(folder, SET_LOCK_FILE, found or ()) and found is None:
+        with contextlib.suppress(OSError):  # another conversion wrote into it meanwhile
+            folder.rmdir()
 
 
 def run_shard_plan(shard_plan: ShardPlan, run_jobs: RunJobs, address: str | None, *,

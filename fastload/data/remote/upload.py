@@ -37,6 +37,7 @@ from pathlib import Path
 import fastload.data.remote.fetch as fetch
 from fastload.data.convert.database import FORK_LOCK, ConvertReport
 from fastload.data.convert.destination import REPLACEMENT
+from fastload.data.convert.dst_lock import remove_lone_lock
 from fastload.data.convert.shards import (
     convert_shards,
     finished_shard,
@@ -99,28 +100,8 @@ def clear_staging(location: RemoteLocation, staging: str | os.PathLike | None) -
     folder (the set's lock file) and, where it is the default one (the cache's, fastload's
     own), the folder. Left as it is while anything else is in it or another process holds
     the lock."""
-    import fcntl
-
     folder = staging_path(location, staging)
-    try:
-        names = set(os.listdir(folder))
-    except OSError:
-        return
-    if names - {LOCK_FILE}:
-        return
-    if LOCK_FILE in names:
-        try:
-            fd = os.open(folder / LOCK_FILE, os.O_RDWR)
-        except OSError:
-            return
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            os.unlink(folder / LOCK_FILE)  # while held: no other process is in its steps
-        except OSError:
-            return
-        finally:
-            os.close(fd)
-    if staging is None:
+    if remove_lone_lock(folder, LOCK_FILE) and staging is None:
         with contextlib.suppress(OSError):
             os.rmdir(folder)
 
