@@ -292,7 +292,7 @@ def test_a_suffix_process_pool_stops_the_multiprocessing_helpers_it_started(fold
         import fastload, noise
 
         def children():
-            ps = subprocess.run(["ps", "--ppid", str(os.getpid()), "-o", "args="],
+            ps = subprocess.run(["ps", "-ww", "--ppid", str(os.getpid()), "-o", "args="],
                                 capture_output=True, text=True).stdout
             return sorted(line.split(" import ")[0].split()[-1] for line in ps.splitlines()
                           if "multiprocessing" in line)
