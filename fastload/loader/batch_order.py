@@ -167,7 +167,7 @@ class BatchOrder:
             "version": STATE_VERSION, "seed": self.seed, "num_items": self.num_items,
             "epoch": self.next_epoch, "batches_yielded": 0, "remaining": None,
             "batch_size": self.batch_size, "drop_last": self.drop_last,
-            "world_size": own.num_replicas if own is not None else distributed_settings()[0],
+            "world_size": own.num_replicas if own is not None else self._user_place()[0],
             "shuffle": own.shuffle if own is not None else None,
             "epoch_offset": 0, "samples_consumed": 0,
         }
@@ -185,6 +185,7 @@ class BatchOrder:
                                             dtype=torch.int64),
                     "batch_sizes": torch.tensor([len(b) for b in rest], dtype=torch.int64),
                 }
+                state["rank"] = self._user_place()[1]  # whose indices these are
         if own is not None:
             state.update(own.state_fields(state["epoch"]))
         return state
@@ -215,7 +216,7 @@ class BatchOrder:
             own.load_state_fields(state, resumable)
             self._plan_own_resume(state)
         elif own is None and state["remaining"] is not None:
-            world_size = distributed_settings()[0]
+            world_size, rank = self._user_place()
             if state.get("world_size", 1) != world_size:
                 raise ValueError(
                     f"state was saved by one rank of a world_size={state.get('world_size')} "
@@ -224,11 +225,27 @@ class BatchOrder:
                     "which torch's sampler cannot re-shard; resume with world_size="
                     f"{state.get('world_size')}, or pass no sampler so that fastload shards "
                     "and resumes at any world size")
+            if state.get("rank") is not None and state["rank"] != rank:
+                raise ValueError(
+                    f"state was saved by rank {state['rank']}, but this loader is rank {rank}: "
+                    "with your own sampler= (e.g. DistributedSampler) the state holds the "
+                    "remaining indices of the rank that saved it; load each rank's own "
+                    "state_dict() (save one file per rank), or pass no sampler so that any "
+                    "rank's state resumes every rank")
         if state["seed"] is not None:  # None: saved before the first iter() drew it
             self.set_seed(state["seed"])
         self.current = None
         self.next_epoch = int(state["epoch"])
         self._resume = state if resumable or state.get("_offset", 0) > 0 else None
+
+    def _user_place(self) -> tuple[int, int]:
+        """``(world_size, rank)`` of a user's sampler that names them (``num_replicas`` and
+        ``rank``, as DistributedSampler's), else of the default process group."""
+        for sampler in (self.batch_sampler, getattr(self.batch_sampler, "sampler", None)):
+            replicas, rank = getattr(sampler, "num_replicas", None), getattr(sampler, "rank", None)
+            if isinstance(replicas, int) and isinstance(rank, int):
+                return replicas, rank
+        return distributed_settings()
 
     def _plan_own_resume(self, state: dict[str, Any]) -> None:
         """Set ``state["_offset"]``/``["_start"]``: a replay of the saved cut at the same

@@ -533,8 +533,8 @@ class DataLoader:
 
         Returns:
             The epoch, the batches yielded, the seed (and, for a user's sampler or
-                batch_sampler, the remaining batches' indices): tensors and plain values only,
-                so ``torch.save`` keeps it with a checkpoint.
+                batch_sampler, the remaining batches' indices and the rank they belong to):
+                tensors and plain values only, so ``torch.save`` keeps it with a checkpoint.
 
         Raises:
             ValueError: the loader runs torch's DataLoader (the fallback).
@@ -558,7 +558,8 @@ class DataLoader:
 
         Raises:
             ValueError: the loader runs torch's DataLoader (the fallback), or ``state`` does
-                not fit this loader (a field missing or out of range, another data set).
+                not fit this loader (a field missing or out of range, another data set, with
+                a user's sampler another world size or rank).
             TypeError: a field of ``state`` has the wrong type.
         """
         if self._order is None:

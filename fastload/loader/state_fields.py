@@ -25,6 +25,8 @@ def check_state_fields(state: dict[str, Any]) -> None:
         _integer(state, "batch_size", low=1)
     if state.get("world_size") is not None:
         _integer(state, "world_size", low=1)
+    if state.get("rank") is not None:
+        _integer(state, "rank", low=0)
     for key, optional in (("drop_last", False), ("shuffle", True)):
         value = state.get(key)
         if key in state and not (isinstance(value, bool) or (optional and value is None)):

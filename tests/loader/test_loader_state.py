@@ -12,7 +12,7 @@ import psutil
 import pytest
 import torch
 import torchvision.transforms as T
-from torch.utils.data import WeightedRandomSampler
+from torch.utils.data import DistributedSampler, WeightedRandomSampler
 from torchvision.datasets import ImageFolder
 
 import fastload
@@ -94,6 +94,24 @@ def test_a_users_sampler_resumes_from_its_stored_remaining_indices(train):
     resumed.load_state_dict(state)
     assert run(resumed)[0] == rest
     assert state["remaining"]["indices"].tolist() == sum(rest, [])
+
+
+def test_a_distributed_sampler_state_resumes_its_own_rank_and_is_refused_by_another(train):
+    def loader(rank):
+        sampler = DistributedSampler(train, num_replicas=2, rank=rank, shuffle=True, seed=3)
+        return fastload.DataLoader(train, batch_size=4, sampler=sampler)
+
+    saving = loader(1)
+    it = iter(saving)
+    run(saving, batches=2, it=it)
+    state = saving.state_dict()
+    rest, _ = run(saving, it=it)
+    assert state["rank"] == 1
+    with pytest.raises(ValueError, match="saved by rank 1, but this loader is rank 0"):
+        loader(0).load_state_dict(state)
+    resumed = loader(1)
+    resumed.load_state_dict(state)
+    assert run(resumed)[0] == rest
 
 
 def test_state_between_epochs_resumes_at_the_next_epoch(train):

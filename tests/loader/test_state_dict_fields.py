@@ -28,6 +28,8 @@ def _remaining(indices, sizes):
     ("samples_consumed", -10, ValueError, r"samples_consumed should be an integer in \[0, 61\]"),
     ("batch_size", 0, ValueError, "batch_size should be an integer >= 1"),
     ("world_size", 0, ValueError, "world_size should be an integer >= 1"),
+    ("rank", -1, ValueError, "rank should be a non-negative integer"),
+    ("rank", "0", TypeError, "rank should be an integer, but got"),
     ("drop_last", "no", TypeError, "drop_last should be True or False"),
     ("shuffle", 1, TypeError, "shuffle should be True, False or None"),
     ("remaining", "abc", TypeError, "remaining should be None or"),
