@@ -129,9 +129,9 @@ class FileSource(_Source):
     any other file Pillow reads (GIF, 16-bit PNG, TIFF, WebP, ...) is decoded here with
     Pillow, ``.convert("RGB")`` as torchvision's loader does, and passed on as an
     uncompressed PPM. Image sizes (and that choice) are parsed from the file headers on first
-    read and cached per source, with the file's length: a file whose length changed since
-    (replaced by another image) is parsed again. Each file's JPEG data is checked for damage
-    (:func:`unchecked`) once per source, remembered with its length and modification time,
+    read and cached per source, with the file's length and modification time: a file whose
+    length or time changed since (replaced by another image) is parsed again. Each file's JPEG
+    data is checked for damage (:func:`unchecked`) once per source, remembered the same way,
     so later epochs pay a ``fstat`` per file.
     """
 
@@ -143,9 +143,10 @@ class FileSource(_Source):
         self.transform = transform
         self.target_transform = target_transform
         self._sizes = np.full((len(self.paths), 2), -1, dtype=np.int32)
-        self._lengths = np.full(len(self.paths), -1, dtype=np.int64)
-        # (length, st_mtime_ns) of each file as last read, and as last found undamaged
+        # (length, st_mtime_ns) of each file as last read, as its header was last parsed (its
+        # size and the Pillow choice), and as last found undamaged
         self._stamps = np.full((len(self.paths), 2), -1, dtype=np.int64)
+        self._parsed = np.full((len(self.paths), 2), -1, dtype=np.int64)
         self._checked = np.full((len(self.paths), 2), -2, dtype=np.int64)
         self._pillow = np.zeros(len(self.paths), dtype=bool)  # decoded here, not by DALI
         # what files are read into, up to read_buffer_bytes kept (see loader/read_buffers)
@@ -173,20 +174,22 @@ class FileSource(_Source):
         except OSError as err:
             raise OSError(f"sample {i}: cannot read file '{path}': {err}") from err
         self._stamps[i] = (data.size, mtime_ns)
-        if self._lengths[i] != data.size:  # first read, or the file was replaced
+        if self._parsed[i, 0] != data.size or self._parsed[i, 1] != mtime_ns:
+            # first read, or the file was replaced (by one of another length or time)
             size = jpeg_size(data)
             if size is None:  # not a JPEG: Pillow reads the header (and checks its limit)
                 return self._through_pillow(i, data)
-            self._remember(i, data.size, size, pillow=False)
+            self._remember(i, size, pillow=False)
         if self._pillow[i]:
             return self._through_pillow(i, data)
         size = (int(self._sizes[i, 0]), int(self._sizes[i, 1]))
         check_pixel_limit(size, f"sample {i}: {self.name(i)}")
         return data, size
 
-    def _remember(self, i: int, length: int, size: tuple[int, int], pillow: bool) -> None:
+    def _remember(self, i: int, size: tuple[int, int], pillow: bool) -> None:
+        """The header of sample ``i`` as last read: its size, and whether Pillow decodes it."""
         self._sizes[i] = size
-        self._lengths[i] = length
+        self._parsed[i] = self._stamps[i]
         self._pillow[i] = pillow
 
     def _through_pillow(self, i: int, data: np.ndarray) -> tuple[np.ndarray, tuple[int, int]]:
@@ -206,7 +209,7 @@ class FileSource(_Source):
             size = (image.height, image.width)
             as_is = (image.format == "PNG" and image.mode in _DALI_PNG_MODES
                      and data.size > _PNG_BIT_DEPTH and data[_PNG_BIT_DEPTH] == 8)
-            self._remember(i, data.size, size, pillow=not as_is)
+            self._remember(i, size, pillow=not as_is)
             if as_is:
                 return data, size
             try:
@@ -267,8 +270,9 @@ class LMDBSource(_Source):
 
     def read(self, i: int) -> tuple[Any, tuple[int, int]]:
         """The record's image bytes and size; SampleError naming the key when its checksum
-        or framing is wrong (checked before any decoder sees the bytes), Pillow's
-        DecompressionBombError over its pixel limit (see check_pixel_limit)."""
+        or framing is wrong, or (a record not checked yet) its Datum's size is not its JPEG's
+        (checked before any decoder sees the bytes), Pillow's DecompressionBombError over its
+        pixel limit (see check_pixel_limit)."""
         from fastload.data.format.reader import CorruptRecord
 
         try:
@@ -276,8 +280,23 @@ class LMDBSource(_Source):
         except CorruptRecord as err:
             raise SampleError(f"sample {i}: {err}", [self.name(i)]) from err
         size = (int(size[0]), int(size[1]))
+        if self.unchecked(i):  # a set made elsewhere: its Datum's size is only a claim
+            self._check_size(i, data, size)
         check_pixel_limit(size, f"sample {i}: {self.name(i)}")
         return data, size
+
+    def _check_size(self, i: int, data: Any, size: tuple[int, int]) -> None:
+        """SampleError naming the key where the JPEG's own header gives another size than
+        the Datum (or gives none and the Datum's is not positive): the graph would crop and
+        scale the image by the Datum's, and the pixel limit would be checked on it."""
+        header = jpeg_size(data)
+        if header == size or (header is None and min(size) > 0):
+            return  # no size in the header: the decoder and the damage check judge it
+        what = f"a {header[0]}x{header[1]} JPEG" if header else "no JPEG size"
+        raise SampleError(
+            f"sample {i}: {self.name(i)} holds {what}, but its Datum says {size[0]}x{size[1]}; "
+            "run `fastload verify --full` on the set and reconvert it from its source",
+            [self.name(i)])
 
     def unchecked(self, i: int) -> bool | None:
         """``True`` (the stamp for :meth:`mark_checked`) when record ``i`` has not been found

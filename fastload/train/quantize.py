@@ -249,10 +249,15 @@ def save_program(graph: torch.fx.GraphModule, path: str | os.PathLike, img_size:
 
 
 def load_program(path: str | os.PathLike) -> nn.Module:
-    """The module of an ``ExportedProgram`` file written by :func:`save_program`."""
+    """The module of an ``ExportedProgram`` file written by :func:`save_program`; ValueError
+    for a file whose loading would unpickle more than tensors
+    (:func:`fastload.train.program_file.check_program_file`)."""
     import torchao  # noqa: F401  (registers the quantized_decomposed operators)
+
+    from fastload.train.program_file import check_program_file
 
     path = pathlib.Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"int8 program {str(path)!r} does not exist")
+    check_program_file(path)
     return torch.export.load(path).module()

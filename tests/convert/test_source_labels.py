@@ -223,3 +223,26 @@ def test_a_first_row_naming_a_missing_image_is_a_record_not_a_header(tmp_path):
     assert LMDBReader(tmp_path / "db").classes == ["cat", "dog"]
     [error] = _skipped(tmp_path / "db")
     assert error["path"].endswith("gone.jpg")
+
+
+@pytest.mark.parametrize("shards", [None, 2])
+def test_a_class_name_no_reader_would_accept_is_refused_before_anything_is_written(
+        tmp_path, shards):
+    names = _files(tmp_path / "images", 2)
+    (tmp_path / "list.csv").write_text(f"path,label\n{names[0]},cat\n{names[1]},{'x' * 5000}\n")
+    with pytest.raises(ValueError, match=r"list.csv' cannot be converted: its class list holds "
+                                         r"'xxx.*at \[1\].*1 to 4096 characters"):
+        convert_folder(tmp_path / "list.csv", tmp_path / "dst", workers=1, progress=False,
+                       shards=shards)
+    assert not (tmp_path / "dst").exists()
+
+
+def test_class_names_that_would_overflow_the_sidecar_are_refused_before_anything_is_written(
+        tmp_path):
+    names = _files(tmp_path / "images", 1)
+    rows = [f"{names[0]},{i:05d}{'x' * 4000}" for i in range(4200)]  # 4,200 names of 4 KB
+    (tmp_path / "list.csv").write_text("path,label\n" + "\n".join(rows) + "\n")
+    with pytest.raises(ValueError, match="class list takes .* bytes in fastload.json, more "
+                                         "than the 15 MiB it may hold"):
+        convert_folder(tmp_path / "list.csv", tmp_path / "dst", workers=1, progress=False)
+    assert not (tmp_path / "dst").exists()

@@ -96,6 +96,24 @@ def test_missing_data_mdb_raises_file_not_found_naming_it(db):
         LMDBReader(db)
 
 
+@pytest.mark.parametrize("kind", ["folder", "fifo", "link to a device"])
+def test_a_data_mdb_that_is_no_regular_file_is_named_as_such_not_as_missing(db, kind):
+    import os
+
+    data = db / DATA_FILE
+    data.unlink()
+    if kind == "folder":
+        data.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(data)
+    else:
+        data.symlink_to("/dev/zero")
+    with pytest.raises(DamagedDatabase, match="data.mdb' is not a regular file"):
+        LMDBReader(db)
+    report = verify_lmdb(db)
+    assert not report.ok and "is not a regular file" in str(report.bad)
+
+
 def test_sidecar_count_that_differs_from_lmdb_entries_is_refused(db):
     meta = json.loads((db / META_FILE).read_text())
     meta["count"] = 40

@@ -108,15 +108,16 @@ def test_skip_finishes_the_epoch_without_a_sample_dalis_decoder_throws_on(folder
 def _shrink_after_first_epoch(folder, dataset, loader, index: int) -> str:
     """Run one epoch (the loader caches each file's header size), then make sample
     ``index`` decode as a 20x12 image while the cache still holds its old size (the file's
-    length kept, so the cache is not refreshed: a fault injected on purpose): its crop
-    window, drawn for the cached size, lies outside the decoded image and DALI's slice
-    decode throws."""
+    length and modification time kept, so the cache is not refreshed: a fault injected on
+    purpose): its crop window, drawn for the cached size, lies outside the decoded image and
+    DALI's slice decode throws."""
     assert len(indices_seen(loader)) == 16
     path = dataset.samples[index][0]
-    length = os.path.getsize(path)
+    before = os.stat(path)
     Image.open(path).convert("RGB").resize((20, 12)).save(path, format="JPEG")
     with open(path, "ab") as f:  # pad to the old length after the end-of-image marker
-        f.write(b"\0" * (length - os.path.getsize(path)))
+        f.write(b"\0" * (before.st_size - os.path.getsize(path)))
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
     return path
 
 
@@ -289,6 +290,34 @@ def test_a_file_replaced_by_another_image_is_read_at_its_new_size(folder):
     assert len(indices_seen(loader)) == 16
     path = dataset.samples[3][0]
     Image.open(path).convert("RGB").resize((40, 90)).save(path, format="JPEG")
+    images = torch.cat([x for x, _ in within(lambda: list(loader))[0]])
+    assert (images[3] - transform(Image.open(path).convert("RGB"))).abs().mean() < 0.01
+
+
+def _jpeg_of_length(image: Image.Image, length: int) -> bytes:
+    """``image`` as a JPEG of exactly ``length`` bytes: a comment segment after SOI pads it."""
+    out = io.BytesIO()
+    image.save(out, format="JPEG", quality=75)
+    data = out.getvalue()
+    pad = length - len(data) - 4
+    assert 0 <= pad < 65533, (len(data), length)
+    return data[:2] + b"\xff\xfe" + (pad + 2).to_bytes(2, "big") + b"\0" * pad + data[2:]
+
+
+def test_a_file_replaced_by_another_image_of_the_same_length_is_read_at_its_new_size(folder):
+    transform = T.Compose([T.Resize(24), T.CenterCrop(24), T.ToTensor()])
+    dataset = ImageFolder(folder, transform)
+    path = dataset.samples[3][0]
+    wide = Image.open(path).convert("RGB").resize((90, 40))
+    tall = Image.open(path).convert("RGB").resize((40, 90))
+    with open(path, "wb") as f:
+        f.write(_jpeg_of_length(wide, 20000))
+    loader = fastload.DataLoader(dataset, batch_size=4)
+    assert len(indices_seen(loader)) == 16
+    before = os.stat(path).st_mtime_ns
+    with open(path, "wb") as f:  # the same length, another size, a later time
+        f.write(_jpeg_of_length(tall, 20000))
+    os.utime(path, ns=(before + 10**9, before + 10**9))
     images = torch.cat([x for x, _ in within(lambda: list(loader))[0]])
     assert (images[3] - transform(Image.open(path).convert("RGB"))).abs().mean() < 0.01
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from fastload.data.convert.image_check import CHECKS
 from fastload.data.convert.source_list import SourceList, list_source
 from fastload.data.format.constants import FORMAT_VERSION, JPEG_CHECK_STRICT, META_JPEG_CHECK
+from fastload.data.format.limits import MAX_CLASS_NAME, writable_class_list_problem
 from fastload.data.format.untrusted import refuse_url
 from fastload.utils.checks import check_positive_int, file_on_path
 
@@ -165,6 +166,11 @@ def plan_conversion(
         )
     source = list_source(src, image_column=image_column, label_column=label_column,
                          label_field=label_field, workers=workers or os.cpu_count() or 1)
+    if problem := writable_class_list_problem(source.classes):
+        raise ValueError(
+            f"source {os.fsdecode(src)!r} cannot be converted: its class list {problem}; "
+            f"shorten the labels in the source (a class name may hold {MAX_CLASS_NAME} "
+            "characters) or give integer labels")
     if listed is not None:
         listed(source)
     digest, total_bytes = source.fingerprint()

@@ -104,6 +104,9 @@ def check_data_file(data_file: str | os.PathLike, count: int | None = None) -> L
     before it is mapped; raise :class:`DamagedDatabase` naming what is missing."""
     path = Path(data_file)
     if not path.is_file():
+        if os.path.lexists(path):  # a folder, a FIFO, a device, a link to one or to nothing
+            raise DamagedDatabase(f"{str(path)!r} is not a regular file, so the database has "
+                                  f"no records; {_RECOVER}")
         raise FileNotFoundError(f"{str(path)!r} is missing, so the database has no records; {_RECOVER}")
     meta, size = read_lmdb_meta(path)
     if size < meta.needed_bytes:
