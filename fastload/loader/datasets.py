@@ -23,13 +23,22 @@ class NotASource(ValueError):
     """The dataset cannot be read without running its own ``__getitem__``; ``str()`` says why."""
 
 
+def _check_items(dataset: Any, base: type, what: str) -> None:
+    """NotASource where ``dataset``'s class reads its samples otherwise than ``base`` does:
+    its own ``__getitem__``, or a ``__getitems__`` (which torch's loader calls instead, with a
+    batch's indices) that ``base`` has not. Its own ``__len__`` is honoured."""
+    cls = type(dataset)
+    for method in ("__getitem__", "__getitems__"):
+        if getattr(cls, method, None) is not getattr(base, method, None):
+            raise NotASource(f"{cls.__name__} overrides {method}, so its samples are not the "
+                             f"{what} fastload can read")
+
+
 def _folder_source(dataset: Any, read_buffer_bytes: int) -> FileSource:
     from torchvision.datasets.folder import DatasetFolder, default_loader, pil_loader
 
     cls = type(dataset)
-    if cls.__getitem__ is not DatasetFolder.__getitem__:  # its own __len__ is honoured
-        raise NotASource(f"{cls.__name__} overrides __getitem__, so its samples are not the "
-                         "plain (loader(path), target) pairs fastload can read")
+    _check_items(dataset, DatasetFolder, "plain (loader(path), target) pairs")
     if dataset.loader not in (default_loader, pil_loader):
         name = getattr(dataset.loader, "__name__", type(dataset.loader).__name__)
         raise NotASource(f"{cls.__name__} uses a custom loader={name}, not torchvision's "
@@ -62,14 +71,14 @@ def _make_source(dataset: Any, read_buffer_bytes: int) -> FileSource | LMDBSourc
     from torchvision.datasets import DatasetFolder
 
     if isinstance(dataset, Subset):
+        _check_items(dataset, Subset, "samples of the dataset it selects from")
         return SubsetSource(make_source(dataset.dataset, read_buffer_bytes), dataset.indices)
     if isinstance(dataset, DatasetFolder):
         return _folder_source(dataset, read_buffer_bytes)
     from fastload.data.format.dataset import LMDBDataset
 
     if isinstance(dataset, LMDBDataset):
-        if type(dataset).__getitem__ is not LMDBDataset.__getitem__:
-            raise NotASource(f"{type(dataset).__name__} overrides __getitem__")
+        _check_items(dataset, LMDBDataset, "records' (image, label) pairs")
         return LMDBSource(dataset.reader, dataset.transform, dataset.target_transform)
     raise NotASource(f"dataset type {type(dataset).__name__} is not an ImageFolder, "
                      "DatasetFolder, fastload.LMDBDataset or a Subset of one")

@@ -83,6 +83,42 @@ def test_target_transform_and_subset_give_torchs_labels(synth_root):
                         TorchDataLoader(subset, batch_size=3))
 
 
+class _IndexedSubset(Subset):
+    """A split with its own sample form, as scripts write on top of ``random_split``."""
+
+    def __getitem__(self, i):
+        image, label = self.dataset[self.indices[i]]
+        return image * 2 - 1, label + 100, i
+
+    def __getitems__(self, indices):
+        return [self[i] for i in indices]
+
+
+class _BatchedFolder(ImageFolder):
+    """An ImageFolder whose ``__getitems__`` (torch's loader calls it for a batch) differs."""
+
+    def __getitems__(self, indices):
+        return [(self[i][0], -1) for i in indices]
+
+
+@pytest.mark.parametrize("make", [
+    lambda root: _IndexedSubset(ImageFolder(root, EVAL), [5, 3, 9, 1, 7]),
+    lambda root: _BatchedFolder(root, EVAL),
+], ids=["subset subclass", "folder with __getitems__"])
+def test_a_dataset_that_reads_its_own_samples_gets_torchs_batches_with_a_warning(synth_root,
+                                                                                  make):
+    from fastload.utils.fallback import FallbackWarning
+
+    dataset = make(synth_root / "val")
+    with pytest.warns(FallbackWarning, match="overrides __getite"):
+        loader = fastload.DataLoader(dataset, batch_size=2)
+    ours, theirs = list(loader), list(TorchDataLoader(dataset, batch_size=2))
+    assert len(ours) == len(theirs) > 0
+    for batch, expected in zip(ours, theirs, strict=True):
+        assert len(batch) == len(expected)
+        assert all(torch.equal(a, b) for a, b in zip(batch, expected, strict=True))
+
+
 @pytest.mark.gpu
 def test_cuda_device_gives_cuda_batches_close_to_the_cpu_graph(synth_root):
     dataset = ImageFolder(synth_root / "val", EVAL)
