@@ -156,14 +156,25 @@ _RESAMPLES = frozenset({"Resize", "RandomResizedCrop", "RandomResize", "RandomSh
                         "ScaleJitter"})
 
 
+# sampling-grid transforms (and the auto-augmentations that rotate, shear and translate):
+# their tensor path samples with NEAREST or BILINEAR only, and refuses any other mode
+_GRID_SAMPLES = frozenset({"RandomRotation", "RandomAffine", "RandomPerspective", "AutoAugment",
+                           "RandAugment", "TrivialAugmentWide"})
+
+
 def pil_semantics(t: Any) -> bool:
     """Whether ``t``, a torchvision transform that takes tensors, does something else with the
     uint8 tensor of a PIL image than with the image itself, as its arguments are set: a
-    resample with NEAREST (another pixel grid), or v1's ``Pad``/``RandomCrop`` with a fill per
-    channel (its tensor path refuses any fill but a number)."""
+    resample with NEAREST (another pixel grid), a rotation, affine or perspective warp with
+    another mode than NEAREST or BILINEAR (BICUBIC: its tensor path refuses it), or v1's
+    ``Pad``/``RandomCrop`` with a fill per channel (its tensor path refuses any fill but a
+    number)."""
     name = type(t).__name__
     mode = getattr(t, "interpolation", None)
     if name in _RESAMPLES and mode is not None and mode_value(mode) == "nearest":
+        return True
+    if name in _GRID_SAMPLES and mode is not None and mode_value(mode) not in ("nearest",
+                                                                               "bilinear"):
         return True
     padding = name == "Pad" or (name == "RandomCrop" and (t.padding or t.pad_if_needed))
     return (padding and family_of_class(type(t)) == "v1"

@@ -81,10 +81,18 @@ def test_an_unknown_callable_on_the_pil_side_receives_a_pil_image():
     T.Resize((17, 23), interpolation=T.InterpolationMode.NEAREST),
     v2.Resize((17, 23), interpolation=v2.InterpolationMode.NEAREST),
     T.RandomResizedCrop(20, interpolation=T.InterpolationMode.NEAREST),
+    T.RandAugment(interpolation=T.InterpolationMode.BICUBIC),
+    T.TrivialAugmentWide(interpolation=T.InterpolationMode.BICUBIC),
+    T.AutoAugment(T.AutoAugmentPolicy.IMAGENET, interpolation=T.InterpolationMode.BICUBIC),
+    T.RandomRotation(15, interpolation=T.InterpolationMode.BICUBIC),
+    T.RandomAffine(10, translate=(0.1, 0.1), interpolation=T.InterpolationMode.BICUBIC),
+    T.RandomPerspective(p=1.0, interpolation=T.InterpolationMode.BICUBIC),
+    v2.RandAugment(interpolation=v2.InterpolationMode.BICUBIC),
+    v2.RandomRotation(15, interpolation=v2.InterpolationMode.BICUBIC),
 ], ids=lambda t: repr(t)[:60])
 def test_a_transform_whose_tensor_path_differs_receives_the_pil_image_torch_gives_it(transform):
     # v1's tensor padding refuses a fill per channel; NEAREST on a tensor takes another pixel
-    # grid (floor(i * scale)) than Pillow's pixel centres
+    # grid (floor(i * scale)) than Pillow's pixel centres; a warp's tensor path refuses BICUBIC
     suffix = Suffix([transform, T.PILToTensor()], "pil")
     for seed in range(5):
         torch.manual_seed(seed)
