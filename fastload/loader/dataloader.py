@@ -313,9 +313,11 @@ class DataLoader:
             warnings.warn(f"fastload.DataLoader: {reason}; running torch.utils.data.DataLoader "
                           "instead (same batches, no speed-up; strict=True makes this an error)",
                           FallbackWarning, stacklevel=2)
-            if self.order == "shards":  # torch's loader reads the shard-aware order too
-                torch_loader = torch_loader_with(None, self._fallback_sampler(shuffle, seed))
+            own = self._fallback_sampler(shuffle, seed, sampler is None and batch_sampler is None)
+            if own is not None:  # torch's loader reads fastload's order (shard-aware, by rank)
+                torch_loader = torch_loader_with(None, own)
                 self.sampler, self.batch_sampler = torch_loader.sampler, torch_loader.batch_sampler
+            self._fallback_epoch = 0  # the next iter()'s epoch of that order
             torch_loader.check_worker_number_rationality()
             if self.num_workers > 0:
                 _collect_before_forks()
@@ -422,15 +424,25 @@ class DataLoader:
         self._order = BatchOrder(self.batch_sampler, own, self.batch_size, self.drop_last,
                                  base_seed, len(self._source))
 
-    def _fallback_sampler(self, shuffle: Any, seed: int | None) -> ShardShuffleSampler:
-        """The shard-aware order as a sampler of torch's loader: seeded by ``seed``, else (one
-        process) a seed drawn per epoch from torch's default generator, as RandomSampler
-        draws, or (torch.distributed) 0, as DistributedSampler's; ``set_epoch`` reaches it."""
-        world_size, _ = distributed_settings()
+    def _fallback_sampler(self, shuffle: Any, seed: int | None,
+                          no_sampler: bool) -> EpochSampler | None:
+        """fastload's order as a sampler of torch's loader, where the fast path would have
+        drawn it: the shard-aware order (``order="shards"``), or under torch.distributed with
+        no ``sampler``/``batch_sampler`` this rank's share, as the fast path (and
+        DistributedSampler) shards; None otherwise (torch's own sampler). Seeded by ``seed``,
+        else (one process) a seed drawn per epoch from torch's default generator, as
+        RandomSampler draws, or (torch.distributed) 0, as DistributedSampler's; each ``iter()``
+        takes the next epoch, ``set_epoch`` chooses it."""
+        world_size, rank = distributed_settings()
         if seed is None and world_size > 1:
             seed = 0
-        return ShardShuffleSampler(self.dataset, shuffle=bool(shuffle), seed=seed,
-                                   drop_last=self.drop_last, shard_window=self.shard_window)
+        if self.order == "shards":
+            return ShardShuffleSampler(self.dataset, shuffle=bool(shuffle), seed=seed,
+                                       drop_last=self.drop_last, shard_window=self.shard_window)
+        if no_sampler and world_size > 1:
+            return EpochSampler(len(self.dataset), shuffle=bool(shuffle), seed=seed,
+                                num_replicas=world_size, rank=rank, drop_last=self.drop_last)
+        return None
 
     def __reduce__(self) -> tuple:
         """Pickled (and ``copy.deepcopy``'d) as the arguments it was made with: the copy is a
@@ -451,6 +463,9 @@ class DataLoader:
 
     def __iter__(self) -> Any:
         if self._torch is not None:
+            if isinstance(self.sampler, EpochSampler):  # fastload's order: the next epoch
+                self.sampler.set_epoch(self._fallback_epoch)
+                self._fallback_epoch += 1
             return iter(self._torch)
         if self._pid != os.getpid():
             self._after_fork()
@@ -523,7 +538,8 @@ class DataLoader:
         """
         if self._order is not None:
             self._order.set_epoch(epoch)
-        elif isinstance(self.sampler, EpochSampler):  # the fallback's shard-aware order
+        elif isinstance(self.sampler, EpochSampler):  # the fallback's order: the next iter()
+            self._fallback_epoch = epoch
             self.sampler.set_epoch(epoch)
         if not isinstance(self.sampler, EpochSampler) and hasattr(self.sampler, "set_epoch"):
             self.sampler.set_epoch(epoch)

@@ -51,3 +51,10 @@ def test_torchrun_three_ranks_shard_every_index_once_with_documented_padding(tmp
     assert orders[0] != orders[1]  # set_epoch reshuffles
     second = launch(tmp_path / "data", tmp_path / "run2")
     assert [r["epochs"] for r in second] == [r["epochs"] for r in first]
+    # the torch fallback shards the same way and takes the next epoch at each iter()
+    assert all(r["fallback_batches"] == r["batches"] for r in first)
+    for epoch in range(2):
+        shards = [record["fallback"][epoch]["indices"] for record in first]
+        assert [record["fallback"][epoch]["count"] for record in first] == [per_rank] * RANKS
+        assert sorted(set(i for s in shards for i in s)) == list(range(N))
+    assert first[0]["fallback"][0]["indices"] != first[0]["fallback"][1]["indices"]
