@@ -11,20 +11,27 @@ import numpy as np
 
 from fastload.data.format.jpeg import Unreadable, parse_jpeg
 
-__all__ = ["check_pixel_limit", "image_size", "jpeg_size"]
+__all__ = ["check_pixel_limit", "image_size", "jpeg_frame", "jpeg_size"]
 
 
-def jpeg_size(data: bytes | memoryview | np.ndarray) -> tuple[int, int] | None:
-    """``(height, width)`` from a JPEG's start-of-frame header, or None if ``data`` is not a
-    JPEG, its header is broken or cut short, or it gives no size (a DNL-marker height)."""
+def jpeg_frame(data: bytes | memoryview | np.ndarray) -> tuple[int, int, int] | None:
+    """``(height, width, components)`` from a JPEG's start-of-frame header, or None if
+    ``data`` is not a JPEG, its header is broken or cut short, or it gives no size (a
+    DNL-marker height)."""
     buf = memoryview(data).cast("B") if not isinstance(data, np.ndarray) else memoryview(data)
     if len(buf) < 4 or buf[0] != 0xFF or buf[1] != 0xD8:
         return None
     try:
-        _, _, height, width, _ = parse_jpeg(buf)
+        _, _, height, width, components = parse_jpeg(buf)
     except Unreadable:
         return None
-    return (height, width) if height and width else None
+    return (height, width, components) if height and width else None
+
+
+def jpeg_size(data: bytes | memoryview | np.ndarray) -> tuple[int, int] | None:
+    """``(height, width)`` of :func:`jpeg_frame`, or None where it gives none."""
+    frame = jpeg_frame(data)
+    return frame[:2] if frame is not None else None
 
 
 def image_size(data: bytes | memoryview | np.ndarray) -> tuple[int, int] | None:

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fastload.loader.image_headers import check_pixel_limit, jpeg_size
+from fastload.loader.image_headers import check_pixel_limit, jpeg_frame, jpeg_size
 from fastload.loader.read_buffers import DEFAULT_READ_BUFFER_BYTES, ReadBuffers
 
 __all__ = ["FileSource", "LMDBSource", "SampleError", "SubsetSource", "call_set_hook"]
@@ -176,10 +176,13 @@ class FileSource(_Source):
         self._stamps[i] = (data.size, mtime_ns)
         if self._parsed[i, 0] != data.size or self._parsed[i, 1] != mtime_ns:
             # first read, or the file was replaced (by one of another length or time)
-            size = jpeg_size(data)
-            if size is None:  # not a JPEG: Pillow reads the header (and checks its limit)
+            frame = jpeg_frame(data)
+            if frame is None or frame[2] == 4:
+                # not a JPEG: Pillow reads the header (and checks its limit); a CMYK or YCCK
+                # JPEG: Pillow reads its inversion as the Adobe marker says, DALI's decoder
+                # takes every one for Adobe's (one without the marker came out black)
                 return self._through_pillow(i, data)
-            self._remember(i, size, pillow=False)
+            self._remember(i, frame[:2], pillow=False)
         if self._pillow[i]:
             return self._through_pillow(i, data)
         size = (int(self._sizes[i, 0]), int(self._sizes[i, 1]))
@@ -193,8 +196,9 @@ class FileSource(_Source):
         self._pillow[i] = pillow
 
     def _through_pillow(self, i: int, data: np.ndarray) -> tuple[np.ndarray, tuple[int, int]]:
-        """A file that is not a JPEG: as it is when DALI decodes it as Pillow does, else
-        Pillow's ``convert("RGB")`` of it as a PPM (exact, and DALI reads it)."""
+        """A file that is not a JPEG, or a CMYK/YCCK one: as it is when DALI decodes it as
+        Pillow does, else Pillow's ``convert("RGB")`` of it as a PPM (exact, and DALI reads
+        it)."""
         from PIL import Image
 
         where = f"sample {i}: {self.name(i)}"

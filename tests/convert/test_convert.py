@@ -203,9 +203,10 @@ def test_every_kind_of_file_is_stored_or_reported(bad_tree, tmp_path, capsys):
         if name == "e_gray.jpg":
             assert np.abs(pixels[..., 0] - pixels[..., 2]).max() <= 3
         if outcome == "converted":  # the pixels ImageFolder's loader gives (alpha dropped,
-            # 16-bit clipped) as a quality-90 JPEG; composite=True: test_convert_input
+            # 16-bit clipped) as a quality-90 4:4:4 JPEG (no RGB JPEG is among them: each
+            # keeps its own sampling); composite=True: test_convert_input
             with Image.open(io.BytesIO(original)) as source:
-                expected = _jpeg(source.convert("RGB"), quality=90)
+                expected = _jpeg(source.convert("RGB"), quality=90, subsampling=0)
             with Image.open(io.BytesIO(expected)) as image:
                 assert np.array_equal(pixels, np.asarray(image)), name
     assert verify_lmdb(dst, full=True).ok
@@ -264,6 +265,34 @@ def test_max_side_reencodes_only_larger_images(synth_root, tmp_path):
             assert max(height, width) == 100 and abs(width / height - aspect) < 0.05
     assert 0 < resized == report.reencoded and report.kept == 48 - resized
     assert reader.meta["options"]["max_side"] == 100
+
+
+def test_a_resized_jpeg_keeps_its_chroma_sampling_and_a_png_is_stored_at_4_4_4(tmp_path):
+    from PIL import JpegImagePlugin
+
+    y, x = np.mgrid[0:64, 0:64]
+    stripes = np.zeros((64, 64, 3), np.uint8)  # 2-pixel red, green and blue stripes
+    stripes[..., 0] = np.where(x % 6 < 2, 255, 0)
+    stripes[..., 1] = np.where(x % 6 // 2 == 1, 255, 0)
+    stripes[..., 2] = np.where(x % 6 >= 4, 255, 0)
+    (tmp_path / "src" / "a").mkdir(parents=True)
+    Image.fromarray(stripes).save(tmp_path / "src" / "a" / "stripes.png")
+    for sampling in (0, 1, 2):  # 4:4:4, 4:2:2, 4:2:0 photographs, re-encoded to 64 px
+        photo = Image.fromarray(np.dstack([x * 2, y * 3, x + y]).astype(np.uint8)).resize((160, 160))
+        photo.save(tmp_path / "src" / "a" / f"photo{sampling}.jpg", quality=90,
+                   subsampling=sampling)
+    convert_folder(tmp_path / "src", tmp_path / "db", max_side=64, workers=1, progress=False)
+    reader = LMDBReader(tmp_path / "db")
+    paths = [path for path, _ in list_source(tmp_path / "src").samples]
+    for i, path in enumerate(paths):
+        with Image.open(io.BytesIO(bytes(reader.image_bytes(i)[0]))) as stored:
+            got = JpegImagePlugin.get_sampling(stored)
+            pixels = np.asarray(stored.convert("RGB"), dtype=np.float64) / 255
+        if path.endswith(".png"):  # lossless source: no chroma halved
+            assert got == 0
+            assert np.abs(pixels - stripes / 255).mean() < 0.03
+        else:
+            assert got == int(path[-5])
 
 
 @pytest.mark.filterwarnings("ignore:.*outside the CSV's folder")  # its rows point at synth_root

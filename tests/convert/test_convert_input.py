@@ -58,7 +58,8 @@ def mode_tree(tmp_path_factory):
 
 
 def _as_quality_jpeg(image: Image.Image, quality: int) -> np.ndarray:
-    with Image.open(io.BytesIO(_save(image, "JPEG", quality=quality))) as decoded:
+    """``image`` as conversion stores a source that is no RGB JPEG: at 4:4:4."""
+    with Image.open(io.BytesIO(_save(image, "JPEG", quality=quality, subsampling=0))) as decoded:
         return np.asarray(decoded)
 
 

@@ -119,6 +119,31 @@ def test_a_dataset_that_reads_its_own_samples_gets_torchs_batches_with_a_warning
         assert all(torch.equal(a, b) for a, b in zip(batch, expected, strict=True))
 
 
+def _without_adobe_marker(data: bytes) -> bytes:
+    """A JPEG with its APP14 (Adobe) segment cut out, every other byte kept."""
+    at = data.index(b"\xff\xee")
+    return data[:at] + data[at + 2 + int.from_bytes(data[at + 2:at + 4], "big"):]
+
+
+@pytest.mark.parametrize("adobe", [True, False], ids=["adobe marker", "no adobe marker"])
+def test_a_cmyk_jpeg_gives_the_colours_torchvision_reads(tmp_path, adobe):
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    y, x = np.mgrid[0:48, 0:64]
+    pixels = np.stack([200 + x % 50, 40 + y * 2, 30 + (x + y) % 60], -1).astype(np.uint8)
+    out = io.BytesIO()
+    Image.fromarray(pixels).convert("CMYK").save(out, "JPEG", quality=95)
+    data = out.getvalue() if adobe else _without_adobe_marker(out.getvalue())
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "cmyk.jpg").write_bytes(data)
+    dataset = ImageFolder(tmp_path, EVAL)
+    assert_same_batches(fastload.DataLoader(dataset, batch_size=1),
+                        TorchDataLoader(dataset, batch_size=1), tolerance=0.005)
+
+
 @pytest.mark.gpu
 def test_cuda_device_gives_cuda_batches_close_to_the_cpu_graph(synth_root):
     dataset = ImageFolder(synth_root / "val", EVAL)

@@ -121,11 +121,14 @@ def _to_rgb(image, composite: bool = False):
 
 def _reencode(data: bytes, max_side: int | None, quality: int,
               composite: bool = False) -> tuple[bytes, int, int, str]:
-    from PIL import Image
+    from PIL import Image, JpegImagePlugin
 
     image = _open_image(data)
     how = CONVERTED
     try:
+        # a JPEG keeps its own chroma sampling (the colour detail it has); any other source
+        # (lossless: PNG, ...) is stored at 4:4:4, as 4:2:0 halves saturated colour edges
+        sampling = JpegImagePlugin.get_sampling(image) if image.format == "JPEG" else 0
         width, height = image.size
         if max_side is not None and max(width, height) > max_side:
             scale = max_side / max(width, height)
@@ -143,7 +146,7 @@ def _reencode(data: bytes, max_side: int | None, quality: int,
     except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
         raise Unreadable(f"cannot decode image: {exc}") from None
     out = io.BytesIO()
-    image.save(out, "JPEG", quality=quality)
+    image.save(out, "JPEG", quality=quality, subsampling=sampling if sampling >= 0 else 0)
     return out.getvalue(), image.height, image.width, how
 
 
