@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -39,15 +40,19 @@ class _Epoch:
         self.yielded = start  # batches handed to the caller
         self._materialized: list[list[int]] | None = None
         self._pulled: deque[list[int]] = deque()  # pulled, not yet yielded
+        # the sampler's iterator is pulled by the epoch's thread and read to its end by a
+        # state_dict() from another (a checkpointing thread): one at a time
+        self._lock = threading.Lock()
 
     def next(self) -> tuple[int, list[int]] | None:
-        batch = next(self._batches, None)
-        if batch is None:
-            return None
-        batch = list(batch)  # as the sampler gave them: the loader checks each index
-        self._pulled.append(batch)
-        self.position += 1
-        return self.position - 1, batch
+        with self._lock:
+            batch = next(self._batches, None)
+            if batch is None:
+                return None
+            batch = list(batch)  # as the sampler gave them: the loader checks each index
+            self._pulled.append(batch)
+            self.position += 1
+            return self.position - 1, batch
 
     def mark_yielded(self) -> None:
         """The oldest pulled batch reached the caller (or was consumed by an error)."""
@@ -57,8 +62,9 @@ class _Epoch:
     def pull_ahead(self, count: int) -> None:
         """Take the next ``count`` batches from the sampler now (as torch's loader with workers
         does at ``iter()``); ``next()`` still returns them in order."""
-        ahead = list(itertools.islice(self._batches, count))
-        self._batches = itertools.chain(ahead, self._batches)
+        with self._lock:
+            ahead = list(itertools.islice(self._batches, count))
+            self._batches = itertools.chain(ahead, self._batches)
 
     def at_end(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` when a pull finds the batches run out."""
@@ -70,9 +76,10 @@ class _Epoch:
 
     def remaining(self) -> list[list[int]]:
         """Every batch not yet yielded, in order. Consumes the underlying sampler iterator."""
-        rest = list(self._batches)
-        self._batches = iter(rest)
-        return [*self._pulled, *rest]
+        with self._lock:
+            rest = list(self._batches)
+            self._batches = iter(rest)
+            return [*self._pulled, *rest]
 
 
 class BatchOrder:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import threading
 import warnings
 import weakref
 from typing import Any
@@ -300,6 +301,7 @@ class DataLoader:
         self._last_maker: weakref.WeakMethod | None = None  # see __iter__
         self._iterators: weakref.WeakSet = weakref.WeakSet()  # close() ends them all
         self._pid = os.getpid()  # a forked child starts afresh: see _after_fork
+        self._iter_lock = threading.Lock()  # see __iter__
         self._collate_arg = collate_fn
         self._signature = dataset_signature(dataset)  # see _follow_dataset
         reason, self._source, split = self._fast_path(dataset, worker_init_fn,
@@ -472,23 +474,26 @@ class DataLoader:
         self._follow_dataset()
         # the shards a sharded set refused last epoch are read again: they may be put right
         call_set_hook(self._source, "forget_refusals")
-        old = self._live() if self._live is not None else None
-        if old is not None and old.running:
-            # An unfinished iterator holds the loader's graph: as torch does, both iterate
-            # (each its own epoch); this one gets a graph of its own, released when it ends.
-            iterator = EpochIterator(self._epoch_context(private=True))
-        else:
-            # The last epoch on the loader's graph may still make batches though its handle
-            # is gone (an interrupt inside iter(), say): it ends before the graph is reset.
-            stop = self._last_maker() if self._last_maker is not None else None
-            if stop is not None:
-                stop()
-            iterator = EpochIterator(self._epoch_context(private=False))
-            self._live = weakref.ref(iterator)
-            self._last_maker = iterator.maker_stopper()
-        self._iterators.add(iterator)
-        latest = EpochRecord.latest(self._records)  # last_batch_indices after its iterator
-        self._records = [it.record for it in self._iterators] + ([latest] if latest else [])
+        # one iter() at a time chooses and resets the loader's graph: two threads' iter()
+        # at once would both take it, and one reset it under the other's epoch
+        with self._iter_lock:
+            old = self._live() if self._live is not None else None
+            if old is not None and old.running:
+                # An unfinished iterator holds the loader's graph: as torch does, both iterate
+                # (each its own epoch); this one gets a graph of its own, released when it ends.
+                iterator = EpochIterator(self._epoch_context(private=True))
+            else:
+                # The last epoch on the loader's graph may still make batches though its handle
+                # is gone (an interrupt inside iter(), say): it ends before the graph is reset.
+                stop = self._last_maker() if self._last_maker is not None else None
+                if stop is not None:
+                    stop()
+                iterator = EpochIterator(self._epoch_context(private=False))
+                self._live = weakref.ref(iterator)
+                self._last_maker = iterator.maker_stopper()
+            self._iterators.add(iterator)
+            latest = EpochRecord.latest(self._records)  # last_batch_indices after its iterator
+            self._records = [it.record for it in self._iterators] + ([latest] if latest else [])
         iterator.start()  # last: an interrupt before it leaves no thread (see start())
         return iterator
 
@@ -602,6 +607,7 @@ class DataLoader:
         """In a forked child: the parent's decoder, threads and iterator are not usable here
         (their threads did not come along), so the next iterator builds its own."""
         self._pid = os.getpid()
+        self._iter_lock = threading.Lock()  # another thread's iter() may have held it
         decoder, self._decoder, self._decoder_size = self._decoder, None, 0
         if decoder is not None:
             decoder.close()  # in a child this only keeps DALI's pipeline alive, untouched
