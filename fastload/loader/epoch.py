@@ -273,7 +273,7 @@ _EXIT_JOIN_S = 5.0  # bound on each maker's last fetch at exit
 def _stop_running_makers() -> None:
     for maker in list(_RUNNING):
         with maker._cond:
-            maker._closed = True
+            maker._closed = maker._at_exit = True
             maker._cond.notify_all()
         thread = maker._thread
         if thread is not None and thread.is_alive() and thread is not threading.current_thread():
@@ -305,6 +305,7 @@ class Maker:
         self._closed = False
         self._finished = False
         self._failure: BaseException | None = None
+        self._at_exit = False  # stopped as the interpreter began to exit
         self._thread: threading.Thread | None = None
         self._idle = False  # the maker thread waits for a pulled batch
 
@@ -412,6 +413,13 @@ class Maker:
                     break  # the epoch is made, or the maker stopped
         except BaseException as err:  # a fault of fastload's own: raised in the caller's next()
             failure = err
+        if failure is None and self._at_exit and not self._work.done:
+            # a thread still iterating (a non-daemon one goes on after the main thread ends)
+            # is told, rather than handed a short epoch as if it were whole
+            failure = RuntimeError(
+                "fastload.DataLoader: the interpreter began to exit (the main thread ended) "
+                "while this epoch ran in another thread, so its remaining batches were not "
+                "made; join() the thread that iterates before the main thread returns")
         with self._cond:
             self._finished, self._failure = True, failure
             self._cond.notify_all()

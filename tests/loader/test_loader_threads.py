@@ -82,3 +82,40 @@ def test_a_state_dict_taken_by_another_thread_leaves_the_epoch_whole(synth_root)
         if state["remaining"] is not None:
             rest = state["remaining"]["indices"].tolist()
             assert rest == list(range(48 - len(rest), 48))
+
+
+def test_a_thread_still_iterating_when_the_main_thread_ends_is_told_not_handed_short_epochs(
+        synth_root):
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent("""
+        import sys, threading, time
+        import torchvision.transforms as T
+        from torchvision.datasets import ImageFolder
+        import fastload
+
+        dataset = ImageFolder(sys.argv[1], T.Compose([T.RandomResizedCrop(16), T.ToTensor()]))
+
+        def train():
+            loader = fastload.DataLoader(dataset, batch_size=4, shuffle=True, num_workers=2)
+            for epoch in range(3):
+                count = 0
+                for _, labels in loader:
+                    count += len(labels)
+                    time.sleep(0.05)
+                print("epoch", epoch, count, flush=True)
+
+        threading.Thread(target=train).start()
+        time.sleep(0.5)  # the main thread returns while the training thread runs
+    """)
+    done = subprocess.run([sys.executable, "-c", script, str(synth_root / "train")],
+                          capture_output=True, text=True, timeout=120)
+    epochs = [line.split() for line in done.stdout.splitlines() if line.startswith("epoch")]
+    assert all(count == "48" for _, _, count in epochs), done.stdout  # whole, or none at all
+    # or an error says why: fastload's ("the interpreter began to exit ..."), or, where the
+    # thread's next batch was being submitted, concurrent.futures' own ("... after
+    # interpreter shutdown": it refuses every pool's work once the main thread has ended)
+    told = "RuntimeError" in done.stderr and "interpreter" in done.stderr
+    assert len(epochs) == 3 or told, done.stderr
