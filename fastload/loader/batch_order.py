@@ -170,11 +170,12 @@ class BatchOrder:
             return {k: v for k, v in self._resume.items() if not k.startswith("_")}
         cur = self.current
         own = self.own
+        world_size, rank = (own.num_replicas, own.rank) if own is not None else self._user_place()
         state: dict[str, Any] = {
             "version": STATE_VERSION, "seed": self.seed, "num_items": self.num_items,
             "epoch": self.next_epoch, "batches_yielded": 0, "remaining": None,
             "batch_size": self.batch_size, "drop_last": self.drop_last,
-            "world_size": own.num_replicas if own is not None else self._user_place()[0],
+            "world_size": world_size,
             "shuffle": own.shuffle if own is not None else None,
             "epoch_offset": 0, "samples_consumed": 0,
         }
@@ -192,7 +193,7 @@ class BatchOrder:
                                             dtype=torch.int64),
                     "batch_sizes": torch.tensor([len(b) for b in rest], dtype=torch.int64),
                 }
-                state["rank"] = self._user_place()[1]  # whose indices these are
+                state["rank"] = rank  # whose indices these are
         if own is not None:
             state.update(own.state_fields(state["epoch"]))
         return state

@@ -45,8 +45,9 @@ def check_program_file(path: str | os.PathLike) -> None:
             elif inner.endswith(".json") and inner.startswith((WEIGHTS_DIR, CONSTANTS_DIR)):
                 folder = WEIGHTS_DIR if inner.startswith(WEIGHTS_DIR) else CONSTANTS_DIR
                 for entry in _config_entries(archive, name, where):
-                    member = root + folder + str(entry.get("path_name", ""))
-                    if folder == CONSTANTS_DIR and not str(entry.get("path_name", "")).startswith(
+                    path_name = str(entry.get("path_name", ""))
+                    member = root + folder + path_name
+                    if folder == CONSTANTS_DIR and not path_name.startswith(
                             TENSOR_CONSTANT_FILENAME_PREFIX):
                         raise ValueError(
                             f"int8 program {where!r} holds a pickled Python object ({member!r}), "
