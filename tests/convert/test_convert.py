@@ -508,6 +508,42 @@ def test_a_picture_over_pillows_limit_is_refused_without_swapping_the_warning_fi
     assert warnings.filters is filters
 
 
+def test_a_conversion_that_keeps_every_jpeg_does_not_import_pillow(synth_root, tmp_path):
+    """Pillow's import (about 12 ms) is for files that need it: a folder of JPEGs kept as they
+    are, checked strictly or by their markers, converts without it."""
+    script = (
+        "import sys\n"
+        "from fastload.data.convert.folder import convert_folder\n"
+        f"for check in ('decode', 'markers'):\n"
+        f"    convert_folder({str(synth_root / 'val')!r}, {str(tmp_path)!r} + '/' + check,\n"
+        "                   check=check, workers=2, progress=False)\n"
+        "print('PIL.Image' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          check=True)
+    assert done.stdout.strip() == "False"
+    assert verify_lmdb(tmp_path / "decode").ok and verify_lmdb(tmp_path / "markers").ok
+
+
+def test_the_pixel_limit_assumed_before_pillow_is_imported_is_pillows_default():
+    script = ("from fastload.data.convert.image_check import PILLOW_MAX_IMAGE_PIXELS\n"
+              "from PIL import Image\n"
+              "print(PILLOW_MAX_IMAGE_PIXELS, Image.MAX_IMAGE_PIXELS)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          check=True)
+    assumed, pillows = done.stdout.split()
+    assert assumed == pillows
+
+
+def test_a_jpeg_over_the_pixel_limit_the_user_set_is_refused(synth_root, monkeypatch):
+    from fastload.data.convert.image_check import Unreadable, process_bytes
+
+    jpeg = sorted((synth_root / "val").rglob("*.jpg"))[0].read_bytes()
+    process_bytes(jpeg)  # within Pillow's default
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 1000)
+    with pytest.raises(Unreadable, match="decompression bomb: .* more than Pillow's limit of 1000"):
+        process_bytes(jpeg)
+
+
 def test_an_overwrite_that_stops_on_a_damaged_file_keeps_the_finished_database(
         synth_root, tmp_path):
     dst, src = tmp_path / "db", tmp_path / "src"

@@ -32,6 +32,7 @@ from __future__ import annotations
 import io
 import os
 import stat
+import sys
 
 from fastload.data.format.constants import crc32
 from fastload.data.format.datum import datum_parts, encode_datum
@@ -51,6 +52,18 @@ KEPT = "kept"
 CONVERTED = "converted"
 RESIZED = "resized"
 CHECKS = ("markers", "decode")
+
+
+# Pillow's default Image.MAX_IMAGE_PIXELS (tests/convert check it against Pillow's own)
+PILLOW_MAX_IMAGE_PIXELS = int(1024 * 1024 * 1024 // 4 // 3)
+
+
+def max_image_pixels() -> int | None:
+    """Pillow's ``Image.MAX_IMAGE_PIXELS`` as it stands in this process, without importing
+    Pillow (about 12 ms) where it is not imported yet: then no one has changed it, and a
+    conversion that keeps every JPEG as it is never needs it."""
+    # a module another thread is importing may not have the name yet: its default then
+    return getattr(sys.modules.get("PIL.Image"), "MAX_IMAGE_PIXELS", PILLOW_MAX_IMAGE_PIXELS)
 
 
 def _keepable(frame: tuple[int, int, int, int, int], max_side: int | None, max_pixels: int | None) -> bool:
@@ -210,9 +223,7 @@ def process_bytes(
         raise Unreadable("empty file (0 bytes)")
     if data[:2] == b"\xff\xd8":
         frame = parse_jpeg(data)
-        from PIL import Image
-
-        keep = _keepable(frame, max_side, Image.MAX_IMAGE_PIXELS)
+        keep = _keepable(frame, max_side, max_image_pixels())
         if check == "decode":
             if keep_only:
                 raise NeedsDecode

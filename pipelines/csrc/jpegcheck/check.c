@@ -113,6 +113,9 @@ set_table_key(TableKey *key, const JHUFF_TBL *source)
 
 #define LANES WIDE_LANES /* files in flight at most (lanes.c, wide.c; AVX2_LANES <= it) */
 #define WIDE_MIN 10 /* files in flight from which a wide pass takes them (else two at a time) */
+/* Whether the scan's data is unstuffed with AVX2: where a wide pass is taken (every one
+ * needs AVX2), set with it at import */
+static int unstuff_avx2;
 
 /* The AC tables' look-ups (LaneAcSkip, 16 KB each, about 0.05 ms to build) of the last
  * tables met, per thread: files from one encoder share their tables. Keyed by the table's
@@ -438,7 +441,8 @@ unstuff(FileCheck *fc, uint64_t mcus, unsigned interval)
     }
     EntropyLane *lane = &fc->lane;
     ptrdiff_t bytes = lane_unstuff(fc->scan->p, fc->scan->end, fc->unstuffed, &fc->marker,
-                                   (size_t)wanted, fc->ends, fc->rst, &lane->restarts);
+                                   (size_t)wanted, fc->ends, fc->rst, &lane->restarts,
+                                   unstuff_avx2);
     if (bytes < 0 || lane->restarts < needed) {
         snprintf(fc->message, JMSG_LENGTH_MAX, "libjpeg decides: what follows the scan's data");
         return -1;
@@ -843,6 +847,7 @@ choose_default_pass(void)
     for (int i = from; i < WIDE_PASSES && default_pass == NULL; i++)
         if (pass_runs[i] && (named || wide_passes[i].slower == NULL || !wide_passes[i].slower()))
             default_pass = &wide_passes[i];
+    unstuff_avx2 = default_pass != NULL;
     return 0;
 }
 

@@ -16,6 +16,7 @@
  * used past the data's end, a restart marker out of place mark the lane bad, and the caller
  * (check.c) reports it.
  */
+#include <immintrin.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -92,18 +93,57 @@ lane_ac_table(const HuffTable *t, LaneAcSkip *out)
     free(level);
 }
 
+/* Copies [p, the first 0xFF byte before end) to *o and moves *o past it; returns that
+ * byte's address, or NULL where there is none. */
+typedef const uint8_t *(*CopyToFF)(const uint8_t *p, const uint8_t *end, uint8_t **o);
+
+static const uint8_t *
+copy_to_ff(const uint8_t *p, const uint8_t *end, uint8_t **o)
+{
+    const uint8_t *ff = memchr(p, 0xFF, (size_t)(end - p));
+    if (ff != NULL) {
+        memcpy(*o, p, (size_t)(ff - p));
+        *o += ff - p;
+    }
+    return ff;
+}
+
+/* The same, 32 bytes at a time: stored whole, *o moved to the first 0xFF among them. One
+ * pass where memchr and memcpy took two and a call each for the 0xFF every few hundred
+ * bytes of entropy-coded data (benchmarks/NOTES.md C34). Stores no further than
+ * copy_to_ff's end - p bytes. */
+static __attribute__((target("avx2"))) const uint8_t *
+copy_to_ff_avx2(const uint8_t *p, const uint8_t *end, uint8_t **o)
+{
+    const __m256i ff = _mm256_set1_epi8((char)0xFF);
+    uint8_t *to = *o;
+    while (end - p >= 32) {
+        __m256i bytes = _mm256_loadu_si256((const __m256i *)p);
+        _mm256_storeu_si256((__m256i *)to, bytes);
+        unsigned hits = (unsigned)_mm256_movemask_epi8(_mm256_cmpeq_epi8(bytes, ff));
+        if (hits != 0) {
+            int at = __builtin_ctz(hits);
+            *o = to + at;
+            return p + at;
+        }
+        p += 32;
+        to += 32;
+    }
+    *o = to;
+    return copy_to_ff(p, end, o);
+}
+
 ptrdiff_t
 lane_unstuff(const uint8_t *p, const uint8_t *end, uint8_t *out, const uint8_t **marker,
-             size_t wanted, uint64_t *ends, uint8_t *rst, size_t *restarts)
+             size_t wanted, uint64_t *ends, uint8_t *rst, size_t *restarts, int avx2)
 {
+    CopyToFF copy = avx2 ? copy_to_ff_avx2 : copy_to_ff;
     uint8_t *o = out;
     *restarts = 0;
     while (p < end) {
-        const uint8_t *ff = memchr(p, 0xFF, (size_t)(end - p));
+        const uint8_t *ff = copy(p, end, &o);
         if (ff == NULL)
             return -1; /* the data ends without a marker */
-        memcpy(o, p, (size_t)(ff - p));
-        o += ff - p;
         const uint8_t *q = ff + 1;
         while (q < end && *q == 0xFF) /* fill bytes */
             q++;
