@@ -389,3 +389,32 @@ def test_checking_together_takes_any_sequence_of_buffers_and_refuses_others():
         _jpegcheck.check_many(5)
     with pytest.raises(TypeError):
         _jpegcheck.check_many([], True)  # wide is a keyword
+
+
+def test_without_a_wide_pass_the_scan_is_unstuffed_the_scalar_way_with_the_same_verdicts(
+        valid, tmp_path):
+    """FASTLOAD_CPU_CAPABILITY=default (as a CPU without AVX2) unstuffs the scan's data with
+    memchr and memcpy where the wide passes' CPUs take 32 bytes at a time: the same verdicts
+    on stuffed bytes, restart markers, cuts and flips at every offset of a few files."""
+    rng = random.Random(3)
+    files = []
+    for data in sorted(valid.values(), key=len)[-6:]:
+        files.append(data)
+        for _ in range(12):
+            flipped = bytearray(data)
+            flipped[rng.randrange(2, len(data))] ^= 1 << rng.randrange(8)
+            files += [bytes(flipped), data[:rng.randrange(2, len(data))]]
+    for i, data in enumerate(files):
+        (tmp_path / f"{i:04d}.jpg").write_bytes(data)
+    here = [v is None for v in _jpegcheck.check_many(files)]
+    assert 0 < sum(here) < len(files)
+    env = {**os.environ, "FASTLOAD_CPU_CAPABILITY": "default"}
+    done = subprocess.run(
+        [sys.executable, "-c", "import sys, pathlib; from fastload.data.format import "
+         "_jpegcheck as j; files = [p.read_bytes() for p in sorted(pathlib.Path(sys.argv[1])"
+         ".glob('*.jpg'))]; print(repr(j.WIDE_PASS), ''.join('1' if v is None else '0' for v in "
+         "j.check_many(files)))", str(tmp_path)],
+        env=env, capture_output=True, text=True, check=True)
+    wide_pass, verdicts = done.stdout.split()
+    assert wide_pass == "''"  # no wide pass: the scalar unstuffing
+    assert [v == "1" for v in verdicts] == here
