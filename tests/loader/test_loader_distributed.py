@@ -1,4 +1,4 @@
-"""Sharding under torch.distributed: torchrun, 3 CPU ranks (gloo), 1001 tiny JPEGs."""
+"""Sharding under torch.distributed: torchrun, 3 CPU ranks (gloo), 101 tiny JPEGs."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from PIL import Image
 
 SCRIPT = pathlib.Path(__file__).parents[1] / "scripts" / "ddp_worker.py"
-N, RANKS = 1001, 3
+N, RANKS = 101, 3  # N % 3 == 2: one index of padding; 2 batches of 32 per rank, the last short
 
 
 def write_images(root: pathlib.Path) -> None:
@@ -37,7 +37,7 @@ def launch(folder: pathlib.Path, out: pathlib.Path) -> list[dict]:
 def test_torchrun_three_ranks_shard_every_index_once_with_documented_padding(tmp_path):
     write_images(tmp_path / "data")
     first = launch(tmp_path / "data", tmp_path / "run1")
-    per_rank = -(-N // RANKS)  # 334: the order is padded by wrapping to 1002
+    per_rank = -(-N // RANKS)  # 34: the order is padded by wrapping to 102
     orders = []
     for epoch in range(2):
         shards = [record["epochs"][epoch] for record in first]
