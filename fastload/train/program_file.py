@@ -20,6 +20,8 @@ import zipfile
 
 __all__ = ["check_program_file"]
 
+_FIX = "pass a file written by `fastload export` or torch.export.save"
+
 
 def check_program_file(path: str | os.PathLike) -> None:
     """Raise ValueError naming ``path`` and the member where ``torch.export.load`` would
@@ -34,8 +36,8 @@ def check_program_file(path: str | os.PathLike) -> None:
     try:
         archive = zipfile.ZipFile(where)
     except (zipfile.BadZipFile, OSError) as err:
-        raise ValueError(f"int8 program {where!r} is not a .pt2 archive ({err}); pass a file "
-                         "written by `fastload export` or torch.export.save") from None
+        raise ValueError(
+            f"int8 program {where!r} is not a .pt2 archive ({err}); {_FIX}") from None
     with archive:
         for name in archive.namelist():
             inner = name.split("/", 1)[1] if "/" in name else name
@@ -62,8 +64,8 @@ def _config_entries(archive: zipfile.ZipFile, name: str, where: str) -> list[dic
         config = json.loads(archive.read(name)).get("config", {})
         entries = list(config.values())
     except (ValueError, AttributeError, KeyError) as err:
-        raise ValueError(f"int8 program {where!r} has an unreadable {name!r} ({err}); pass a "
-                         "file written by `fastload export` or torch.export.save") from None
+        raise ValueError(
+            f"int8 program {where!r} has an unreadable {name!r} ({err}); {_FIX}") from None
     return [entry for entry in entries if isinstance(entry, dict)]
 
 
@@ -73,8 +75,8 @@ def _tensors_only(archive: zipfile.ZipFile, name: str, where: str) -> None:
     try:
         data = archive.read(name)
     except KeyError:
-        raise ValueError(f"int8 program {where!r} lists {name!r}, which it does not hold; pass "
-                         "a file written by `fastload export` or torch.export.save") from None
+        raise ValueError(f"int8 program {where!r} lists {name!r}, which it does not hold; "
+                         f"{_FIX}") from None
     if not data:  # torch.export.load reads an empty member as no data, unpickling nothing
         return
     try:
